@@ -1,0 +1,112 @@
+// The Dispatcher (DESIGN.md §4): picks one kernel per op call from the registry
+// under a KernelPolicy, records a Decision for every selection, and runs it.
+//
+// Selection (select) is deterministic and cheap: candidates are ordered by policy
+// preference, then registry priority, then name; each gets a verdict; the first
+// rule that applies chooses:
+//   pinned               the policy pins this exact case (kernel + algorithm)
+//   policy.require/prefer the first supported kernel the policy names
+//   fallback             mode prefer, none of the named kernels supports the case
+//   auto.first_supported no entry / "auto": highest-priority supported kernel
+//   auto.best_performance no entry / "auto" under best_performance: the tuned winner
+// mode require with no supported named kernel raises UnsupportedOperationError
+// naming op, kernel and reason. dispatch() = select + run; under best_performance
+// it times every supported candidate (and each of its algorithms) once per case key,
+// caches the winner, and export_pins() writes those winners as pins.
+//
+// Thread safety: every method may be called from any thread. The global policy is
+// replaced atomically; a ScopedPolicy overrides it for the calling thread only.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+
+#include "xpuruntime/decision.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/policy.h"
+
+namespace xpuruntime {
+
+struct TuningOptions {
+  int warmup = 1;      // untimed runs per candidate/algorithm
+  int iterations = 5;  // timed runs; the median counts
+};
+
+class Dispatcher {
+ public:
+  // The process-wide dispatcher over KernelRegistry::instance().
+  static Dispatcher& instance();
+  // A dispatcher over another registry (tests, golden files). `registry` must outlive it.
+  explicit Dispatcher(KernelRegistry& registry,
+                      std::size_t log_capacity = DecisionLog::kDefaultCapacity);
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Global policy. set_policy validates against the registry (PolicyError).
+  void set_policy(const KernelPolicy& policy);
+  KernelPolicy get_policy() const;
+  // The policy select(ctx) uses on this thread: the innermost ScopedPolicy, else global.
+  KernelPolicy effective_policy() const;
+
+  // Overrides the global policy for the calling thread while alive (sessions, tests).
+  class ScopedPolicy {
+   public:
+    ScopedPolicy(Dispatcher& d, KernelPolicy policy);
+    ~ScopedPolicy();
+    ScopedPolicy(const ScopedPolicy&) = delete;
+    ScopedPolicy& operator=(const ScopedPolicy&) = delete;
+
+   private:
+    Dispatcher& dispatcher_;
+  };
+
+  // Chooses a kernel and records the Decision (returned). Throws
+  // UnsupportedOperationError (after recording) when nothing may run the case.
+  Decision select(const OpContext& ctx);
+  Decision select(const OpContext& ctx, const KernelPolicy& policy);
+  // select + run (+ tuning under best_performance). Fills launch.ctx, algorithm and
+  // workspace (allocated on ctx.device when the kernel needs one and none is given).
+  Decision dispatch(const OpContext& ctx, KernelLaunch& launch);
+  Decision dispatch(const OpContext& ctx, KernelLaunch& launch, const KernelPolicy& policy);
+
+  DecisionLog& log() { return log_; }
+  const DecisionLog& log() const { return log_; }
+  KernelRegistry& registry() { return registry_; }
+
+  // The tuned winners as pins, added to a copy of `base` (default: the global policy).
+  KernelPolicy export_pins() const;
+  KernelPolicy export_pins(const KernelPolicy& base) const;
+  void clear_tuning_cache();
+  std::size_t tuning_cache_size() const;
+  void set_tuning_options(const TuningOptions& options);
+  TuningOptions tuning_options() const;
+
+ private:
+  struct Tuned {
+    KernelPin pin;
+    std::map<std::string, double> timings;
+    std::map<std::string, std::pair<double, std::string>> best_per_kernel;  // ms, algorithm
+    uint64_t generation = 0;
+  };
+  struct Selection;
+  Selection evaluate(const OpContext& ctx, const KernelPolicy& policy) const;
+  Decision finish(const OpContext& ctx, Selection& sel, const KernelPolicy& policy);
+  Tuned tune(const OpContext& ctx, const Selection& sel, KernelLaunch& launch) const;
+  std::optional<Tuned> cached(const std::string& key) const;
+
+  KernelRegistry& registry_;
+  DecisionLog log_;
+  mutable std::shared_mutex policy_mu_;
+  KernelPolicy policy_;
+  mutable std::mutex tune_mu_;
+  std::map<std::string, Tuned> tuned_;  // tuning key -> winner
+  std::map<std::string, std::string> tuned_case_;  // case key -> tuning key of its last winner
+  TuningOptions tuning_;
+};
+
+}  // namespace xpuruntime
