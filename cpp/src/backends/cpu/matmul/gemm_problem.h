@@ -1,0 +1,83 @@
+// One GEMM problem in plain arguments, shared by every matmul kernel (cpu_blas,
+// cpu_blocked, cublas, cublasLt) so they all read the same, already validated
+// description and none of them sees Tensor or the registry:
+//
+//   C[b] = act(op(A[b]) · op(B[b]) + bias)      for b in [0, batch)
+//
+// Row-major semantics: A[b] is M×K, B[b] is K×N, C[b] is M×N, bias has N elements
+// (one per output column, broadcast over rows and batches). Every matrix carries
+// element strides for rows (rs), columns (cs) and batches (bs), so a transposed
+// operand is only a stride swap and a broadcast operand has bs == 0. All of A, B,
+// C and bias share one dtype; the kernels accumulate in fp32 (fp64 for float64).
+// Header-only so the CUDA plugin includes it without linking anything.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "xpuruntime/dtype.h"
+
+namespace xpuruntime::matmul {
+
+// Activation applied after the bias. kGelu is the tanh approximation
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the one cuBLASLt's GELU epilogue
+// computes, so every kernel gives the same function.
+enum class Activation : uint8_t { kNone = 0, kRelu = 1, kGelu = 2 };
+
+inline std::string_view activation_name(Activation a) {
+  switch (a) {
+    case Activation::kRelu: return "relu";
+    case Activation::kGelu: return "gelu";
+    default: return "none";
+  }
+}
+
+struct MatrixRef {
+  const void* data = nullptr;
+  int64_t rs = 0;  // elements between rows
+  int64_t cs = 1;  // elements between columns
+  int64_t bs = 0;  // elements between batches (0: the same matrix for every batch)
+};
+
+struct GemmProblem {
+  DType dtype = DType::kFloat32;
+  int64_t batch = 1;
+  int64_t m = 0, n = 0, k = 0;
+  MatrixRef a;                 // M×K
+  MatrixRef b;                 // K×N
+  void* c = nullptr;           // M×N, written
+  int64_t c_rs = 0, c_cs = 1, c_bs = 0;
+  const void* bias = nullptr;  // N contiguous elements of `dtype`, or null
+  Activation activation = Activation::kNone;
+  // fp32 inputs may use TF32 tensor cores (GPU kernels only; CPU kernels are exact fp32).
+  bool allow_tf32 = false;
+
+  int64_t flops() const { return 2 * batch * m * n * k; }
+};
+
+// How a BLAS call sees a row-major rows×cols matrix stored with strides (rs, cs):
+// either as itself (row contiguous, leading dimension rs) or as the transpose of a
+// column-contiguous matrix (leading dimension cs). Strides of size-1 dimensions do
+// not matter and are ignored, so views from any framework map when they can.
+struct BlasLayout {
+  bool transposed = false;  // false: row-major with ld; true: column-major with ld
+  int64_t ld = 1;
+};
+
+inline std::optional<BlasLayout> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  const bool row_contig = cs == 1 || cols <= 1;
+  const bool col_contig = rs == 1 || rows <= 1;
+  const int64_t min_row_ld = std::max<int64_t>(1, cols);
+  const int64_t min_col_ld = std::max<int64_t>(1, rows);
+  if (row_contig && (rows <= 1 || rs >= min_row_ld)) {
+    return BlasLayout{false, rows <= 1 ? min_row_ld : rs};
+  }
+  if (col_contig && (cols <= 1 || cs >= min_col_ld)) {
+    return BlasLayout{true, cols <= 1 ? min_col_ld : cs};
+  }
+  return std::nullopt;
+}
+
+}  // namespace xpuruntime::matmul
