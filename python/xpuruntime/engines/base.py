@@ -29,6 +29,9 @@ class Availability:
     reason: str = ""
     install_hint: str = ""
     devices: tuple[str, ...] = ()  # devices this engine can target here ("cpu", "cuda", "npu")
+    # Devices of ``devices`` that are emulated here (QNN's HTP simulator on x86_64):
+    # usable when the engine is named, never chosen by engine="auto".
+    simulated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .._core import BackendUnavailableError, InvalidArgumentError, PolicyError
+from .._core import BackendUnavailableError, InvalidArgumentError, PolicyError, UnsupportedOperationError
 from ..dispatch.decision import Candidate, Decision
+from ._common import strict
 from .base import Availability, Engine
 
 # name → "module:Class" (lazy) or the class itself (after the first lookup).
@@ -202,8 +203,11 @@ def _is_auto(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto"))
 
 
-def _check(name: str, dev: _Device, exec_policy: Any) -> tuple[str, str, str]:
-    """(verdict, reason_code, detail) of engine ``name`` for ``dev`` under the policy."""
+def _check(name: str, dev: _Device, exec_policy: Any, *, named: bool = True) -> tuple[str, str, str]:
+    """(verdict, reason_code, detail) of engine ``name`` for ``dev`` under the policy.
+
+    ``named``: the caller asked for this engine by name (simulated devices allowed).
+    """
     cls = _load(name)
     av = availability(name)
     if not av.available or isinstance(cls, _MissingEngine):
@@ -211,7 +215,10 @@ def _check(name: str, dev: _Device, exec_policy: Any) -> tuple[str, str, str]:
         return "rejected", "backend_unavailable", f"{av.reason}{hint}"
     if dev.kind not in av.devices:
         have = ", ".join(av.devices) or "none"
-        return "rejected", "device_unavailable", f"{name} has no {dev.kind} device here (has: {have})"
+        why = f"; {av.reason}" if av.reason else ""
+        return "rejected", "device_unavailable", f"{name} has no {dev.kind} device here (has: {have}){why}"
+    if dev.kind in av.simulated and not named:
+        return "rejected", "simulated_device", f"{name}'s {dev.kind} is a simulator here; name engine={name!r} to use it"
     refusal = cls.supports(str(dev), exec_policy)
     if refusal is not None:
         code, detail = refusal
@@ -220,13 +227,15 @@ def _check(name: str, dev: _Device, exec_policy: Any) -> tuple[str, str, str]:
 
 
 def _candidate(name: str, dev: _Device, verdict: str, code: str, detail: str) -> Candidate:
+    # The same engine may be tried on two devices (npu, then the cpu fallback), so a
+    # candidate is an engine@device pair.
     return Candidate(f"{name}@{dev}", verdict, code, detail)
 
 
-def _try(names: tuple[str, ...], dev: _Device, exec_policy: Any, cands: list[Candidate]) -> str | None:
+def _try(names: tuple[str, ...], dev: _Device, exec_policy: Any, cands: list[Candidate], named: bool) -> str | None:
     """First supported engine of ``names`` on ``dev``; every one tried is recorded."""
     for name in names:
-        verdict, code, detail = _check(name, dev, exec_policy)
+        verdict, code, detail = _check(name, dev, exec_policy, named=named)
         cands.append(_candidate(name, dev, verdict, code, detail))
         if verdict == "supported":
             return name
@@ -292,7 +301,7 @@ def select_engine(
     chosen_dev: _Device | None = None
     for dev in devices:
         names = (want_engine,) if want_engine else AUTO_ORDER[dev.kind]
-        chosen = _try(names, dev, exec_policy, cands)
+        chosen = _try(names, dev, exec_policy, cands, want_engine is not None)
         if chosen:
             chosen_dev = dev
             break
@@ -301,26 +310,36 @@ def select_engine(
     detail = ""
     if chosen is None and want_device is not None:
         fb = _fallback_device(exec_policy)
+        if fb is not None and strict(exec_policy, "no_fallback"):
+            cands.append(Candidate(f"fallback@{fb}", "rejected", "strict_no_fallback",
+                                   "ExecutionPolicy(strict=['no_fallback']) forbids the fallback allow_fallback asks for"))
+            fb = None
         if fb is not None and fb.kind != devices[0].kind:
             names = (want_engine,) if want_engine else AUTO_ORDER[fb.kind]
-            chosen = _try(names, fb, exec_policy, cands)
+            chosen = _try(names, fb, exec_policy, cands, want_engine is not None)
             if chosen:
                 chosen_dev = fb
                 rule = "fallback"
                 detail = f"{want_device} unavailable; ExecutionPolicy(allow_fallback={str(fb)!r}) allows {fb}"
 
     if chosen is None or chosen_dev is None:
-        raise BackendUnavailableError(_no_engine_message(want_engine, want_device, exec_policy, cands))
+        message = _no_engine_message(want_engine, want_device, exec_policy, cands)
+        # Missing software or hardware is "unavailable"; an engine that is there but
+        # cannot honour the policy (precision, shapes) is "unsupported".
+        if all(c.reason_code in ("backend_unavailable", "device_unavailable", "simulated_device") for c in cands):
+            raise BackendUnavailableError(message)
+        raise UnsupportedOperationError(message)
 
+    label = f"{chosen}@{chosen_dev}"  # the chosen candidate's name
     if chosen_dev.kind == "cuda" and chosen_dev.index is None:
         chosen_dev = _Device("cuda", 0)
     decision = Decision(
         op="engine",
         device=str(chosen_dev),
-        dtypes=(),
-        shapes=(),
+        dtypes=[],
+        shapes=[],
         candidates=cands,
-        chosen=chosen,
+        chosen=label,
         rule=rule,
         detail=detail or f"engine {chosen} on {chosen_dev}",
     )
@@ -332,13 +351,9 @@ def _engine_device_kinds(name: str) -> tuple[str, ...]:
 
 
 def _rule(want_engine: str | None, want_device: str | None) -> str:
-    if want_engine and want_device:
-        return "policy.engine"
-    if want_engine:
-        return "policy.engine+auto.device"
-    if want_device:
-        return "auto.first_available"
-    return "auto.first_available+auto.device"
+    # Engine rules beside the dispatcher's RULES: an engine named by the caller or the
+    # policy ("policy.engine"), or the first available in AUTO_ORDER.
+    return "policy.engine" if want_engine else "auto.first_available"
 
 
 def _no_engine_message(want_engine: str | None, want_device: str | None, exec_policy: Any, cands: list[Candidate]) -> str:
