@@ -1,0 +1,17 @@
+// One bind_* function per area; module.cpp calls them in dependency order.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace xpuruntime::bindings {
+namespace py = pybind11;
+
+void bind_errors(py::module_& m);
+void bind_device(py::module_& m);
+void bind_tensor(py::module_& m);
+void bind_memory(py::module_& m);
+void bind_memory_bench(py::module_& m);  // _core.memory._bench_alloc_sequence
+void bind_stream(py::module_& m);
+void bind_profiler(py::module_& m);
+
+}  // namespace xpuruntime::bindings

@@ -1,0 +1,216 @@
+// Tensor and DLPack (versioned and legacy capsules), zero-copy both ways.
+// Imported memory stays owned by its producer: our Storage calls the producer's
+// deleter (under the GIL) when the last view goes away. Exported capsules keep
+// our storage alive until the consumer calls our deleter.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "bindings/bindings.h"
+#include "bindings/tensor_convert.h"
+#include "xpuruntime/dlpack_abi.h"
+#include "xpuruntime/error.h"
+#include "xpuruntime/stream.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime::bindings {
+
+bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+namespace {
+
+constexpr const char* kVersionedName = "dltensor_versioned";
+constexpr const char* kLegacyName = "dltensor";
+constexpr const char* kUsedVersionedName = "used_dltensor_versioned";
+constexpr const char* kUsedLegacyName = "used_dltensor";
+
+DLDataType to_dl_dtype(DType t) {
+  switch (t) {
+    case DType::kFloat32: return {kDLFloat, 32, 1};
+    case DType::kFloat16: return {kDLFloat, 16, 1};
+    case DType::kBFloat16: return {kDLBfloat, 16, 1};
+    case DType::kFloat64: return {kDLFloat, 64, 1};
+    case DType::kInt8: return {kDLInt, 8, 1};
+    case DType::kUInt8: return {kDLUInt, 8, 1};
+    case DType::kInt16: return {kDLInt, 16, 1};
+    case DType::kInt32: return {kDLInt, 32, 1};
+    case DType::kInt64: return {kDLInt, 64, 1};
+    case DType::kBool: return {kDLBool, 8, 1};
+    case DType::kFloat8E4M3: return {kDLFloat8_e4m3fn, 8, 1};
+    case DType::kFloat8E5M2: return {kDLFloat8_e5m2, 8, 1};
+  }
+  XRT_THROW(InvalidArgumentError, "dtype has no DLPack code");
+}
+
+DType from_dl_dtype(DLDataType dt) {
+  XRT_CHECK(dt.lanes == 1, UnsupportedOperationError, "DLPack vector types (lanes=", dt.lanes,
+            ") are not supported");
+  switch (dt.code) {
+    case kDLFloat:
+      if (dt.bits == 32) return DType::kFloat32;
+      if (dt.bits == 16) return DType::kFloat16;
+      if (dt.bits == 64) return DType::kFloat64;
+      break;
+    case kDLBfloat:
+      if (dt.bits == 16) return DType::kBFloat16;
+      break;
+    case kDLInt:
+      if (dt.bits == 8) return DType::kInt8;
+      if (dt.bits == 16) return DType::kInt16;
+      if (dt.bits == 32) return DType::kInt32;
+      if (dt.bits == 64) return DType::kInt64;
+      break;
+    case kDLUInt:
+      if (dt.bits == 8) return DType::kUInt8;
+      break;
+    case kDLBool:
+      if (dt.bits == 8) return DType::kBool;
+      break;
+    case kDLFloat8_e4m3fn: return DType::kFloat8E4M3;
+    case kDLFloat8_e5m2: return DType::kFloat8E5M2;
+    default: break;
+  }
+  XRT_THROW(UnsupportedOperationError, "DLPack dtype (code=", int(dt.code), ", bits=", int(dt.bits),
+            ") has no xpuruntime equivalent");
+}
+
+Device from_dl_device(DLDevice d) {
+  switch (d.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost:  // pinned host memory is host memory
+      return Device::cpu();
+    case kDLCUDA:
+    case kDLCUDAManaged:
+      return Device::cuda(d.device_id);
+    default:
+      XRT_THROW(UnsupportedOperationError, "DLPack device type ", int(d.device_type),
+                " is not supported (cpu and cuda are)");
+  }
+}
+
+DLDevice to_dl_device(const Device& d) {
+  return d.is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, d.index};
+}
+
+// What an exported capsule owns: a view of our tensor and its shape arrays.
+template <typename Managed>
+struct ExportHolder {
+  Managed managed{};
+  Tensor tensor;
+  Shape shape, strides;
+};
+
+template <typename Managed>
+Managed* make_managed(const Tensor& t) {
+  auto holder = std::make_unique<ExportHolder<Managed>>();
+  holder->tensor = t;
+  holder->shape = t.shape();
+  holder->strides = t.strides();
+  DLTensor& dl = holder->managed.dl_tensor;
+  dl.data = t.numel() == 0 ? nullptr : t.data_ptr();
+  dl.device = to_dl_device(t.device());
+  dl.ndim = static_cast<int32_t>(t.dim());
+  dl.dtype = to_dl_dtype(t.dtype());
+  dl.shape = holder->shape.data();
+  dl.strides = holder->strides.data();
+  dl.byte_offset = 0;
+  holder->managed.manager_ctx = holder.get();
+  holder->managed.deleter = [](Managed* self) {
+    // Re-own the holder so its destructor frees it.
+    std::unique_ptr<ExportHolder<Managed>> owned(static_cast<ExportHolder<Managed>*>(self->manager_ctx));
+  };
+  return &holder.release()->managed;
+}
+
+template <typename Managed>
+void capsule_destructor(PyObject* capsule, const char* live_name) {
+  // Only an unconsumed capsule still owns its tensor.
+  if (PyCapsule_IsValid(capsule, live_name)) {
+    auto* m = static_cast<Managed*>(PyCapsule_GetPointer(capsule, live_name));
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+
+}  // namespace
+
+py::capsule tensor_to_capsule(const Tensor& t, bool versioned, bool copied) {
+  if (versioned) {
+    auto* m = make_managed<DLManagedTensorVersioned>(t);
+    m->version = {kDLPackMajor, kDLPackMinor};
+    m->flags = copied ? kDLPackFlagIsCopied : 0;
+    return py::capsule(m, kVersionedName, [](PyObject* c) {
+      capsule_destructor<DLManagedTensorVersioned>(c, kVersionedName);
+    });
+  }
+  auto* m = make_managed<DLManagedTensor>(t);
+  return py::capsule(m, kLegacyName, [](PyObject* c) { capsule_destructor<DLManagedTensor>(c, kLegacyName); });
+}
+
+namespace {
+template <typename Managed>
+Tensor adopt_managed(Managed* m) {
+  const DLTensor& dl = m->dl_tensor;
+  DType dtype = from_dl_dtype(dl.dtype);
+  Device device = from_dl_device(dl.device);
+  Shape shape(dl.shape, dl.shape + dl.ndim);
+  Shape strides = dl.strides ? Shape(dl.strides, dl.strides + dl.ndim) : Tensor::contiguous_strides(shape);
+  const auto esize = static_cast<int64_t>(dtype_size(dtype));
+  int64_t lo = 0, hi = 0;
+  bool empty = false;
+  for (int i = 0; i < dl.ndim; ++i) {
+    if (shape[i] == 0) empty = true;
+    int64_t span = (shape[i] - 1) * strides[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  char* first = static_cast<char*>(dl.data) + dl.byte_offset;
+  // Storage starts at the lowest addressed element so negative strides fit.
+  char* base = empty ? first : first + lo * esize;
+  std::size_t nbytes = empty ? 0 : static_cast<std::size_t>((hi - lo + 1) * esize);
+  auto release = [m](void*) {
+    if (!m->deleter) return;
+    if (python_alive()) {
+      py::gil_scoped_acquire gil;
+      m->deleter(m);
+    }
+  };
+  auto storage = std::make_shared<Storage>(base, nbytes, device, release);
+  return Tensor(std::move(storage), shape, strides, empty ? 0 : -lo, dtype);
+}
+}  // namespace
+
+Tensor tensor_from_capsule(py::capsule cap) {
+  PyObject* c = cap.ptr();
+  if (PyCapsule_IsValid(c, kVersionedName)) {
+    auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kVersionedName));
+    if (m->version.major != kDLPackMajor) {
+      if (m->deleter) m->deleter(m);  // the spec says the deleter is always safe to call
+      PyCapsule_SetName(c, kUsedVersionedName);
+      XRT_THROW(UnsupportedOperationError, "DLPack major version ", m->version.major,
+                " is not supported (we speak ", kDLPackMajor, ".x)");
+    }
+    Tensor t = adopt_managed(m);  // may throw before we take ownership: capsule keeps it
+    PyCapsule_SetName(c, kUsedVersionedName);
+    return t;
+  }
+  if (PyCapsule_IsValid(c, kLegacyName)) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kLegacyName));
+    Tensor t = adopt_managed(m);
+    PyCapsule_SetName(c, kUsedLegacyName);
+    return t;
+  }
+  XRT_THROW(InvalidArgumentError, "not a DLPack capsule, or one already consumed (a DLPack capsule "
+                                  "can be imported only once)");
+}
+
+void bind_tensor(py::module_& m) {
+  bind_tensor_class(m);
+}
+
+}  // namespace xpuruntime::bindings

@@ -1,0 +1,234 @@
+#include "xpuruntime/tensor.h"
+
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "xpuruntime/error.h"
+#include "xpuruntime/memory.h"
+#include "xpuruntime/plugin.h"
+
+namespace xpuruntime {
+namespace {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+// Strided copy on the host, innermost run copied with memcpy when contiguous.
+void cpu_strided_copy(char* dst, const Shape& dst_strides, const char* src,
+                      const Shape& src_strides, const Shape& shape, std::size_t esize) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  int64_t total = 1;
+  for (int64_t d : shape) total *= d;
+  if (total == 0) return;
+  if (nd == 0) {
+    std::memcpy(dst, src, esize);
+    return;
+  }
+  const int64_t inner = shape[nd - 1];
+  const bool inner_contig = dst_strides[nd - 1] == 1 && src_strides[nd - 1] == 1;
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t done = 0; done < total; done += inner) {
+    int64_t doff = 0, soff = 0;
+    for (int64_t d = 0; d < nd - 1; ++d) {
+      doff += idx[d] * dst_strides[d];
+      soff += idx[d] * src_strides[d];
+    }
+    if (inner_contig) {
+      std::memcpy(dst + doff * esize, src + soff * esize, inner * esize);
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        std::memcpy(dst + (doff + i * dst_strides[nd - 1]) * esize,
+                    src + (soff + i * src_strides[nd - 1]) * esize, esize);
+    }
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// Exported by the CUDA plugin: strided copy within one CUDA device.
+using CudaStridedCopyFn = void (*)(void* dst, const void* src, int ndim, const int64_t* shape,
+                                   const int64_t* dst_strides, const int64_t* src_strides,
+                                   int elem_size, void* stream);
+
+}  // namespace
+
+Shape Tensor::contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size(), 1);
+  int64_t s = 1;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset,
+               DType dtype)
+    : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)),
+      offset_(offset), dtype_(dtype) {
+  XRT_CHECK(storage_ != nullptr, InvalidArgumentError, "Tensor needs a storage");
+  XRT_CHECK(shape_.size() == strides_.size(), InvalidArgumentError, "shape ", shape_str(shape_),
+            " and strides ", shape_str(strides_), " differ in rank");
+  XRT_CHECK(offset_ >= 0, InvalidArgumentError, "negative tensor offset ", offset_);
+  int64_t lo = 0, hi = 0;  // element extent relative to offset
+  bool empty = false;
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    XRT_CHECK(shape_[i] >= 0, InvalidArgumentError, "negative dimension in shape ", shape_str(shape_));
+    if (shape_[i] == 0) empty = true;
+    int64_t span = (shape_[i] - 1) * strides_[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  if (!empty) {
+    const auto esize = static_cast<int64_t>(dtype_size(dtype_));
+    XRT_CHECK(offset_ + lo >= 0 &&
+                  static_cast<std::size_t>((offset_ + hi + 1) * esize) <= storage_->nbytes(),
+              InvalidArgumentError, "view shape=", shape_str(shape_), " strides=",
+              shape_str(strides_), " offset=", offset_, " does not fit in a storage of ",
+              storage_->nbytes(), " bytes");
+  }
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device, NativeStream stream) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    XRT_CHECK(d >= 0, InvalidArgumentError, "negative dimension in shape ", shape_str(shape));
+    n *= d;
+  }
+  std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  CachingAllocator& alloc = MemoryManager::instance().allocator(device);
+  void* p = alloc.allocate(bytes, stream);
+  auto storage = std::make_shared<Storage>(p, bytes, device, [&alloc](void* q) { alloc.free(q); });
+  return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, const Device& device) {
+  Tensor t = empty(shape, dtype, device);
+  if (device.is_cpu()) {
+    std::memset(t.data_ptr(), 0, t.nbytes());
+  } else {
+    std::vector<char> host(t.nbytes(), 0);
+    DeviceManager::instance().backend(device.type).copy(t.data_ptr(), device, host.data(),
+                                                         Device::cpu(), host.size(), nullptr);
+    DeviceManager::instance().backend(device.type).synchronize_device(device.index);
+  }
+  return t;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t nd = dim();
+  if (d < 0) d += nd;
+  XRT_CHECK(d >= 0 && d < nd, InvalidArgumentError, "dimension ", d, " out of range for rank ", nd);
+  return shape_[d];
+}
+
+int64_t Tensor::numel() const {
+  return std::accumulate(shape_.begin(), shape_.end(), int64_t{1}, std::multiplies<>());
+}
+
+Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
+
+void* Tensor::data_ptr() const {
+  XRT_CHECK(storage_ != nullptr, InvalidArgumentError, "data_ptr of an undefined tensor");
+  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size());
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  XRT_CHECK(n == numel(), InvalidArgumentError, "cannot reshape ", shape_str(shape_), " (", numel(),
+            " elements) to ", shape_str(shape));
+  Tensor src = is_contiguous() ? *this : contiguous();
+  return Tensor(src.storage_, shape, contiguous_strides(shape), src.offset_, dtype_);
+}
+
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  int64_t nd = dim();
+  if (a < 0) a += nd;
+  if (b < 0) b += nd;
+  XRT_CHECK(a >= 0 && a < nd && b >= 0 && b < nd, InvalidArgumentError, "transpose(", a, ", ", b,
+            ") out of range for rank ", nd);
+  Shape s = shape_, st = strides_;
+  std::swap(s[a], s[b]);
+  std::swap(st[a], st[b]);
+  return Tensor(storage_, s, st, offset_, dtype_);
+}
+
+Tensor Tensor::contiguous(NativeStream stream) const {
+  if (is_contiguous()) return *this;
+  Tensor out = empty(shape_, dtype_, device(), stream);
+  out.copy_from(*this, stream);
+  return out;
+}
+
+Tensor Tensor::to(const Device& device, NativeStream stream, bool copy) const {
+  if (device == this->device() && !copy) return *this;
+  Tensor out = empty(shape_, dtype_, device, stream);
+  out.copy_from(*this, stream);
+  return out;
+}
+
+void Tensor::copy_from(const Tensor& src, NativeStream stream) {
+  XRT_CHECK(src.shape_ == shape_, InvalidArgumentError, "copy_from: shape ", shape_str(src.shape_),
+            " does not match ", shape_str(shape_));
+  XRT_CHECK(src.dtype_ == dtype_, InvalidArgumentError, "copy_from: dtype ", dtype_name(src.dtype_),
+            " does not match ", dtype_name(dtype_));
+  if (numel() == 0) return;
+  const Device sd = src.device(), dd = device();
+  if (sd.is_cpu() && dd.is_cpu()) {
+    cpu_strided_copy(static_cast<char*>(data_ptr()), strides_, static_cast<const char*>(src.data_ptr()),
+                     src.strides_, shape_, element_size());
+    return;
+  }
+  DeviceBackend& cuda = DeviceManager::instance().backend(DeviceType::kCUDA);
+  if (src.is_contiguous() && is_contiguous()) {
+    cuda.copy(data_ptr(), dd, src.data_ptr(), sd, nbytes(), stream);
+    // The host reads the result as soon as we return.
+    if (dd.is_cpu()) cuda.streams().synchronize_stream(sd.index, stream);
+    return;
+  }
+  if (sd == dd) {  // same CUDA device, some side strided: one kernel
+    auto fn = reinterpret_cast<CudaStridedCopyFn>(plugin_symbol("cuda", "xpuruntime_cuda_strided_copy"));
+    XRT_CHECK(fn != nullptr, BackendUnavailableError, "the CUDA plugin has no strided copy kernel");
+    fn(data_ptr(), src.data_ptr(), static_cast<int>(dim()), shape_.data(), strides_.data(),
+       src.strides_.data(), static_cast<int>(element_size()), stream);
+    return;
+  }
+  // Across devices with strides: make the source contiguous where it lives, then
+  // copy the bytes, then scatter on the destination side.
+  Tensor csrc = src.contiguous(stream);
+  if (is_contiguous()) {
+    cuda.copy(data_ptr(), dd, csrc.data_ptr(), sd, nbytes(), stream);
+  } else {
+    Tensor staging = empty(shape_, dtype_, dd, stream);
+    cuda.copy(staging.data_ptr(), dd, csrc.data_ptr(), sd, nbytes(), stream);
+    copy_from(staging, stream);
+  }
+  cuda.streams().synchronize_stream(dd.is_cuda() ? dd.index : sd.index, stream);
+}
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  os << "Tensor(shape=" << shape_str(shape_) << ", dtype=" << dtype_name(dtype_)
+     << ", device=" << device().str() << ")";
+  return os.str();
+}
+
+}  // namespace xpuruntime
