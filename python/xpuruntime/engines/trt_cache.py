@@ -9,19 +9,20 @@ changed 10.3.0 → 11.4.0", "policy or build options changed", "payload corrupt"
 Layout under the root (default ``$XRT_CACHE_DIR/tensorrt`` or
 ``~/.cache/xpuruntime/tensorrt``)::
 
-    engines/<model sha256>/<build id>/<env id>.engine   serialized engine
-    engines/<model sha256>/<build id>/<env id>.json     metadata: every key field,
-                                                        payload sha256 and size
+    engines/<model sha256>/<build id>/<env id>.<payload sha256[:16]>.engine
+    engines/<model sha256>/<build id>/<env id>.json     metadata: every key field, the
+                                                        payload's name, sha256, size
     timing/<env id>.cache + .json                       timing cache (shared by models)
 
-Writes are atomic: the payload goes to a temporary file in the same folder, is
-flushed and fsynced, then renamed over the target; the metadata is written the same
-way *after* the payload, so a crash leaves either the old entry, no entry, or a
-payload without metadata (ignored and reported as incomplete), never a torn file.
-Readers verify the payload's SHA-256 against the metadata before use.
+Writes are atomic: a file goes to a temporary name in the same folder, is flushed
+and fsynced, then renamed over the target. The payload is written first under a
+name derived from its own hash; the metadata, which names it, is renamed last and
+commits the entry. A crash leaves the old entry, no entry, or a payload without
+metadata (reported as an interrupted write), never a torn file. Readers verify the
+payload's size and SHA-256 against the metadata before use.
 
-Thread/process safety: concurrent writers of one key each rename a complete file;
-the last rename wins and every reader sees a complete entry.
+Thread/process safety: concurrent writers of one key each commit a complete entry;
+the last metadata rename wins and always names its own payload.
 """
 
 from __future__ import annotations
@@ -145,30 +146,34 @@ class EngineCache:
         self.root = Path(root) if root is not None else default_root()
 
     # ------------------------------------------------------------------ engines
-    def entry_paths(self, key: BuildKey) -> tuple[Path, Path]:
-        """(payload, metadata) paths of ``key``."""
-        folder = self.root / "engines" / key.model_sha256 / key.build_id()
-        return folder / f"{key.env_id()}.engine", folder / f"{key.env_id()}.json"
+    def meta_path(self, key: BuildKey) -> Path:
+        """The metadata file of ``key``: the entry's commit point."""
+        return self.root / "engines" / key.model_sha256 / key.build_id() / f"{key.env_id()}.json"
+
+    def _payloads(self, key: BuildKey) -> list[Path]:
+        folder = self.meta_path(key).parent
+        return sorted(folder.glob(f"{key.env_id()}.*.engine")) if folder.is_dir() else []
 
     def lookup(self, key: BuildKey) -> CacheLookup:
         """Find the engine for ``key`` and verify it; say why when it cannot be used."""
-        payload_path, meta_path = self.entry_paths(key)
+        meta_path = self.meta_path(key)
         if not meta_path.exists():
-            if payload_path.exists():
-                return CacheLookup("corrupt", f"cache entry {payload_path.name} has no metadata (an interrupted write); rebuilding", payload_path)
-            return CacheLookup("miss", self._why_missing(key), payload_path)
+            orphans = self._payloads(key)
+            if orphans:
+                return CacheLookup("corrupt", f"cache entry {orphans[0].name} has no metadata (an interrupted write); rebuilding", orphans[0])
+            return CacheLookup("miss", self._why_missing(key), meta_path)
         meta, problem = _read_meta(meta_path)
         if meta is None:
-            return CacheLookup("corrupt", f"cache metadata {meta_path} is unreadable ({problem}); rebuilding", payload_path)
+            return CacheLookup("corrupt", f"cache metadata {meta_path} is unreadable ({problem}); rebuilding", meta_path)
         if meta.get("format") != CACHE_FORMAT:
-            return CacheLookup("stale", f"cache entry has format {meta.get('format')!r}, this xpuruntime writes {CACHE_FORMAT}; rebuilding", payload_path, meta=meta)
-        stored = meta.get("key", {})
-        diffs = _key_diffs(stored, key.to_dict())
+            return CacheLookup("stale", f"cache entry has format {meta.get('format')!r}, this xpuruntime writes {CACHE_FORMAT}; rebuilding", meta_path, meta=meta)
+        diffs = _key_diffs(meta.get("key", {}), key.to_dict())
         if diffs:
-            return CacheLookup("mismatch", f"cache entry at {meta_path} was written for another build ({'; '.join(diffs)}); rebuilding", payload_path, meta=meta)
+            return CacheLookup("mismatch", f"cache entry at {meta_path} was written for another build ({'; '.join(diffs)}); rebuilding", meta_path, meta=meta)
+        payload_path = meta_path.parent / str(meta.get("payload", ""))
         try:
             payload = payload_path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError):
             return CacheLookup("corrupt", f"cache payload {payload_path} is missing; rebuilding", payload_path, meta=meta)
         if len(payload) != meta.get("size"):
             return CacheLookup(
@@ -180,14 +185,22 @@ class EngineCache:
         return CacheLookup("hit", f"cached engine {payload_path} (built {meta.get('created', '?')})", payload_path, payload, meta)
 
     def store(self, key: BuildKey, payload: bytes, *, extra: dict[str, Any] | None = None) -> Path:
-        """Write the engine for ``key`` atomically (payload first, then metadata)."""
-        payload_path, meta_path = self.entry_paths(key)
+        """Write the engine for ``key`` atomically and return the payload's path.
+
+        The payload file is named after its own hash and written first; renaming the
+        metadata (which names the payload) commits the entry. Concurrent writers of one
+        key therefore never pair one writer's metadata with another's payload.
+        """
+        digest = _sha256(payload)
+        meta_path = self.meta_path(key)
+        payload_path = meta_path.parent / f"{key.env_id()}.{digest[:16]}.engine"
         atomic_write(payload_path, payload)
         meta = {
             "format": CACHE_FORMAT,
             "key": key.to_dict(),
             "digest": key.digest(),
-            "sha256": _sha256(payload),
+            "payload": payload_path.name,
+            "sha256": digest,
             "size": len(payload),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "extra": extra or {},
@@ -196,16 +209,16 @@ class EngineCache:
         return payload_path
 
     def invalidate(self, key: BuildKey) -> None:
-        """Remove the entry of ``key`` (e.g. TensorRT refused to deserialize it)."""
-        for p in self.entry_paths(key):
+        """Remove the entry of ``key`` and its payloads (e.g. TensorRT refused to load it)."""
+        for p in [self.meta_path(key), *self._payloads(key)]:
             try:
                 p.unlink()
             except FileNotFoundError:
                 pass
 
     def _why_missing(self, key: BuildKey) -> str:
-        model_dir = self.root / "engines" / key.model_sha256
-        build_dir = model_dir / key.build_id()
+        build_dir = self.meta_path(key).parent
+        model_dir = build_dir.parent
         siblings = sorted(build_dir.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True) if build_dir.is_dir() else []
         for sib in siblings:
             meta, _ = _read_meta(sib)
