@@ -69,7 +69,8 @@ struct Decision {
 class DecisionLog {
  public:
   static constexpr std::size_t kDefaultCapacity = 4096;
-  explicit DecisionLog(std::size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
+  explicit DecisionLog(std::size_t capacity = kDefaultCapacity)
+      : capacity_(capacity == 0 ? 1 : capacity) {}
 
   // Stores a copy, assigns and returns its sequence number.
   uint64_t append(Decision d);

@@ -91,19 +91,25 @@ class Dispatcher {
     KernelPin pin;
     std::map<std::string, double> timings;
     std::map<std::string, std::pair<double, std::string>> best_per_kernel;  // ms, algorithm
+    std::map<std::string, std::string> failures;  // kernel -> what it raised while timed
     uint64_t generation = 0;
   };
   struct Selection;
+  std::shared_ptr<const KernelPolicy> current_policy() const;
   Selection evaluate(const OpContext& ctx, const KernelPolicy& policy) const;
-  Decision finish(const OpContext& ctx, Selection& sel, const KernelPolicy& policy);
-  Tuned tune(const OpContext& ctx, const Selection& sel, KernelLaunch& launch) const;
-  std::optional<Tuned> cached(const std::string& key) const;
+  // Applies the cached or (launch given) fresh tuning result, records and returns the
+  // Decision; throws UnsupportedOperationError after recording when nothing may run.
+  Decision decide(const OpContext& ctx, const KernelPolicy& policy, KernelLaunch* launch,
+                  KernelPtr* chosen);
+  Tuned tune(const OpContext& ctx, const Selection& sel, const KernelLaunch& launch) const;
+  std::optional<Tuned> cached(const std::string& tuning_key) const;
 
   KernelRegistry& registry_;
   DecisionLog log_;
   mutable std::shared_mutex policy_mu_;
-  KernelPolicy policy_;
-  mutable std::mutex tune_mu_;
+  std::shared_ptr<const KernelPolicy> policy_;  // replaced whole, so readers never copy maps
+  mutable std::mutex tune_mu_;      // guards the caches below
+  mutable std::mutex tuning_run_mu_;  // one tuning run at a time: equal cases get one winner
   std::map<std::string, Tuned> tuned_;  // tuning key -> winner
   std::map<std::string, std::string> tuned_case_;  // case key -> tuning key of its last winner
   TuningOptions tuning_;

@@ -46,6 +46,8 @@ inline constexpr const char* kAttributeUnsupported = "attribute_unsupported";
 inline constexpr const char* kPythonSupportsFalse = "python_supports_false";
 inline constexpr const char* kPythonSupportsError = "python_supports_error";
 inline constexpr const char* kPinMismatch = "pin_mismatch";
+inline constexpr const char* kSupportsError = "supports_error";  // supports() threw
+inline constexpr const char* kRunFailed = "run_failed";          // failed while being tuned
 }  // namespace reason
 
 // dtype, shape and strides (in elements; empty = contiguous) of one operand.
@@ -132,6 +134,8 @@ struct KernelDef {
   int max_capability = 0;            // CUDA only; 0 = no maximum
   std::size_t workspace_bytes = 0;   // default need; Kernel::workspace_bytes(ctx) refines it
   int priority = 0;                  // higher first among auto candidates
+  bool deterministic = true;         // bitwise reproducible run to run (no atomics races)
+  bool allocates_outputs = false;    // run() fills empty launch.outputs itself (Python kernels)
   std::string description;
 };
 

@@ -1,0 +1,454 @@
+// The Dispatcher: policy + registry -> one kernel per call, a Decision for each
+// (DESIGN.md §4). See dispatcher.h for the rules and their order.
+#include "xpuruntime/dispatcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/dispatch/tuning.h"
+#include "xpuruntime/error.h"
+#include "xpuruntime/profiler.h"
+
+namespace xpuruntime {
+namespace {
+
+// Per-thread policy overrides (ScopedPolicy), innermost last.
+thread_local std::vector<std::pair<const Dispatcher*, std::shared_ptr<const KernelPolicy>>>
+    t_scoped;
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s;
+}
+
+std::string where(const OpContext& ctx) {
+  std::string s = "op '" + ctx.op + "'";
+  if (!ctx.node.empty()) s += " (node '" + ctx.node + "')";
+  s += " on " + ctx.device.str();
+  return s;
+}
+
+std::string why(const Candidate& c) {
+  return c.reason_code + (c.detail.empty() ? "" : " (" + c.detail + ")");
+}
+
+}  // namespace
+
+struct Dispatcher::Selection {
+  std::string key;
+  std::vector<Candidate> candidates;
+  std::vector<KernelPtr> kernels;  // parallel to candidates; null when not registered
+  std::vector<std::string> named;  // kernels the policy names, in order ("auto" excluded)
+  bool auto_allowed = false;       // no entry, or the list ends with "auto"
+  std::vector<int> pool;           // supported candidates the auto strategy may choose from
+  int chosen = -1;
+  std::string rule;
+  std::string algorithm;
+  std::optional<KernelPin> pin;
+  std::string detail;
+  bool needs_tuning = false;
+  std::string error;  // non-empty: nothing may run; the call raises
+};
+
+Dispatcher& Dispatcher::instance() {
+  // Leaked on purpose like the registry: kernels held in its caches may live in plugins.
+  static Dispatcher* d = new Dispatcher(KernelRegistry::instance());  // NOLINT
+  return *d;
+}
+
+Dispatcher::Dispatcher(KernelRegistry& registry, std::size_t log_capacity)
+    : registry_(registry), log_(log_capacity), policy_(std::make_shared<const KernelPolicy>()) {}
+
+void Dispatcher::set_policy(const KernelPolicy& policy) {
+  policy.validate(registry_);
+  auto p = std::make_shared<const KernelPolicy>(policy);
+  std::unique_lock lock(policy_mu_);
+  policy_ = std::move(p);
+}
+
+KernelPolicy Dispatcher::get_policy() const {
+  std::shared_lock lock(policy_mu_);
+  return *policy_;
+}
+
+std::shared_ptr<const KernelPolicy> Dispatcher::current_policy() const {
+  for (auto it = t_scoped.rbegin(); it != t_scoped.rend(); ++it) {
+    if (it->first == this) return it->second;
+  }
+  std::shared_lock lock(policy_mu_);
+  return policy_;
+}
+
+KernelPolicy Dispatcher::effective_policy() const { return *current_policy(); }
+
+Dispatcher::ScopedPolicy::ScopedPolicy(Dispatcher& d, KernelPolicy policy) : dispatcher_(d) {
+  policy.validate(d.registry_);
+  t_scoped.emplace_back(&d, std::make_shared<const KernelPolicy>(std::move(policy)));
+}
+
+Dispatcher::ScopedPolicy::~ScopedPolicy() {
+  for (auto it = t_scoped.rbegin(); it != t_scoped.rend(); ++it) {
+    if (it->first == &dispatcher_) {
+      t_scoped.erase(std::next(it).base());
+      return;
+    }
+  }
+}
+
+Dispatcher::Selection Dispatcher::evaluate(const OpContext& ctx, const KernelPolicy& policy) const {
+  Selection sel;
+  sel.key = ctx.case_key();
+  const bool require = policy.mode == KernelPolicy::Mode::Require;
+  std::vector<std::string> names = policy.get(ctx.op);
+  sel.auto_allowed = names.empty() || names.back() == kAutoKernel;
+  for (const auto& n : names) {
+    if (n != kAutoKernel) sel.named.push_back(n);
+  }
+
+  // Candidate order: the policy's names in its order, then the registry's (priority, name).
+  for (const auto& n : sel.named) {
+    sel.candidates.push_back({n, "", "", "", std::nullopt, ""});
+    sel.kernels.push_back(registry_.find(ctx.op, n));
+  }
+  for (const auto& k : registry_.kernels(ctx.op)) {
+    if (std::find(sel.named.begin(), sel.named.end(), k->def().name) != sel.named.end()) continue;
+    sel.candidates.push_back({k->def().name, "", "", "", std::nullopt, ""});
+    sel.kernels.push_back(k);
+  }
+  const std::size_t n_named = sel.named.size();
+  for (std::size_t i = 0; i < sel.candidates.size(); ++i) {
+    Candidate& c = sel.candidates[i];
+    if (!sel.kernels[i]) {
+      c.verdict = verdict::kRejected;
+      c.reason_code = reason::kBackendUnavailable;
+      c.detail = "no kernel '" + c.kernel + "' for op '" + ctx.op +
+                 "' is registered in this process (its provider is not loaded here, or it is "
+                 "another subsystem's routing target)";
+      continue;
+    }
+    if (i >= n_named && !sel.auto_allowed && require) {
+      c.verdict = verdict::kRejected;
+      c.reason_code = reason::kNotInPolicy;
+      c.detail = "policy requires " + join_names(sel.named);
+      continue;
+    }
+    Support s = KernelRegistry::check(*sel.kernels[i], ctx);
+    c.verdict = s.ok ? verdict::kSupported : verdict::kRejected;
+    c.reason_code = s.ok ? "" : s.reason_code;
+    c.detail = s.detail;
+  }
+  auto index_of = [&](const std::string& name) -> int {
+    for (std::size_t i = 0; i < sel.candidates.size(); ++i) {
+      if (sel.candidates[i].kernel == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+
+  // 1. A pin for this exact case.
+  if (auto it = policy.pins.find(sel.key); it != policy.pins.end()) {
+    const KernelPin& pin = it->second;
+    int idx = index_of(pin.kernel);
+    if (idx >= 0 && sel.candidates[idx].verdict == verdict::kSupported) {
+      sel.chosen = idx;
+      sel.rule = rule::kPinned;
+      sel.algorithm = pin.algorithm;
+      sel.pin = pin;
+      return sel;
+    }
+    std::string problem =
+        idx < 0 ? "kernel '" + pin.kernel + "' is not registered in this process"
+                : "kernel '" + pin.kernel + "' is rejected: " + why(sel.candidates[idx]);
+    if (require) {
+      sel.error = where(ctx) + ": the policy pins this case to kernel '" + pin.kernel +
+                  "', which cannot run it: " + problem +
+                  ". Re-tune on this machine (auto_strategy='best_performance', export_pins()) "
+                  "or use mode='prefer' to fall back";
+      return sel;
+    }
+    sel.detail = "pin to '" + pin.kernel + "' refused: " + problem;
+  }
+  if (ctx.strict_pinned_only) {
+    sel.error = where(ctx) + ": strict 'pinned_only' but the policy has no usable pin for case '" +
+                sel.key + "'. Tune with auto_strategy='best_performance' on this device, then "
+                "save Dispatcher.export_pins() and load that policy";
+    return sel;
+  }
+
+  // 2. The policy's named kernels, in order.
+  for (std::size_t i = 0; i < n_named; ++i) {
+    if (sel.candidates[i].verdict == verdict::kSupported) {
+      sel.chosen = static_cast<int>(i);
+      sel.rule = require ? rule::kPolicyRequire : rule::kPolicyPrefer;
+      return sel;
+    }
+  }
+  bool fallback = false;
+  if (n_named > 0) {
+    std::string reasons;
+    for (std::size_t i = 0; i < n_named; ++i) {
+      reasons += (i ? "; " : "") + std::string("'") + sel.candidates[i].kernel + "': " +
+                 why(sel.candidates[i]);
+    }
+    if (require && !sel.auto_allowed) {
+      sel.error = where(ctx) + ": policy requires kernel " +
+                  (n_named == 1 ? "'" + sel.named[0] + "'" : "one of [" + join_names(sel.named) + "]") +
+                  ", which cannot run this case: " + reasons +
+                  ". Use mode='prefer' to allow a fallback, or add \"auto\" to the list";
+      return sel;
+    }
+    fallback = !sel.auto_allowed;
+    std::string note = "named kernel(s) cannot run: " + reasons;
+    sel.detail = sel.detail.empty() ? note : sel.detail + "; " + note;
+  }
+
+  // 3. Auto (or fallback) among the remaining supported kernels.
+  for (std::size_t i = n_named; i < sel.candidates.size(); ++i) {
+    if (sel.candidates[i].verdict == verdict::kSupported) sel.pool.push_back(static_cast<int>(i));
+  }
+  if (sel.pool.empty()) {
+    std::string all;
+    for (std::size_t i = 0; i < sel.candidates.size(); ++i) {
+      all += (i ? "; " : "") + std::string("'") + sel.candidates[i].kernel + "': " +
+             why(sel.candidates[i]);
+    }
+    sel.error = where(ctx) + ": no kernel can run this case" +
+                (all.empty() ? std::string(" (no kernels are registered for this op)")
+                             : ": " + all);
+    return sel;
+  }
+  if (fallback && ctx.strict_no_fallback) {
+    sel.error = where(ctx) + ": strict 'no_fallback' forbids falling back from " +
+                join_names(sel.named) + " to '" + sel.candidates[sel.pool[0]].kernel +
+                "'; " + sel.detail;
+    return sel;
+  }
+  const bool best = policy.auto_strategy == KernelPolicy::AutoSelectStrategy::BestPerformance;
+  sel.rule = fallback ? rule::kFallback : (best ? rule::kAutoBestPerformance : rule::kAutoFirstSupported);
+  sel.chosen = sel.pool[0];
+  sel.needs_tuning = best;
+  return sel;
+}
+
+std::optional<Dispatcher::Tuned> Dispatcher::cached(const std::string& tuning_key) const {
+  std::lock_guard lock(tune_mu_);
+  auto it = tuned_.find(tuning_key);
+  if (it == tuned_.end() || it->second.generation != registry_.generation()) return std::nullopt;
+  return it->second;
+}
+
+Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
+                                   const KernelLaunch& launch) const {
+  TuningOptions opt = tuning_options();
+  Tuned t;
+  t.generation = registry_.generation();
+  double best_ms = 0;
+  bool have_best = false;
+  for (int idx : sel.pool) {
+    const KernelPtr& k = sel.kernels[idx];
+    std::vector<std::string> algos = k->algorithms(ctx);
+    if (algos.empty()) algos.push_back("");
+    for (const auto& algo : algos) {
+      KernelLaunch l = launch;  // shares the tensors; outputs are rewritten by the final run
+      l.ctx = &ctx;
+      l.algorithm = algo;
+      Tensor workspace;
+      std::size_t need = k->workspace_bytes(ctx);
+      if (need > 0 && (l.workspace == nullptr || l.workspace_bytes < need)) {
+        workspace = Tensor::empty({static_cast<int64_t>(need)}, DType::kUInt8, ctx.device, l.stream);
+        l.workspace = workspace.data_ptr();
+        l.workspace_bytes = need;
+      }
+      if (l.outputs.empty() && !k->def().allocates_outputs) {
+        t.failures[k->def().name] = "needs preallocated outputs and the launch has none";
+        continue;
+      }
+      double ms = 0;
+      try {
+        ms = tuning::median_ms(ctx.device, l.stream, opt.warmup, opt.iterations,
+                               [&] { k->run(l); });
+      } catch (const std::exception& e) {
+        // A kernel that claims support but fails is excluded, and the decision says so.
+        t.failures[k->def().name] = (algo.empty() ? "" : "algorithm " + algo + ": ") + e.what();
+        continue;
+      }
+      t.timings[algo.empty() ? k->def().name : k->def().name + "/" + algo] = ms;
+      auto [per, inserted] = t.best_per_kernel.try_emplace(k->def().name, ms, algo);
+      if (!inserted && ms < per->second.first) per->second = {ms, algo};
+      if (!have_best || ms < best_ms) {  // strict: ties keep the earlier (priority) candidate
+        have_best = true;
+        best_ms = ms;
+        t.pin = {k->def().name, algo};
+      }
+    }
+  }
+  return t;
+}
+
+Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, KernelLaunch* launch,
+                            KernelPtr* chosen_kernel) {
+  Selection sel = evaluate(ctx, policy);
+  std::map<std::string, double> timings;
+
+  if (sel.error.empty() && sel.needs_tuning) {
+    std::string tkey = sel.key + "#";
+    for (std::size_t i = 0; i < sel.pool.size(); ++i) {
+      tkey += (i ? "," : "") + sel.candidates[sel.pool[i]].kernel;
+    }
+    std::optional<Tuned> t = cached(tkey);
+    if (!t && launch) {
+      // One tuning run at a time, so concurrent first calls of one case agree on a winner.
+      std::lock_guard run_lock(tuning_run_mu_);
+      t = cached(tkey);
+      if (!t) {
+        t = tune(ctx, sel, *launch);
+        std::lock_guard lock(tune_mu_);
+        tuned_[tkey] = *t;
+        if (!t->pin.kernel.empty()) tuned_case_[sel.key] = tkey;
+      }
+    }
+    if (t) {
+      for (const auto& [name, msg] : t->failures) {
+        for (auto& c : sel.candidates) {
+          if (c.kernel == name && t->best_per_kernel.count(name) == 0) {
+            c.verdict = verdict::kRejected;
+            c.reason_code = reason::kRunFailed;
+            c.detail = "failed while tuned: " + msg;
+          }
+        }
+      }
+      for (auto& c : sel.candidates) {
+        if (auto it = t->best_per_kernel.find(c.kernel); it != t->best_per_kernel.end()) {
+          c.time_ms = it->second.first;
+          c.algorithm = it->second.second;
+        }
+      }
+      if (t->pin.kernel.empty()) {
+        sel.error = where(ctx) + ": every candidate failed while being tuned";
+        for (const auto& [name, msg] : t->failures) sel.error += "; '" + name + "': " + msg;
+      } else {
+        for (std::size_t i = 0; i < sel.candidates.size(); ++i) {
+          if (sel.candidates[i].kernel == t->pin.kernel) sel.chosen = static_cast<int>(i);
+        }
+        sel.algorithm = t->pin.algorithm;
+        sel.pin = t->pin;
+        timings = t->timings;
+      }
+    } else if (sel.rule == rule::kAutoBestPerformance) {
+      // select() alone never runs kernels: report the honest rule until dispatch() tunes.
+      sel.rule = rule::kAutoFirstSupported;
+      std::string note = "best_performance: this case is not tuned yet (dispatch() tunes it)";
+      sel.detail = sel.detail.empty() ? note : sel.detail + "; " + note;
+    }
+  }
+
+  Decision d;
+  d.op = ctx.op;
+  d.node = ctx.node;
+  d.device = ctx.device.str();
+  for (const auto& in : ctx.inputs) {
+    d.dtypes.emplace_back(dtype_name(in.dtype));
+    d.shapes.push_back(in.shape);
+  }
+  d.candidates = std::move(sel.candidates);
+  d.key = sel.key;
+  d.timings = std::move(timings);
+  if (!sel.error.empty()) {
+    d.rule = rule::kNone;
+    d.detail = sel.error;
+    log_.append(std::move(d));
+    XRT_THROW(UnsupportedOperationError, sel.error);
+  }
+  d.chosen = d.candidates[sel.chosen].kernel;
+  d.algorithm = sel.algorithm;
+  d.rule = sel.rule;
+  d.pin = sel.pin;
+  d.detail = sel.detail;
+  if (chosen_kernel) *chosen_kernel = sel.kernels[sel.chosen];
+  if (Profiler::instance().enabled()) {
+    Profiler::instance().instant(d.summary(), "decision",
+                                 {{"op", d.op}, {"node", d.node}, {"chosen", d.chosen},
+                                  {"rule", d.rule}, {"key", d.key}});
+  }
+  d.seq = log_.append(d);
+  return d;
+}
+
+Decision Dispatcher::select(const OpContext& ctx) {
+  auto policy = current_policy();
+  return decide(ctx, *policy, nullptr, nullptr);
+}
+
+Decision Dispatcher::select(const OpContext& ctx, const KernelPolicy& policy) {
+  return decide(ctx, policy, nullptr, nullptr);
+}
+
+Decision Dispatcher::dispatch(const OpContext& ctx, KernelLaunch& launch) {
+  auto policy = current_policy();
+  return dispatch(ctx, launch, *policy);
+}
+
+Decision Dispatcher::dispatch(const OpContext& ctx, KernelLaunch& launch,
+                              const KernelPolicy& policy) {
+  KernelPtr kernel;
+  Decision d = decide(ctx, policy, &launch, &kernel);
+  XRT_CHECK(!launch.outputs.empty() || kernel->def().allocates_outputs, InvalidArgumentError,
+            where(ctx), ": kernel '", d.chosen,
+            "' writes into preallocated outputs, and the call passed none; allocate the outputs "
+            "and pass them");
+  launch.ctx = &ctx;
+  launch.algorithm = d.algorithm;
+  Tensor workspace;  // lives until the kernel has been issued; the allocator is stream-aware
+  std::size_t need = kernel->workspace_bytes(ctx);
+  if (need > 0 && (launch.workspace == nullptr || launch.workspace_bytes < need)) {
+    workspace = Tensor::empty({static_cast<int64_t>(need)}, DType::kUInt8, ctx.device, launch.stream);
+    launch.workspace = workspace.data_ptr();
+    launch.workspace_bytes = need;
+  }
+  kernel->run(launch);
+  if (workspace.defined()) {
+    launch.workspace = nullptr;
+    launch.workspace_bytes = 0;
+  }
+  return d;
+}
+
+KernelPolicy Dispatcher::export_pins() const { return export_pins(get_policy()); }
+
+KernelPolicy Dispatcher::export_pins(const KernelPolicy& base) const {
+  KernelPolicy out = base;
+  uint64_t gen = registry_.generation();
+  std::lock_guard lock(tune_mu_);
+  for (const auto& [case_key, tkey] : tuned_case_) {
+    auto it = tuned_.find(tkey);
+    if (it == tuned_.end() || it->second.generation != gen || it->second.pin.kernel.empty()) continue;
+    out.pins[case_key] = it->second.pin;
+  }
+  return out;
+}
+
+void Dispatcher::clear_tuning_cache() {
+  std::lock_guard lock(tune_mu_);
+  tuned_.clear();
+  tuned_case_.clear();
+}
+
+std::size_t Dispatcher::tuning_cache_size() const {
+  std::lock_guard lock(tune_mu_);
+  return tuned_.size();
+}
+
+void Dispatcher::set_tuning_options(const TuningOptions& options) {
+  XRT_CHECK(options.warmup >= 0 && options.iterations >= 1, InvalidArgumentError,
+            "tuning options need warmup >= 0 and iterations >= 1 (got ", options.warmup, ", ",
+            options.iterations, ")");
+  std::lock_guard lock(tune_mu_);
+  tuning_ = options;
+}
+
+TuningOptions Dispatcher::tuning_options() const {
+  std::lock_guard lock(tune_mu_);
+  return tuning_;
+}
+
+}  // namespace xpuruntime
