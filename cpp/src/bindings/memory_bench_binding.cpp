@@ -1,4 +1,4 @@
-// _core.memory._bench_alloc_free: runs one alloc/free sequence entirely in C++,
+// _core.memory._bench_alloc_sequence: runs a given alloc/free sequence in C++,
 // through a fresh CachingAllocator ("caching") or straight through the device
 // backend's raw_alloc/raw_free (cudaMalloc/cudaFree on CUDA: "raw"), so the
 // benchmark (benchmarks/bench_runtime.py) can compare allocators without Python
@@ -47,13 +47,13 @@ double run_pass(const std::vector<int64_t>& sizes, const std::vector<int32_t>& s
 BenchResult bench_alloc_free(const std::vector<int64_t>& sizes, const std::vector<int32_t>& slots,
                              int num_slots, const std::string& mode, const std::string& device,
                              int passes) {
-  XRT_CHECK(sizes.size() == slots.size(), InvalidArgumentError, "_bench_alloc_free: ",
+  XRT_CHECK(sizes.size() == slots.size(), InvalidArgumentError, "_bench_alloc_sequence: ",
             sizes.size(), " sizes but ", slots.size(), " slots; pass one slot per size");
   XRT_CHECK(num_slots > 0 && passes > 0, InvalidArgumentError,
-            "_bench_alloc_free: num_slots and passes must be positive");
+            "_bench_alloc_sequence: num_slots and passes must be positive");
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     XRT_CHECK(slots[i] >= 0 && slots[i] < num_slots && sizes[i] >= 0, InvalidArgumentError,
-              "_bench_alloc_free: step ", i, " has slot ", slots[i], " (of ", num_slots,
+              "_bench_alloc_sequence: step ", i, " has slot ", slots[i], " (of ", num_slots,
               ") and size ", sizes[i]);
   }
   const Device dev = Device::parse(device);
@@ -74,14 +74,15 @@ BenchResult bench_alloc_free(const std::vector<int64_t>& sizes, const std::vecto
           sizes, slots, num_slots,
           [&](std::size_t n) {
             void* ptr = backend.raw_alloc(dev.index, n);
-            XRT_CHECK(ptr != nullptr || n == 0, OutOfMemoryError, "_bench_alloc_free: raw_alloc of ",
+            XRT_CHECK(ptr != nullptr || n == 0, OutOfMemoryError,
+                      "_bench_alloc_sequence: raw_alloc of ",
                       n, " bytes on ", dev.str(), " failed; use fewer slots or smaller sizes");
             return ptr;
           },
           [&](void* ptr) { backend.raw_free(dev.index, ptr); }));
     }
   } else {
-    XRT_THROW(InvalidArgumentError, "_bench_alloc_free: mode '", mode,
+    XRT_THROW(InvalidArgumentError, "_bench_alloc_sequence: mode '", mode,
               "' is unknown; use 'caching' or 'raw'");
   }
   return result;
@@ -93,7 +94,7 @@ void bind_memory_bench(py::module_& m) {
   py::module_ mem = py::hasattr(m, "memory") ? py::module_(m.attr("memory"))
                                               : m.def_submodule("memory", "MemoryManager bindings");
   mem.def(
-      "_bench_alloc_free",
+      "_bench_alloc_sequence",
       [](const std::vector<int64_t>& sizes, const std::vector<int32_t>& slots, int num_slots,
          const std::string& mode, const std::string& device, int passes) {
         BenchResult r;
