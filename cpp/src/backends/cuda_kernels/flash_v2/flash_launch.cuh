@@ -1,0 +1,92 @@
+// Host launchers of the attention kernels, templated on dtype and head dimension;
+// each flash_{fwd,bwd}_hdim*.cu instantiates them for one head dimension so the
+// heavy kernels compile in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda_kernels/flash_v2/flash_bwd_kernel.cuh"
+#include "backends/cuda_kernels/flash_v2/flash_fwd_kernel.cuh"
+
+namespace xpuruntime::cuda_kernels::flash {
+
+// Raises a kernel's dynamic shared-memory limit once per device (bit per device
+// index): the attribute is per device context, and setting it on every launch
+// would cost a driver call in the hot path.
+template <typename Kernel>
+void ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_devices) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0;
+  XRT_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit)) return;
+  XRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done_devices.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+// Tile shapes per head dimension: 128 query rows per CTA (4 warps x 32 rows);
+// D=128 streams 64 keys per step, D=64 streams 128 (same shared memory per tile).
+template <typename T, int kD, bool kExtras>
+using FwdCfgFor = FwdConfig<T, kD, 128, (kD == 128 ? 64 : 128), 4, kExtras>;
+
+template <typename Cfg>
+void launch_fwd(const FlashFwdArgs& a) {
+  static std::atomic<uint64_t> smem_done{0};
+  auto kernel = flash_fwd_kernel<Cfg>;
+  ensure_smem_limit(kernel, Cfg::kSmemBytes, smem_done);
+  const dim3 grid(cdiv(a.shape.seqlen_q, Cfg::kBlockM), a.shape.heads_q, a.shape.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(a.stream)>>>(a);
+  XRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, int kD>
+void run_flash_fwd(const FlashFwdArgs& a) {
+  const bool extras = a.mask.kind != FlashMaskKind::kNone || a.dropout_p > 0.0f;
+  if (extras) {
+    launch_fwd<FwdCfgFor<T, kD, true>>(a);
+  } else {
+    launch_fwd<FwdCfgFor<T, kD, false>>(a);
+  }
+}
+
+template <typename Cfg>
+void launch_bwd_main(const FlashBwdArgs& a) {
+  static std::atomic<uint64_t> smem_done{0};
+  auto kernel = flash_bwd_kernel<Cfg>;
+  ensure_smem_limit(kernel, Cfg::kSmemBytes, smem_done);
+  const dim3 grid(cdiv(a.shape.seqlen_k, Cfg::kBlockN), a.shape.heads_q, a.shape.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(a.stream)>>>(a);
+  XRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, int kD>
+void run_flash_bwd(const FlashBwdArgs& a) {
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  const int64_t rows = static_cast<int64_t>(a.shape.batch) * a.shape.heads_q * a.shape.seqlen_q;
+  if (rows > 0) {
+    XRT_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, rows * kD * sizeof(float), stream));
+    constexpr int kWarps = 8;
+    const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+    flash_bwd_dot_do_o<T, kD><<<blocks, kWarps * 32, 0, stream>>>(a);
+    XRT_CUDA_CHECK(cudaGetLastError());
+  }
+  const bool extras = a.mask.kind != FlashMaskKind::kNone || a.dropout_p > 0.0f;
+  if (extras) {
+    launch_bwd_main<BwdConfig<T, kD, true>>(a);
+  } else {
+    launch_bwd_main<BwdConfig<T, kD, false>>(a);
+  }
+  if (rows > 0) {
+    const int64_t chunks = rows * (kD / 8);
+    constexpr int kThreads = 256;
+    const auto blocks = static_cast<unsigned>((chunks + kThreads - 1) / kThreads);
+    flash_bwd_convert_dq<T, kD><<<blocks, kThreads, 0, stream>>>(a);
+    XRT_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace xpuruntime::cuda_kernels::flash

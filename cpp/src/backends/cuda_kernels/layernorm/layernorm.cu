@@ -1,0 +1,252 @@
+// Launchers of the fused LayerNorm kernels: pick the register-resident variant
+// (threads per row, vectors per thread) for the row length, size the persistent
+// grid from the device, and export the extern "C" entry points.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda_kernels/layernorm/layernorm_impl.h"
+#include "backends/cuda_kernels/layernorm/layernorm_kernel.cuh"
+#include "xpuruntime/error.h"
+
+namespace xpuruntime::cuda_kernels {
+namespace {
+
+constexpr int kMaxVPT = 4;
+
+int element_bytes(LnDType t) { return t == LnDType::kFloat32 ? 4 : 2; }
+
+struct Plan {
+  bool vectorized = false;
+  int tpr = 0;  // threads per row
+  int vpt = 0;  // 16-byte vectors per thread
+};
+
+bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Smallest power-of-two group (32..1024 threads) that holds the row in at most
+// kMaxVPT vectors per thread; vectors per thread rounded up to 1, 2 or 4.
+Plan make_plan(LnDType dtype, int64_t cols, int32_t tpr_hint, bool pointers_aligned) {
+  Plan plan;
+  const int vec = 16 / element_bytes(dtype);
+  if (cols % vec != 0 || !pointers_aligned) return plan;
+  const int64_t n_vec = cols / vec;
+  int tpr = 32;
+  if (tpr_hint > 0) {
+    tpr = tpr_hint;
+  } else {
+    while (tpr < 1024 && static_cast<int64_t>(tpr) * kMaxVPT < n_vec) tpr *= 2;
+  }
+  const int64_t need = (n_vec + tpr - 1) / tpr;
+  if (need > kMaxVPT) return plan;
+  plan.vectorized = true;
+  plan.tpr = tpr;
+  plan.vpt = need <= 1 ? 1 : need <= 2 ? 2 : 4;
+  return plan;
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  XRT_CUDA_CHECK(cudaGetDevice(&device));
+  XRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// Row groups of the backward pass: enough to keep every SM half full (1024
+// threads), never more than there are rows. Also the number of partial sums.
+int64_t bwd_parts(const Plan& plan, int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(rows, static_cast<int64_t>(sm_count()) * (1024 / plan.tpr)));
+}
+
+template <typename T, int kTPR, int kVPT>
+void launch_fwd_vec(const LayerNormFwdArgs& a, cudaStream_t stream) {
+  using G = ln::RowGroups<kTPR>;
+  auto kernel = ln::ln_fwd_kernel<T, kTPR, kVPT>;
+  int per_sm = 0;
+  XRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, G::kThreads, 0));
+  const int64_t groups = (a.rows + G::kRowsPerCta - 1) / G::kRowsPerCta;
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(groups, static_cast<int64_t>(sm_count()) * std::max(per_sm, 1)));
+  kernel<<<static_cast<unsigned>(grid), G::kThreads, 0, stream>>>(a);
+  XRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, int kTPR, int kVPT>
+void launch_bwd_vec(const LayerNormBwdArgs& a, int64_t parts, cudaStream_t stream) {
+  using G = ln::RowGroups<kTPR>;
+  const int64_t grid = (parts + G::kRowsPerCta - 1) / G::kRowsPerCta;
+  ln::ln_bwd_kernel<T, kTPR, kVPT><<<static_cast<unsigned>(grid), G::kThreads, 0, stream>>>(a, parts);
+  XRT_CUDA_CHECK(cudaGetLastError());
+}
+
+// Expands the run-time (tpr, vpt) choice into the compiled variants.
+template <typename T, template <typename, int, int> class Launch, typename... Args>
+void by_plan(const Plan& p, Args&&... args) {
+  auto vpt = [&](auto tpr_c) {
+    constexpr int kTPR = decltype(tpr_c)::value;
+    switch (p.vpt) {
+      case 1: Launch<T, kTPR, 1>::run(args...); break;
+      case 2: Launch<T, kTPR, 2>::run(args...); break;
+      default: Launch<T, kTPR, 4>::run(args...); break;
+    }
+  };
+  switch (p.tpr) {
+    case 32: vpt(std::integral_constant<int, 32>{}); break;
+    case 64: vpt(std::integral_constant<int, 64>{}); break;
+    case 128: vpt(std::integral_constant<int, 128>{}); break;
+    case 256: vpt(std::integral_constant<int, 256>{}); break;
+    case 512: vpt(std::integral_constant<int, 512>{}); break;
+    case 1024: vpt(std::integral_constant<int, 1024>{}); break;
+    default: XRT_THROW(InvalidArgumentError, "layernorm: threads_per_row must be a power of two in [32, 1024], got ", p.tpr);
+  }
+}
+
+template <typename T, int kTPR, int kVPT>
+struct FwdLaunch {
+  static void run(const LayerNormFwdArgs& a, cudaStream_t s) { launch_fwd_vec<T, kTPR, kVPT>(a, s); }
+};
+template <typename T, int kTPR, int kVPT>
+struct BwdLaunch {
+  static void run(const LayerNormBwdArgs& a, int64_t parts, cudaStream_t s) {
+    launch_bwd_vec<T, kTPR, kVPT>(a, parts, s);
+  }
+};
+
+int64_t scalar_grid(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(rows, sm_count() * 8LL)); }
+
+template <typename T>
+void forward_typed(const LayerNormFwdArgs& a) {
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  const Plan plan = make_plan(a.dtype, a.cols, a.threads_per_row,
+                              aligned16(a.x) && aligned16(a.y) && aligned16(a.weight) && aligned16(a.bias));
+  if (plan.vectorized) {
+    by_plan<T, FwdLaunch>(plan, a, stream);
+  } else {
+    ln::ln_fwd_scalar_kernel<T><<<static_cast<unsigned>(scalar_grid(a.rows)), ln::kScalarThreads, 0, stream>>>(a);
+    XRT_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+Plan bwd_plan(const LayerNormBwdArgs& a) {
+  return make_plan(a.dtype, a.cols, a.threads_per_row,
+                   aligned16(a.x) && aligned16(a.dy) && aligned16(a.dx) && aligned16(a.weight) &&
+                       aligned16(a.workspace));
+}
+
+template <typename T>
+void backward_typed(const LayerNormBwdArgs& a) {
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  const Plan plan = bwd_plan(a);
+  int64_t parts = 1;
+  if (plan.vectorized) {
+    parts = bwd_parts(plan, a.rows);
+    by_plan<T, BwdLaunch>(plan, a, parts, stream);
+  } else {
+    XRT_CUDA_CHECK(cudaMemsetAsync(a.workspace, 0, 2 * a.cols * sizeof(float), stream));
+    ln::ln_bwd_scalar_kernel<T><<<static_cast<unsigned>(scalar_grid(a.rows)), ln::kScalarThreads, 0, stream>>>(a);
+    XRT_CUDA_CHECK(cudaGetLastError());
+  }
+  if (a.dweight != nullptr || a.dbias != nullptr) {
+    const dim3 block(32, 8);
+    const auto grid = static_cast<unsigned>((a.cols + 31) / 32);
+    ln::ln_bwd_reduce_parts<T><<<grid, block, 0, stream>>>(a.workspace, parts, a.cols,
+                                                           static_cast<T*>(a.dweight),
+                                                           static_cast<T*>(a.dbias));
+    XRT_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <typename Fn>
+void by_dtype(LnDType t, Fn&& fn) {
+  switch (t) {
+    case LnDType::kFloat32: fn(float{}); break;
+    case LnDType::kFloat16: fn(__half{}); break;
+    case LnDType::kBFloat16: fn(__nv_bfloat16{}); break;
+    default: XRT_THROW(InvalidArgumentError, "layernorm: dtype must be float32, float16 or bfloat16");
+  }
+}
+
+void check_shape(int64_t rows, int64_t cols) {
+  XRT_CHECK(rows >= 0 && cols > 0, InvalidArgumentError, "layernorm: need rows >= 0 and cols > 0 (got ",
+            rows, " x ", cols, ")");
+}
+
+int report(const std::exception& e, char* err, size_t err_len, int code) {
+  if (err != nullptr && err_len > 0) {
+    std::strncpy(err, e.what(), err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return code;
+}
+
+template <typename Fn>
+int guarded(Fn fn, char* err, size_t err_len) {
+  try {
+    fn();
+    return 0;
+  } catch (const InvalidArgumentError& e) {
+    return report(e, err, err_len, 1);
+  } catch (const std::exception& e) {
+    return report(e, err, err_len, 2);
+  }
+}
+
+}  // namespace
+
+void layernorm_forward(const LayerNormFwdArgs& a) {
+  check_shape(a.rows, a.cols);
+  XRT_CHECK(a.x != nullptr && a.y != nullptr && a.mean != nullptr && a.rstd != nullptr,
+            InvalidArgumentError, "layernorm forward: x, y, mean and rstd must be given");
+  if (a.rows == 0) return;
+  by_dtype(a.dtype, [&](auto tag) { forward_typed<decltype(tag)>(a); });
+}
+
+int64_t layernorm_backward_workspace_bytes(const LayerNormBwdArgs& a) {
+  check_shape(a.rows, a.cols);
+  const Plan plan = bwd_plan(a);
+  const int64_t parts = plan.vectorized ? bwd_parts(plan, a.rows) : 1;
+  return 2 * parts * a.cols * static_cast<int64_t>(sizeof(float));
+}
+
+void layernorm_backward(const LayerNormBwdArgs& a) {
+  check_shape(a.rows, a.cols);
+  XRT_CHECK(a.x != nullptr && a.dy != nullptr && a.dx != nullptr && a.mean != nullptr &&
+                a.rstd != nullptr && a.workspace != nullptr,
+            InvalidArgumentError, "layernorm backward: dy, x, mean, rstd, dx and workspace must be given");
+  const int64_t need = layernorm_backward_workspace_bytes(a);
+  XRT_CHECK(a.workspace_bytes >= need, InvalidArgumentError, "layernorm backward: workspace of ",
+            a.workspace_bytes, " bytes is too small (needs ", need, ")");
+  if (a.rows == 0) {
+    // Sums over no rows: zero gradients for weight and bias.
+    const auto stream = static_cast<cudaStream_t>(a.stream);
+    const int64_t bytes = a.cols * element_bytes(a.dtype);
+    if (a.dweight != nullptr) XRT_CUDA_CHECK(cudaMemsetAsync(a.dweight, 0, bytes, stream));
+    if (a.dbias != nullptr) XRT_CUDA_CHECK(cudaMemsetAsync(a.dbias, 0, bytes, stream));
+    return;
+  }
+  by_dtype(a.dtype, [&](auto tag) { backward_typed<decltype(tag)>(a); });
+}
+
+}  // namespace xpuruntime::cuda_kernels
+
+extern "C" int xrt_layernorm_forward(const xpuruntime::cuda_kernels::LayerNormFwdArgs* args,
+                                     char* err, size_t err_len) {
+  return xpuruntime::cuda_kernels::guarded(
+      [&] { xpuruntime::cuda_kernels::layernorm_forward(*args); }, err, err_len);
+}
+
+extern "C" int xrt_layernorm_backward(const xpuruntime::cuda_kernels::LayerNormBwdArgs* args,
+                                      char* err, size_t err_len) {
+  return xpuruntime::cuda_kernels::guarded(
+      [&] { xpuruntime::cuda_kernels::layernorm_backward(*args); }, err, err_len);
+}
+
+extern "C" int xrt_layernorm_backward_workspace_bytes(
+    const xpuruntime::cuda_kernels::LayerNormBwdArgs* args, int64_t* bytes, char* err,
+    size_t err_len) {
+  return xpuruntime::cuda_kernels::guarded(
+      [&] { *bytes = xpuruntime::cuda_kernels::layernorm_backward_workspace_bytes(*args); }, err,
+      err_len);
+}
