@@ -35,6 +35,9 @@ from .base import Availability, Engine, EngineOptions, TensorInfo
 INSTALL_HINT = "pip install xpuruntime[qnn]"
 _QDQ = {"QuantizeLinear", "DequantizeLinear"}
 _BACKEND = {"npu": "htp", "cpu": "cpu", "gpu": "gpu"}
+# HTP target used when the caller names none (soc_model and htp_arch ids of QNN).
+_DEFAULT_SOC_MODEL = "57"
+_DEFAULT_HTP_ARCH = "75"
 _register_lock = threading.Lock()
 _registered: str | None = None
 
@@ -152,6 +155,14 @@ class QnnEngine(Engine):
         elif prec == "fp16":
             provider_opts["enable_htp_fp16_precision"] = "1"
             self._rec.mapping("precision", prec, "enable_htp_fp16_precision", 1)
+        if backend == "htp":
+            # The provider needs the target SoC for fp16 (and uses it to pick the HTP
+            # architecture); without it ORT silently drops QNN for the CPU provider.
+            for opt, default in (("soc_model", _DEFAULT_SOC_MODEL), ("htp_arch", _DEFAULT_HTP_ARCH)):
+                value = str(options.extra.get(opt, default))
+                provider_opts[opt] = value
+                self._rec.mapping(opt, value, opt, value, default=opt not in options.extra,
+                                  detail=f"QNN HTP {opt}={value} (pass engine option {opt}=... for your SoC)")
 
         so = ort.SessionOptions()
         so.log_severity_level = int(options.extra.get("log_severity_level", 3))
@@ -176,6 +187,13 @@ class QnnEngine(Engine):
                 ) from exc
             raise InvalidModelError(f"QNN could not compile the model for backend {backend}: {exc}") from exc
         self._effective = {"providers": self._sess.get_providers(), "provider_options": self._sess.get_provider_options()}
+        if qnn.EP_NAME not in self._effective["providers"]:
+            from .._core import BackendUnavailableError
+
+            raise BackendUnavailableError(
+                f"onnxruntime dropped the QNN provider for backend {backend} (session runs on {self._effective['providers']}); "
+                "run with engine option log_severity_level=0 to see ORT's reason"
+            )
         self._record_placement(src.proto, ep)
 
     def _static_shapes(self, so: Any, options: EngineOptions) -> None:

@@ -326,7 +326,7 @@ def select_engine(
         message = _no_engine_message(want_engine, want_device, exec_policy, cands)
         # Missing software or hardware is "unavailable"; an engine that is there but
         # cannot honour the policy (precision, shapes) is "unsupported".
-        if all(c.reason_code in ("backend_unavailable", "device_unavailable", "simulated_device") for c in cands):
+        if all(c.reason_code in ("backend_unavailable", "device_unavailable", "simulated_device", "strict_no_fallback") for c in cands):
             raise BackendUnavailableError(message)
         raise UnsupportedOperationError(message)
 
