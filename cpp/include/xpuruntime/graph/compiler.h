@@ -1,0 +1,42 @@
+// The native engine's compiler (DESIGN.md §5): Graph -> ExecutionPlan.
+// Passes, in order: validation (unknown ops, cycles, missing values), shape and
+// dtype inference with constant folding (Shape of a known shape folds too),
+// BatchNormalization folding into Conv/Gemm, epilogue fusion (bias, residual and
+// activation into Conv/MatMul/Gemm), elementwise-chain fusion, dead-code
+// elimination, dispatch of every node through the Dispatcher (each Decision
+// recorded in the plan), and memory planning (lifetimes -> offsets in one arena).
+// compile() is thread-safe (it touches only its arguments and the process-wide
+// dispatcher, which is thread-safe).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/graph/plan.h"
+#include "xpuruntime/policy.h"
+
+namespace xpuruntime::graph {
+
+struct CompileOptions {
+  std::string device = "cpu";
+  KernelPolicy kernel_policy;
+  ExecutionPolicy exec_policy;
+  std::string model_hash;
+  // Concrete shapes for inputs with symbolic dims (a specialization); inputs not
+  // listed keep their declared shape, and values depending on unknown dims are
+  // shaped at run time.
+  std::map<std::string, Shape> input_shapes;
+  bool fold_constants = true;
+  bool fold_batchnorm = true;
+  bool fuse = true;
+};
+
+// SHA-256 over both policies' canonical JSON: what a plan is bound to.
+std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep);
+
+// Compiles a graph (consumed). Throws UnsupportedOperationError naming node and op
+// for ops without a CPU kernel, InvalidModelError for malformed graphs.
+ExecutionPlan compile(Graph graph, const CompileOptions& options);
+
+}  // namespace xpuruntime::graph

@@ -1,0 +1,90 @@
+// ExecutionPlan (DESIGN.md §5, seed 003's CompiledProgram): kernel calls, tensor
+// specs, buffer offsets in one arena, constants, and a header (format version,
+// device, policy fingerprint, model hash). Immutable once built, printable, and
+// serializable: a saved plan runs without the ONNX model or the onnx package.
+//
+// File format: "XRTPLAN1" magic, uint64 header length, a JSON header (nlohmann),
+// zero padding to 64 bytes, then the constants blob (each constant 64-byte
+// aligned at the offset the header lists). Little-endian.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/graph/ir.h"
+
+namespace xpuruntime::graph {
+
+// Bumped whenever the plan format or the meaning of a step changes.
+inline constexpr int kPlanFormatVersion = 1;
+
+struct PlanValue {
+  enum class Kind : uint8_t { kInput = 0, kConstant = 1, kIntermediate = 2, kOutput = 3 };
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::optional<Shape> shape;                // static shape; nullopt: known at run time
+  std::optional<std::vector<Dim>> declared;  // graph inputs/outputs as the model declares them
+  Kind kind = Kind::kIntermediate;
+  int64_t arena_offset = -1;  // static intermediates: byte offset in the arena
+  int alias_of = -1;          // a view of this value's bytes (Reshape & co.), or -1
+  int constant = -1;          // index into ExecutionPlan::constants
+  int last_use = -1;          // index of the last step reading it (aliases included)
+};
+
+struct PlanStep {
+  Node node;           // op type, attributes; inputs/outputs are plan value ids
+  std::string op_key;  // dispatcher op key
+  std::string kernel;  // the chosen kernel (MatMul/Gemm: the GEMM kernel)
+  std::string rule;    // the rule that chose it (Decision::rule)
+  bool alias = false;  // output 0 is a view of input 0: nothing to run
+};
+
+struct PlanHeader {
+  int format_version = kPlanFormatVersion;
+  std::string device = "cpu";
+  std::string policy_fingerprint;  // SHA-256 over the kernel and execution policies
+  std::string model_hash;          // SHA-256 of the model bytes
+  std::string producer;            // "xpuruntime 0.1.0"
+};
+
+struct MemoryReport {
+  int64_t arena_bytes = 0;         // peak: the one arena holding static intermediates
+  int64_t intermediate_bytes = 0;  // sum of all static intermediates (no reuse)
+  int64_t constant_bytes = 0;
+  int64_t dynamic_values = 0;      // intermediates whose shape is known only at run time
+  int64_t static_values = 0;
+};
+
+// What a loader insists on; empty fields are not checked.
+struct PlanExpectation {
+  std::string device;
+  std::string policy_fingerprint;
+};
+
+struct ExecutionPlan {
+  PlanHeader header;
+  std::vector<PlanValue> values;
+  std::vector<PlanStep> steps;
+  std::vector<HostTensor> constants;
+  std::vector<int> inputs;   // value ids in model order
+  std::vector<int> outputs;  // value ids in model order
+  MemoryReport memory;
+  std::vector<std::string> decisions;  // Decision::to_json() of every dispatched node
+  std::vector<std::string> pass_log;   // one line per compiler pass ("constant folding: ...")
+
+  // Serialization. save/serialize never fail for a valid plan; load/deserialize
+  // throw InvalidModelError for truncated or corrupt files and for another format
+  // version, device or policy than `expect` asks for (the message says which).
+  void save(const std::string& path) const;
+  std::string serialize() const;
+  static ExecutionPlan load(const std::string& path, const PlanExpectation& expect = {});
+  static ExecutionPlan deserialize(std::string bytes, const PlanExpectation& expect = {});
+
+  // A readable listing: header, memory, one line per step (op, kernel, shapes).
+  std::string summary() const;
+  int value_id(const std::string& name) const;  // -1 when absent
+};
+
+}  // namespace xpuruntime::graph

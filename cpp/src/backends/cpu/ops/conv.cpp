@@ -1,0 +1,279 @@
+// Conv (op key `conv`), two kernels:
+//   cpu_im2col    any Conv: im2col (skipped for 1×1/stride 1/no pad) then one GEMM
+//                 per image and group through the matmul kernel the dispatcher
+//                 chose ("_gemm"); bias, residual and activation in one epilogue.
+//   cpu_depthwise 2-D depthwise Conv (group == C): direct loops per channel plane,
+//                 one pass per kernel tap, vectorized along rows. Far faster than
+//                 im2col there (im2col would run C GEMMs with M = 1).
+// Fused epilogue attributes: "_sum" (input 3 is added before the activation, the
+// ResNet residual) and "_act" (epilogue.h).
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/ops/epilogue.h"
+#include "backends/cpu/ops/gemm_call.h"
+#include "backends/cpu/ops/spatial.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+Spatial as3d(Spatial g) {
+  while (g.rank() < 3) {
+    g.in.insert(g.in.begin(), 1);
+    g.out.insert(g.out.begin(), 1);
+    g.k.insert(g.k.begin(), 1);
+    g.s.insert(g.s.begin(), 1);
+    g.d.insert(g.d.begin(), 1);
+    g.pb.insert(g.pb.begin(), 0);
+    g.pe.insert(g.pe.begin(), 0);
+  }
+  return g;
+}
+
+Spatial conv_geometry(const Node& n, const Shape& x, const Shape& w) {
+  std::vector<int64_t> k = n.attr_ints("kernel_shape", {});
+  if (k.empty()) k.assign(w.begin() + 2, w.end());
+  return make_spatial(n, x, k, false);
+}
+
+bool conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 2);
+  XRT_CHECK(in[0].dtype == in[1].dtype, InvalidModelError, n.where(), ": X is ",
+            dtype_name(in[0].dtype), " but W is ", dtype_name(in[1].dtype));
+  out[0].present = true;
+  out[0].dtype = in[0].dtype;
+  if (!in[0].shape || !in[1].shape) return false;
+  const Shape& x = *in[0].shape;
+  const Shape& w = *in[1].shape;
+  XRT_CHECK(w.size() == x.size() && x.size() >= 3, InvalidModelError, n.where(), ": X ",
+            shape_str(x), " and W ", shape_str(w), " must have the same rank >= 3");
+  const int64_t group = n.attr_int("group", 1);
+  XRT_CHECK(group >= 1 && x[1] % group == 0 && w[0] % group == 0 && w[1] * group == x[1],
+            InvalidModelError, n.where(), ": channels do not match: X has ", x[1],
+            " channels, W is ", shape_str(w), ", group ", group,
+            " (need W.shape[1] * group == X.shape[1])");
+  if (in.size() > 2 && in[2].present && in[2].shape) {
+    XRT_CHECK(shape_numel(*in[2].shape) == w[0], InvalidModelError, n.where(), ": bias has ",
+              shape_numel(*in[2].shape), " elements, expected ", w[0]);
+  }
+  const Spatial g = conv_geometry(n, x, w);
+  Shape s = {x[0], w[0]};
+  s.insert(s.end(), g.out.begin(), g.out.end());
+  out[0].shape = s;
+  return true;
+}
+
+// Bias, residual and activation over the output planes of all images.
+template <typename T>
+void conv_epilogue(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+  const int64_t nb = y.shape[0], m = y.shape[1];
+  const int64_t plane = nb * m ? y.numel() / (nb * m) : 0;
+  const T* bias = in.size() > 2 && in[2].data ? in[2].ptr<const T>() : nullptr;
+  const T* sum = n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const T>() : nullptr;
+  Unary k = Unary::kIdentity;
+  UnaryParams p;
+  const bool act = node_activation(n, k, p);
+  if (!bias && !sum && !act) return;
+  T* py = y.ptr<T>();
+#pragma omp parallel for schedule(static) if (y.numel() >= kParallelGrain)
+  for (int64_t q = 0; q < nb * m; ++q) {
+    T* yp = py + q * plane;
+    const T b = bias ? bias[q % m] : T(0);
+    if (sum) {
+      const T* sp = sum + q * plane;
+      for (int64_t i = 0; i < plane; ++i) yp[i] += b + sp[i];
+    } else if (bias) {
+      for (int64_t i = 0; i < plane; ++i) yp[i] += b;
+    }
+    if (act) {
+      if (k == Unary::kRelu) {
+        for (int64_t i = 0; i < plane; ++i) yp[i] = yp[i] > T(0) ? yp[i] : T(0);
+      } else {
+        for (int64_t i = 0; i < plane; ++i) yp[i] = apply_unary<T>(k, yp[i], p);
+      }
+    }
+  }
+}
+
+template <typename T>
+void im2col(const T* x, int64_t channels, const Spatial& g, T* col) {
+  const int64_t kp = g.k_size(), out_sz = g.out_size(), in_sz = g.in_size();
+  const int64_t rows = channels * kp;
+#pragma omp parallel for schedule(static) if (rows * out_sz >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = r / kp, kk = r % kp;
+    const int64_t k2 = kk % g.k[2], k1 = (kk / g.k[2]) % g.k[1], k0 = kk / (g.k[2] * g.k[1]);
+    const T* xc = x + c * in_sz;
+    T* dst = col + r * out_sz;
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
+      const int64_t i0 = o0 * g.s[0] - g.pb[0] + k0 * g.d[0];
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+        const int64_t i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1];
+        T* d = dst + (o0 * g.out[1] + o1) * g.out[2];
+        if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+          std::fill(d, d + g.out[2], T(0));
+          continue;
+        }
+        const T* xr = xc + (i0 * g.in[1] + i1) * g.in[2];
+        const int64_t off = k2 * g.d[2] - g.pb[2];
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+          const int64_t i2 = o2 * g.s[2] + off;
+          d[o2] = (i2 >= 0 && i2 < g.in[2]) ? xr[i2] : T(0);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+  const Shape& xs = in[0].shape;
+  const Shape& ws = in[1].shape;
+  const Spatial g = as3d(conv_geometry(n, xs, ws));
+  const int64_t nb = xs[0], c = xs[1], m = ws[0];
+  const int64_t group = n.attr_int("group", 1);
+  const int64_t cg = c / group, mg = m / group;
+  const int64_t kdim = cg * g.k_size(), out_sz = g.out_size(), in_sz = g.in_size();
+  const T* x = in[0].ptr<const T>();
+  const T* w = in[1].ptr<const T>();
+  T* py = y.ptr<T>();
+  const std::string gemm = node_gemm_kernel(n);
+  bool pointwise = true;
+  for (int i = 0; i < 3; ++i)
+    pointwise = pointwise && g.k[i] == 1 && g.s[i] == 1 && g.pb[i] == 0 && g.pe[i] == 0;
+  matmul::GemmProblem p;
+  p.dtype = in[0].dtype;
+  p.m = mg;
+  p.n = out_sz;
+  p.k = kdim;
+  p.c_rs = out_sz;
+  if (out_sz == 0 || mg == 0) return;
+  if (kdim == 0) {
+    std::memset(y.data, 0, y.nbytes());
+  } else if (pointwise && group == 1) {
+    // 1×1 convolution: the input planes already are the GEMM's B; one batched call.
+    p.batch = nb;
+    p.a = {w, kdim, 1, 0};
+    p.b = {x, out_sz, 1, c * in_sz};
+    p.c = py;
+    p.c_bs = m * out_sz;
+    run_gemm(gemm, p);
+  } else {
+    T* col = pointwise ? nullptr
+                       : static_cast<T*>(thread_scratch(
+                             static_cast<std::size_t>(kdim * out_sz) * sizeof(T), 1));
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const T* xg = x + (b * c + gi * cg) * in_sz;
+        if (!pointwise) im2col<T>(xg, cg, g, col);
+        p.a = {w + gi * mg * kdim, kdim, 1, 0};
+        p.b = {pointwise ? xg : col, out_sz, 1, 0};
+        p.c = py + (b * m + gi * mg) * out_sz;
+        run_gemm(gemm, p);
+      }
+    }
+  }
+  conv_epilogue<T>(n, in, y);
+}
+
+template <typename T>
+void conv_depthwise_typed(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+  const Shape& xs = in[0].shape;
+  const Shape& ws = in[1].shape;
+  const Spatial g = conv_geometry(n, xs, ws);
+  const int64_t nb = xs[0], c = xs[1], m = ws[0], mult = m / c;
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+  const int64_t KH = g.k[0], KW = g.k[1], SH = g.s[0], SW = g.s[1], DH = g.d[0], DW = g.d[1];
+  const int64_t PH = g.pb[0], PW = g.pb[1];
+  const T* x = in[0].ptr<const T>();
+  const T* w = in[1].ptr<const T>();
+  T* py = y.ptr<T>();
+  auto lo_of = [](int64_t pad, int64_t koff, int64_t s) {  // first o with o*s - pad + koff >= 0
+    int64_t v = pad - koff;
+    return v <= 0 ? 0 : (v + s - 1) / s;
+  };
+  auto hi_of = [](int64_t pad, int64_t koff, int64_t s, int64_t in, int64_t out) {
+    int64_t v = in - 1 + pad - koff;  // last o with o*s - pad + koff <= in - 1
+    return v < 0 ? -1 : std::min(out - 1, v / s);
+  };
+#pragma omp parallel for schedule(static) if (y.numel() * KH * KW >= kParallelGrain)
+  for (int64_t q = 0; q < nb * m; ++q) {
+    const int64_t b = q / m, oc = q % m, ic = oc / mult;
+    const T* xp = x + (b * c + ic) * H * W;
+    const T* wp = w + oc * KH * KW;
+    T* yp = py + q * OH * OW;
+    std::fill(yp, yp + OH * OW, T(0));
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const int64_t oh0 = lo_of(PH, kh * DH, SH), oh1 = hi_of(PH, kh * DH, SH, H, OH);
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const int64_t ow0 = lo_of(PW, kw * DW, SW), ow1 = hi_of(PW, kw * DW, SW, W, OW);
+        const T wv = wp[kh * KW + kw];
+        for (int64_t oh = oh0; oh <= oh1; ++oh) {
+          const T* xr = xp + (oh * SH - PH + kh * DH) * W + kw * DW - PW;
+          T* yr = yp + oh * OW;
+          if (SW == 1) {
+#pragma omp simd
+            for (int64_t ow = ow0; ow <= ow1; ++ow) yr[ow] += wv * xr[ow];
+          } else {
+            for (int64_t ow = ow0; ow <= ow1; ++ow) yr[ow] += wv * xr[ow * SW];
+          }
+        }
+      }
+    }
+  }
+  conv_epilogue<T>(n, in, y);
+}
+
+Support depthwise_supports(const Node& n, const std::vector<Meta>& in) {
+  if (in.size() < 2 || !in[0].shape || !in[1].shape)
+    return Support::no(reason::kShapeUnsupported, "needs known input and weight shapes");
+  const Shape& x = *in[0].shape;
+  const Shape& w = *in[1].shape;
+  const int64_t group = n.attr_int("group", 1);
+  if (x.size() != 4) return Support::no(reason::kShapeUnsupported, "only 2-D convolutions");
+  if (group != x[1] || group == 1 || w[0] % x[1] != 0 || w[1] != 1)
+    return Support::no(reason::kShapeUnsupported,
+                       "not depthwise (group " + std::to_string(group) + ", " +
+                           std::to_string(x[1]) + " input channels)");
+  return Support::yes();
+}
+
+template <bool kDepthwise>
+void conv_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  if (in[0].dtype == DType::kFloat64) {
+    kDepthwise ? conv_depthwise_typed<double>(n, in, out[0]) : conv_im2col_typed<double>(n, in, out[0]);
+  } else {
+    XRT_CHECK(in[0].dtype == DType::kFloat32, UnsupportedOperationError, n.where(),
+              ": Conv on the CPU takes float32 or float64, got ", dtype_name(in[0].dtype));
+    kDepthwise ? conv_depthwise_typed<float>(n, in, out[0]) : conv_im2col_typed<float>(n, in, out[0]);
+  }
+}
+
+}  // namespace
+
+void register_conv_ops(std::vector<OpDef>& defs) {
+  OpDef d;
+  d.op_type = "Conv";
+  d.key = "conv";
+  d.kernel = "cpu_depthwise";
+  d.dtypes = {DType::kFloat32, DType::kFloat64};
+  d.priority = 20;
+  d.description = "direct 2-D depthwise convolution (group == channels)";
+  d.infer = conv_infer;
+  d.run = conv_run<true>;
+  d.supports = depthwise_supports;
+  defs.push_back(d);
+  OpDef i;
+  i.op_type = "Conv";
+  i.key = "conv";
+  i.kernel = "cpu_im2col";
+  i.dtypes = {DType::kFloat32, DType::kFloat64};
+  i.priority = 10;
+  i.uses_gemm = false;
+  i.description = "im2col + GEMM through the chosen matmul kernel (any Conv, 1-3 spatial dims)";
+  i.infer = conv_infer;
+  i.run = conv_run<false>;
+  defs.push_back(i);
+}
+
+}  // namespace xpuruntime::cpu

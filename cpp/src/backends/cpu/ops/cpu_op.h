@@ -1,0 +1,150 @@
+// The CPU op kernels of the native engine: one OpDef per (ONNX op, kernel) with a
+// shape/dtype inference function and a run function over raw contiguous views.
+// Each OpDef is also registered in the KernelRegistry (KernelDef data + a Kernel
+// whose run() adapts a KernelLaunch), so the Dispatcher chooses among them under a
+// KernelPolicy and records why; the executor then calls run() directly.
+//
+// How to add an op: write `infer` and `run` in the family file (elementwise.cpp,
+// reduce.cpp, ...), add an OpDef in that file's register_*() function, and list the
+// op in docs/ops.md by running scripts/gen_ops_doc.py. Everything here is
+// thread-safe: OpDefs are immutable after registration and run() has no state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/ops/half.h"
+#include "xpuruntime/dtype.h"
+#include "xpuruntime/error.h"
+#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime::cpu {
+
+using graph::HostTensor;
+using graph::Node;
+using graph::Shape;
+using graph::shape_numel;
+using graph::shape_str;
+
+// What is known about one operand: at compile time the dtype and maybe the shape
+// and the value (constants); at run time everything.
+struct Meta {
+  bool present = false;  // false: an omitted optional input
+  DType dtype = DType::kFloat32;
+  std::optional<Shape> shape;
+  const void* data = nullptr;  // the value, when known
+
+  bool known() const { return present && shape.has_value(); }
+  bool has_value() const { return known() && data != nullptr; }
+  int64_t numel() const { return shape ? shape_numel(*shape) : -1; }
+  int64_t rank() const { return shape ? static_cast<int64_t>(shape->size()) : -1; }
+  // The value as integers / doubles (requires has_value()).
+  std::vector<int64_t> ints() const;
+  std::vector<double> floats() const;
+};
+
+// A contiguous tensor during execution.
+struct TensorView {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  void* data = nullptr;
+
+  int64_t numel() const { return shape_numel(shape); }
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  template <typename T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
+  std::vector<int64_t> ints() const;
+};
+
+using InferFn = std::function<bool(const Node&, const std::vector<Meta>&, std::vector<Meta>&)>;
+using RunFn =
+    std::function<void(const Node&, const std::vector<TensorView>&, std::vector<TensorView>&)>;
+using SupportsFn = std::function<Support(const Node&, const std::vector<Meta>&)>;
+
+struct OpDef {
+  std::string op_type;  // ONNX op type ("Add"), or a fused op ("FusedElementwise")
+  std::string key;      // dispatcher op key ("add", "conv", "matmul", ...)
+  std::string kernel;   // kernel name in the registry ("cpu", "cpu_im2col", ...)
+  std::vector<DType> dtypes;  // dtypes of input 0 it runs; empty = any
+  int priority = 0;
+  std::string description;
+  InferFn infer;   // returns false when an output shape depends on an unknown value
+  RunFn run;
+  SupportsFn supports;  // optional: case checks beyond the dtype of input 0
+  // Output 0 is input 0's bytes under another shape (Reshape, Squeeze, ...): the
+  // executor aliases instead of copying when it can.
+  bool alias = false;
+  // May run at compile time on constant inputs (false for random ops).
+  bool foldable = true;
+  // The op key is dispatched among *other* kernels (MatMul/Gemm -> the matmul
+  // kernels); run() then reads the chosen GEMM from node attribute "_gemm".
+  bool uses_gemm = false;
+};
+
+// All OpDefs by ONNX op type (domain "" or "xrt"), built once.
+const std::vector<const OpDef*>& op_defs(const std::string& op_type);
+bool op_supported(const std::string& op_type);
+std::vector<std::string> supported_op_types();
+// The OpDef of (op_type, kernel), or nullptr.
+const OpDef* find_op_def(const std::string& op_type, const std::string& kernel);
+// Dispatcher op key of an ONNX op type: canonical keys for Conv/MatMul/Gemm/
+// Softmax/LayerNormalization, the lower-case op type otherwise.
+std::string op_key(const std::string& op_type);
+// Registers every OpDef in the registry (idempotent for the process registry).
+void register_cpu_op_kernels(KernelRegistry& registry);
+void ensure_cpu_op_kernels_registered();
+
+// Family registration (one per file).
+void register_elementwise_ops(std::vector<OpDef>& defs);
+void register_unary_ops(std::vector<OpDef>& defs);
+void register_reduce_ops(std::vector<OpDef>& defs);
+void register_nn_ops(std::vector<OpDef>& defs);
+void register_conv_ops(std::vector<OpDef>& defs);
+void register_gemm_ops(std::vector<OpDef>& defs);
+void register_shape_ops(std::vector<OpDef>& defs);
+void register_data_ops(std::vector<OpDef>& defs);
+void register_fused_ops(std::vector<OpDef>& defs);
+
+// ---- helpers shared by the op files ---------------------------------------
+
+// Numpy-style broadcast of shapes; throws InvalidModelError naming the node.
+Shape broadcast_shapes(const Node& n, const std::vector<Shape>& shapes);
+// Normalizes a possibly negative axis into [0, rank) (or [0, rank] with inclusive).
+int64_t norm_axis(const Node& n, int64_t axis, int64_t rank, bool inclusive = false);
+// Requires `count` present inputs at least; throws InvalidModelError.
+void require_inputs(const Node& n, const std::vector<Meta>& in, std::size_t count);
+// Output meta with dtype and shape.
+Meta out_meta(DType dtype, Shape shape);
+// Whether all inputs have known shapes (infer functions return false otherwise).
+bool all_known(const std::vector<Meta>& in);
+// Parallel-for threshold: below this many elements a loop runs on one thread.
+inline constexpr int64_t kParallelGrain = 32768;
+
+// Calls f(T{}) with T the C++ storage type of `t` (Half/BFloat16 for 16-bit floats).
+template <typename F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    case DType::kFloat16: return f(matmul::Half{});
+    case DType::kBFloat16: return f(matmul::BFloat16{});
+    case DType::kInt64: return f(int64_t{});
+    case DType::kInt32: return f(int32_t{});
+    case DType::kInt16: return f(int16_t{});
+    case DType::kInt8: return f(int8_t{});
+    case DType::kUInt8: return f(uint8_t{});
+    case DType::kBool: return f(bool{});
+    default: break;
+  }
+  XRT_THROW(UnsupportedOperationError, "dtype ", dtype_name(t),
+            " is not supported by the CPU op kernels");
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,105 @@
+// Scalar definitions of the unary elementwise ops, shared by the unary kernels and
+// the fused elementwise kernel (so a fused chain computes exactly what the
+// unfused ops compute), and the dtype conversion shared with Cast.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/ops/fastmath.h"
+
+namespace xpuruntime::cpu {
+
+// Converts n elements between dtypes (float→int saturates, NaN→0; →bool is != 0).
+void cast_elements(DType from, const void* src, DType to, void* dst, int64_t n);
+
+enum class Unary : uint8_t {
+  kIdentity, kNeg, kAbs, kSqrt, kExp, kLog, kErf, kTanh, kSigmoid, kRelu, kLeakyRelu,
+  kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kReciprocal, kClip, kFloor, kCeil, kRound,
+  kSin, kCos, kSoftplus, kSign, kElu, kNot
+};
+
+// Unary kind of an ONNX op type (Gelu resolves its `approximate` attribute);
+// returns false when op_type is not a unary elementwise op.
+bool unary_kind(const Node& n, Unary& kind);
+
+// Parameters some unary ops take (alpha, beta, clip bounds).
+struct UnaryParams {
+  double alpha = 0.0;
+  double beta = 0.0;
+  double lo = -INFINITY;
+  double hi = INFINITY;
+};
+
+template <typename C>
+inline C apply_unary(Unary k, C x, const UnaryParams& p) {
+  constexpr bool kF32 = std::is_same_v<C, float>;
+  switch (k) {
+    case Unary::kIdentity: return x;
+    case Unary::kNeg: return static_cast<C>(-x);
+    case Unary::kAbs: return x < C(0) ? static_cast<C>(-x) : x;
+    case Unary::kSqrt: return static_cast<C>(std::sqrt(x));
+    case Unary::kExp:
+      if constexpr (kF32) return fast_exp(x);
+      else return static_cast<C>(std::exp(x));
+    case Unary::kLog: return static_cast<C>(std::log(x));
+    case Unary::kErf:
+      if constexpr (kF32) return fast_erf(x);
+      else return static_cast<C>(std::erf(x));
+    case Unary::kTanh:
+      if constexpr (kF32) return fast_tanh(x);
+      else return static_cast<C>(std::tanh(x));
+    case Unary::kSigmoid:
+      if constexpr (kF32) return fast_sigmoid(x);
+      else return static_cast<C>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
+    case Unary::kRelu: return x > C(0) ? x : C(0);
+    case Unary::kLeakyRelu: return x >= C(0) ? x : static_cast<C>(x * static_cast<C>(p.alpha));
+    case Unary::kHardSigmoid: {
+      C v = static_cast<C>(static_cast<C>(p.alpha) * x + static_cast<C>(p.beta));
+      return v < C(0) ? C(0) : (v > C(1) ? C(1) : v);
+    }
+    case Unary::kHardSwish: {
+      C v = static_cast<C>(x / C(6) + C(0.5));
+      v = v < C(0) ? C(0) : (v > C(1) ? C(1) : v);
+      return static_cast<C>(x * v);
+    }
+    case Unary::kGelu:
+      if constexpr (kF32) return 0.5f * x * (1.0f + fast_erf(x * 0.70710678118654752f));
+      else return static_cast<C>(0.5 * x * (1.0 + std::erf(x * 0.70710678118654752)));
+    case Unary::kGeluTanh: {
+      if constexpr (kF32) {
+        return 0.5f * x * (1.0f + fast_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+      } else {
+        double d = static_cast<double>(x);
+        return static_cast<C>(0.5 * d * (1.0 + std::tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+      }
+    }
+    case Unary::kReciprocal: return static_cast<C>(C(1) / x);
+    case Unary::kClip: {
+      C lo = static_cast<C>(p.lo), hi = static_cast<C>(p.hi);
+      C v = x < lo ? lo : x;
+      return v > hi ? hi : v;
+    }
+    case Unary::kFloor: return static_cast<C>(std::floor(x));
+    case Unary::kCeil: return static_cast<C>(std::ceil(x));
+    case Unary::kRound: return static_cast<C>(std::nearbyint(x));
+    case Unary::kSin: return static_cast<C>(std::sin(x));
+    case Unary::kCos: return static_cast<C>(std::cos(x));
+    case Unary::kSoftplus: {
+      double d = static_cast<double>(x);
+      return static_cast<C>(d > 20 ? d : std::log1p(std::exp(d)));
+    }
+    case Unary::kSign: return x > C(0) ? C(1) : (x < C(0) ? C(-1) : C(0));
+    case Unary::kElu:
+      return x >= C(0) ? x : static_cast<C>(p.alpha * (std::exp(static_cast<double>(x)) - 1.0));
+    case Unary::kNot: return static_cast<C>(!x);
+  }
+  return x;
+}
+
+// y[i] = f(x[i]) over n elements of dtype t (parallel above the grain size).
+void run_unary(Unary k, const UnaryParams& p, DType t, const void* x, void* y, int64_t n);
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,174 @@
+// FusedElementwise (domain "xrt"): a chain of elementwise ops the compiler merged
+// (passes.cpp) so the data is read and written once instead of once per op, e.g.
+// BERT's erf-GELU (Div, Erf, Add, Mul, Mul) or GPT-2's tanh-GELU (8 ops).
+//
+// Program (node attributes): the accumulator starts as input 0; "_prog" holds 3
+// ints per instruction: kind (0 unary, 1 binary, 2 binary with the operand on the
+// left), code (Unary or FusedBin), operand input index (binary only); "_params"
+// holds 4 doubles per instruction (alpha, beta, lo, hi). Operands are full-shape,
+// scalars, or suffix-broadcast rows (bias); float32 only.
+#include <cmath>
+
+#include "backends/cpu/ops/elementwise.h"
+#include "backends/cpu/ops/fused.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+constexpr int64_t kBlock = 512;
+
+struct Instr {
+  int kind;
+  int code;
+  int operand;
+  UnaryParams p;
+};
+
+std::vector<Instr> decode(const Node& n) {
+  std::vector<int64_t> prog = n.attr_ints("_prog", {});
+  std::vector<double> params = n.attr_floats("_params", {});
+  XRT_CHECK(prog.size() % 3 == 0 && params.size() == prog.size() / 3 * 4, InvalidModelError,
+            n.where(), ": malformed fused program");
+  std::vector<Instr> v;
+  for (std::size_t i = 0; i < prog.size(); i += 3) {
+    Instr ins{static_cast<int>(prog[i]), static_cast<int>(prog[i + 1]),
+              static_cast<int>(prog[i + 2]), {}};
+    const std::size_t q = i / 3 * 4;
+    ins.p.alpha = params[q];
+    ins.p.beta = params[q + 1];
+    ins.p.lo = params[q + 2];
+    ins.p.hi = params[q + 3];
+    v.push_back(ins);
+  }
+  return v;
+}
+
+inline float bin(int code, float a, float b) {
+  switch (static_cast<FusedBin>(code)) {
+    case FusedBin::kAdd: return a + b;
+    case FusedBin::kSub: return a - b;
+    case FusedBin::kMul: return a * b;
+    case FusedBin::kDiv: return a / b;
+    case FusedBin::kPow:
+      if (b == 2.0f) return a * a;
+      if (b == 3.0f) return a * a * a;
+      if (b == 0.5f) return std::sqrt(a);
+      return std::pow(a, b);
+    case FusedBin::kMin: return std::isnan(a) || std::isnan(b) ? NAN : (b < a ? b : a);
+    case FusedBin::kMax: return std::isnan(a) || std::isnan(b) ? NAN : (b > a ? b : a);
+  }
+  return a;
+}
+
+template <Unary K>
+void unary_block(float* acc, int64_t n, const UnaryParams& p) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) acc[i] = apply_unary<float>(K, acc[i], p);
+}
+
+void apply_unary_block(Unary k, float* acc, int64_t n, const UnaryParams& p) {
+  switch (k) {
+    case Unary::kErf: return unary_block<Unary::kErf>(acc, n, p);
+    case Unary::kTanh: return unary_block<Unary::kTanh>(acc, n, p);
+    case Unary::kExp: return unary_block<Unary::kExp>(acc, n, p);
+    case Unary::kSigmoid: return unary_block<Unary::kSigmoid>(acc, n, p);
+    case Unary::kRelu: return unary_block<Unary::kRelu>(acc, n, p);
+    case Unary::kSqrt: return unary_block<Unary::kSqrt>(acc, n, p);
+    default:
+      for (int64_t i = 0; i < n; ++i) acc[i] = apply_unary<float>(k, acc[i], p);
+  }
+}
+
+template <FusedBin B>
+void bin_loop(bool swap, float* acc, const float* o, int64_t n) {
+  if (swap) {
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) acc[k] = bin(static_cast<int>(B), o[k], acc[k]);
+  } else {
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) acc[k] = bin(static_cast<int>(B), acc[k], o[k]);
+  }
+}
+
+void binary_block(FusedBin b, bool swap, float* acc, const float* o, int64_t n) {
+  switch (b) {
+    case FusedBin::kAdd: return bin_loop<FusedBin::kAdd>(swap, acc, o, n);
+    case FusedBin::kSub: return bin_loop<FusedBin::kSub>(swap, acc, o, n);
+    case FusedBin::kMul: return bin_loop<FusedBin::kMul>(swap, acc, o, n);
+    case FusedBin::kDiv: return bin_loop<FusedBin::kDiv>(swap, acc, o, n);
+    case FusedBin::kPow: return bin_loop<FusedBin::kPow>(swap, acc, o, n);
+    case FusedBin::kMin: return bin_loop<FusedBin::kMin>(swap, acc, o, n);
+    case FusedBin::kMax: return bin_loop<FusedBin::kMax>(swap, acc, o, n);
+  }
+}
+
+}  // namespace
+
+void register_fused_ops(std::vector<OpDef>& defs) {
+  OpDef d;
+  d.op_type = "FusedElementwise";
+  d.key = "fusedelementwise";
+  d.kernel = "cpu";
+  d.dtypes = {DType::kFloat32};
+  d.description = "a chain of elementwise ops fused by the compiler (one pass over memory)";
+  d.foldable = false;
+  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+    out[0].present = true;
+    out[0].dtype = DType::kFloat32;
+    if (!all_known(in)) return false;
+    std::vector<Shape> shapes;
+    for (const Meta& m : in) shapes.push_back(*m.shape);
+    out[0].shape = broadcast_shapes(n, shapes);
+    return true;
+  };
+  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    const std::vector<Instr> prog = decode(n);
+    const int64_t total = out[0].numel();
+    float* y = out[0].ptr<float>();
+    // Per input: element count (full = total, 1 = scalar, else a suffix row).
+    std::vector<int64_t> cnt(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      cnt[i] = in[i].numel();
+      XRT_CHECK(cnt[i] == total || cnt[i] == 1 || (cnt[i] > 0 && total % cnt[i] == 0),
+                InvalidModelError, n.where(), ": operand ", i, " does not broadcast as a suffix");
+    }
+    const int64_t blocks = (total + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (total >= kParallelGrain)
+    for (int64_t b = 0; b < blocks; ++b) {
+      alignas(64) float acc[kBlock];
+      alignas(64) float opnd[kBlock];
+      const int64_t start = b * kBlock, len = std::min(kBlock, total - start);
+      auto load = [&](std::size_t i, float* dst) {
+        const float* src = in[i].ptr<const float>();
+        if (cnt[i] == total) {
+          for (int64_t k = 0; k < len; ++k) dst[k] = src[start + k];
+        } else if (cnt[i] == 1) {
+          for (int64_t k = 0; k < len; ++k) dst[k] = src[0];
+        } else {
+          for (int64_t k = 0; k < len; ++k) dst[k] = src[(start + k) % cnt[i]];
+        }
+      };
+      load(0, acc);
+      for (const Instr& ins : prog) {
+        if (ins.kind == 0) {
+          apply_unary_block(static_cast<Unary>(ins.code), acc, len, ins.p);
+          continue;
+        }
+        const std::size_t oi = static_cast<std::size_t>(ins.operand);
+        const float* src = opnd;
+        if (cnt[oi] == 1) {
+          for (int64_t k = 0; k < len; ++k) opnd[k] = in[oi].ptr<const float>()[0];
+        } else if (cnt[oi] == total) {
+          src = in[oi].ptr<const float>() + start;  // read in place
+        } else {
+          load(oi, opnd);
+        }
+        binary_block(static_cast<FusedBin>(ins.code), ins.kind == 2, acc, src, len);
+      }
+      for (int64_t k = 0; k < len; ++k) y[start + k] = acc[k];
+    }
+  };
+  defs.push_back(std::move(d));
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,283 @@
+// MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm, run by
+// the GEMM kernel the dispatcher chose for op key `matmul`. Fused epilogues set by
+// the compiler: "_bias" (MatMul input 2, N elements, added per column) and "_act"
+// (an activation op type applied to the result).
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/ops/elementwise.h"
+#include "backends/cpu/ops/gemm_call.h"
+#include "backends/cpu/ops/epilogue.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+const std::vector<DType> kGemmTypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                       DType::kBFloat16};
+
+struct Scratch {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  ~Scratch() { std::free(p); }
+};
+std::atomic<std::size_t> g_scratch_peak{0};
+
+// MatMul output shape, with the 1-D promotions recorded.
+Shape matmul_shape(const Node& n, Shape a, Shape b) {
+  XRT_CHECK(!a.empty() && !b.empty(), InvalidModelError, n.where(),
+            ": MatMul inputs must have rank >= 1");
+  const bool a1 = a.size() == 1, b1 = b.size() == 1;
+  if (a1) a.insert(a.begin(), 1);
+  if (b1) b.push_back(1);
+  XRT_CHECK(a[a.size() - 1] == b[b.size() - 2], InvalidModelError, n.where(),
+            ": inner dimensions differ: A is ", shape_str(a), ", B is ", shape_str(b),
+            " (A's last dimension must equal B's second to last)");
+  Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  Shape batch = broadcast_shapes(n, {ab, bb});
+  Shape out = batch;
+  if (!a1) out.push_back(a[a.size() - 2]);
+  if (!b1) out.push_back(b.back());
+  return out;
+}
+
+void matmul_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  Shape a = in[0].shape, b = in[1].shape;
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  const int64_t m = a[a.size() - 2], k = a.back(), nn = b.back();
+  Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  Shape batch = broadcast_shapes(n, {ab, bb});
+  const int64_t nb = shape_numel(batch);
+  const std::size_t es = dtype_size(in[0].dtype);
+  matmul::GemmProblem p;
+  p.dtype = in[0].dtype;
+  p.m = m;
+  p.n = nn;
+  p.k = k;
+  p.c_rs = nn;
+  const bool has_bias = n.attr_int("_bias", 0) != 0 && in.size() > 2 && in[2].data;
+  if (has_bias) p.bias = in[2].data;
+  const std::string gemm = node_gemm_kernel(n);
+  if (nb == 0 || m == 0 || nn == 0) return;
+  // Batch dims of A and B left-padded to the output's batch rank.
+  auto padded = [&](const Shape& s) {
+    Shape full(batch.size() - s.size(), 1);
+    full.insert(full.end(), s.begin(), s.end());
+    return full;
+  };
+  const Shape pa = padded(ab), pb = padded(bb);
+  const bool a_one = shape_numel(ab) == 1, b_one = shape_numel(bb) == 1;
+  if (k == 0) {
+    std::memset(out[0].data, 0, out[0].nbytes());
+  } else if (b_one) {
+    // B shared by every batch: one tall GEMM over all of A's rows.
+    p.m = nb * m;
+    p.a = {in[0].data, k, 1, 0};
+    p.b = {in[1].data, nn, 1, 0};
+    p.c = out[0].data;
+    run_gemm(gemm, p);
+  } else if ((a_one || pa == batch) && pb == batch) {
+    // Same-shaped batches (or a shared A): one batched problem.
+    p.batch = nb;
+    p.a = {in[0].data, k, 1, a_one ? 0 : m * k};
+    p.b = {in[1].data, nn, 1, k * nn};
+    p.c = out[0].data;
+    p.c_bs = m * nn;
+    run_gemm(gemm, p);
+  } else {
+    // General broadcast of batch dims: one GEMM per output batch.
+    auto strides = [&](const Shape& full, int64_t mat) {
+      Shape st(full.size(), 0);
+      int64_t acc = mat;
+      for (int64_t i = static_cast<int64_t>(full.size()) - 1; i >= 0; --i) {
+        st[i] = full[i] == 1 ? 0 : acc;
+        acc *= full[i];
+      }
+      return st;
+    };
+    const Shape sta = strides(pa, m * k), stb = strides(pb, k * nn);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      int64_t rem = bi, oa = 0, ob = 0;
+      for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+        int64_t idx = rem % batch[d];
+        rem /= batch[d];
+        oa += idx * sta[d];
+        ob += idx * stb[d];
+      }
+      matmul::GemmProblem q = p;
+      q.a = {static_cast<const char*>(in[0].data) + oa * es, k, 1, 0};
+      q.b = {static_cast<const char*>(in[1].data) + ob * es, nn, 1, 0};
+      q.c = static_cast<char*>(out[0].data) + bi * m * nn * es;
+      run_gemm(gemm, q);
+    }
+  }
+  if (k == 0 && p.bias) {
+    // An empty inner dimension still adds the fused bias.
+    TensorView bias_view{in[2].dtype, {nn}, in[2].data};
+    add_row_bias(out[0], bias_view);
+  }
+  apply_node_activation(n, out[0]);
+}
+
+bool matmul_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 2);
+  XRT_CHECK(in[0].dtype == in[1].dtype, InvalidModelError, n.where(), ": A is ",
+            dtype_name(in[0].dtype), " but B is ", dtype_name(in[1].dtype));
+  out[0].present = true;
+  out[0].dtype = in[0].dtype;
+  if (!in[0].shape || !in[1].shape) return false;
+  out[0].shape = matmul_shape(n, *in[0].shape, *in[1].shape);
+  return true;
+}
+
+bool gemm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 2);
+  out[0].present = true;
+  out[0].dtype = in[0].dtype;
+  if (!in[0].shape || !in[1].shape) return false;
+  const Shape& a = *in[0].shape;
+  const Shape& b = *in[1].shape;
+  XRT_CHECK(a.size() == 2 && b.size() == 2, InvalidModelError, n.where(),
+            ": Gemm inputs must be 2-D, got ", shape_str(a), " and ", shape_str(b));
+  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+  const int64_t kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
+  XRT_CHECK(k == kb, InvalidModelError, n.where(), ": inner dimensions differ (", k, " vs ", kb,
+            ") for A ", shape_str(a), " and B ", shape_str(b));
+  if (in.size() > 2 && in[2].present && in[2].shape) {
+    (void)broadcast_shapes(n, {*in[2].shape, Shape{m, nn}});
+  }
+  out[0].shape = Shape{m, nn};
+  return true;
+}
+
+void gemm_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  const double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1], nn = tb ? b[0] : b[1];
+  matmul::GemmProblem p;
+  p.dtype = in[0].dtype;
+  p.m = m;
+  p.n = nn;
+  p.k = k;
+  p.a = ta ? matmul::MatrixRef{in[0].data, 1, m, 0} : matmul::MatrixRef{in[0].data, k, 1, 0};
+  p.b = tb ? matmul::MatrixRef{in[1].data, 1, k, 0} : matmul::MatrixRef{in[1].data, nn, 1, 0};
+  p.c = out[0].data;
+  p.c_rs = nn;
+  const bool has_c = in.size() > 2 && in[2].data && beta != 0.0;
+  // A bias row (C of N elements, beta 1, alpha 1) goes into the GEMM epilogue.
+  const bool bias_row = has_c && alpha == 1.0 && beta == 1.0 && in[2].numel() == nn &&
+                        (in[2].rank() == 1 || (in[2].rank() == 2 && in[2].shape[0] == 1));
+  if (bias_row) p.bias = in[2].data;
+  if (m > 0 && nn > 0) {
+    if (k == 0) std::memset(out[0].data, 0, out[0].nbytes());
+    else run_gemm(node_gemm_kernel(n), p);
+  }
+  if ((has_c && !bias_row) || alpha != 1.0) {
+    // Y = alpha * Y + beta * broadcast(C)
+    visit_dtype(out[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      using N = Num<T>;
+      using Cc = typename N::C;
+      if constexpr (kIsFloat<T>) {
+        T* y = out[0].ptr<T>();
+        const Shape cst = has_c ? [&] {
+          Shape s(2, 0);
+          const Shape& cs = in[2].shape;
+          Shape full(2 - std::min<std::size_t>(2, cs.size()), 1);
+          full.insert(full.end(), cs.begin(), cs.end());
+          s[0] = full[0] == 1 ? 0 : full[1];
+          s[1] = full[1] == 1 ? 0 : 1;
+          return s;
+        }() : Shape{0, 0};
+        const T* c = has_c ? in[2].ptr<const T>() : nullptr;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < nn; ++j) {
+            Cc v = static_cast<Cc>(alpha) * N::load(y[i * nn + j]);
+            if (c) v += static_cast<Cc>(beta) * N::load(c[i * cst[0] + j * cst[1]]);
+            y[i * nn + j] = N::store(v);
+          }
+      }
+    });
+  }
+  apply_node_activation(n, out[0]);
+}
+
+}  // namespace
+
+const std::vector<std::string>& gemm_kernel_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    if (matmul::cpu_blas_available()) v.push_back("cpu_blas");
+    v.push_back("cpu_blocked");
+    return v;
+  }();
+  return names;
+}
+
+void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
+  if (kernel == "cpu_blas") {
+    matmul::cpu_gemm_blas(p);
+  } else if (kernel == "cpu_blocked") {
+    matmul::cpu_gemm_blocked(p);
+  } else {
+    XRT_THROW(UnsupportedOperationError, "matmul kernel '", kernel,
+              "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_blas, cpu_blocked)");
+  }
+}
+
+std::string node_gemm_kernel(const Node& n) {
+  std::string k = n.attr_str("_gemm", "");
+  return k.empty() ? gemm_kernel_names().front() : k;
+}
+
+void* thread_scratch(std::size_t bytes, int slot) {
+  thread_local Scratch scratch[2];
+  Scratch& s = scratch[slot & 1];
+  if (s.bytes < bytes) {
+    std::free(s.p);
+    std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+    s.p = std::aligned_alloc(64, rounded);
+    XRT_CHECK(s.p != nullptr, OutOfMemoryError, "scratch allocation of ", rounded,
+              " bytes failed");
+    s.bytes = rounded;
+    std::size_t prev = g_scratch_peak.load();
+    while (rounded > prev && !g_scratch_peak.compare_exchange_weak(prev, rounded)) {
+    }
+  }
+  return s.p;
+}
+
+std::size_t scratch_peak_bytes() { return g_scratch_peak.load(); }
+
+void register_gemm_ops(std::vector<OpDef>& defs) {
+  OpDef mm;
+  mm.op_type = "MatMul";
+  mm.key = "matmul";
+  mm.kernel = "gemm";
+  mm.dtypes = kGemmTypes;
+  mm.uses_gemm = true;
+  mm.description = "MatMul through the chosen matmul kernel (numpy broadcasting)";
+  mm.infer = matmul_infer;
+  mm.run = matmul_run;
+  defs.push_back(std::move(mm));
+  OpDef g;
+  g.op_type = "Gemm";
+  g.key = "matmul";
+  g.kernel = "gemm";
+  g.dtypes = kGemmTypes;
+  g.uses_gemm = true;
+  g.description = "Gemm (alpha, beta, transA, transB) through the chosen matmul kernel";
+  g.infer = gemm_infer;
+  g.run = gemm_run;
+  defs.push_back(std::move(g));
+}
+
+}  // namespace xpuruntime::cpu

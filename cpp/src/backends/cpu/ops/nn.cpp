@@ -1,0 +1,278 @@
+// Normalization and softmax: Softmax, LogSoftmax, LayerNormalization,
+// BatchNormalization (inference form).
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/ops/fastmath.h"
+
+namespace xpuruntime::cpu {
+void store_stat(TensorView& t, int64_t r, double v);
+namespace {
+
+const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                    DType::kBFloat16};
+
+bool infer_same(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 1);
+  out[0].present = true;
+  out[0].dtype = in[0].dtype;
+  out[0].shape = in[0].shape;
+  return in[0].shape.has_value();
+}
+
+// Softmax over rows of `len` elements with stride `inner` (row r starts at
+// (r / inner) * len * inner + r % inner).
+template <typename T>
+void softmax_typed(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
+  using N = Num<T>;
+  const int64_t rows = outer * inner;
+#pragma omp parallel if (rows * len >= kParallelGrain)
+  {
+    std::vector<float> buf(static_cast<std::size_t>(len));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t base = (r / inner) * len * inner + r % inner;
+      const T* xr = x + base;
+      T* yr = y + base;
+      if constexpr (std::is_same_v<T, double>) {
+        double m = -INFINITY;
+        for (int64_t i = 0; i < len; ++i) m = std::max(m, xr[i * inner]);
+        double s = 0;
+        for (int64_t i = 0; i < len; ++i) s += std::exp(xr[i * inner] - m);
+        for (int64_t i = 0; i < len; ++i)
+          yr[i * inner] = log ? xr[i * inner] - m - std::log(s) : std::exp(xr[i * inner] - m) / s;
+      } else {
+        float m = -INFINITY;
+        for (int64_t i = 0; i < len; ++i) {
+          buf[i] = N::load(xr[i * inner]);
+          m = buf[i] > m ? buf[i] : m;
+        }
+        if (std::isinf(m) && m < 0) m = 0;  // all -inf row: exp gives 0s, sum 0 -> NaN like ORT
+        float s = 0;
+        float* b = buf.data();
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < len; ++i) {
+          float e = fast_exp(b[i] - m);
+          s += e;
+          if (!log) b[i] = e;
+        }
+        if (log) {
+          float ls = std::log(s);
+          for (int64_t i = 0; i < len; ++i) yr[i * inner] = N::store(b[i] - m - ls);
+        } else {
+          float inv = 1.0f / s;
+          for (int64_t i = 0; i < len; ++i) yr[i * inner] = N::store(b[i] * inv);
+        }
+      }
+    }
+  }
+}
+
+OpDef softmax_def(const std::string& type) {
+  OpDef d;
+  d.op_type = type;
+  d.key = op_key(type);
+  d.kernel = "cpu";
+  d.dtypes = kFloats;
+  d.description = type + " along one axis (opset >= 13 semantics)";
+  d.infer = infer_same;
+  const bool log = type == "LogSoftmax";
+  d.run = [log](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    const Shape& s = in[0].shape;
+    const int64_t rank = in[0].rank();
+    if (in[0].numel() == 0) return;
+    int64_t outer = 1, inner = 1, len = 1;
+    if (rank > 0) {
+      const int64_t axis = norm_axis(n, n.attr_int("axis", -1), rank);
+      for (int64_t i = 0; i < axis; ++i) outer *= s[i];
+      for (int64_t i = axis + 1; i < rank; ++i) inner *= s[i];
+      len = s[axis];
+    }
+    visit_dtype(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (kIsFloat<T>) {
+        softmax_typed<T>(in[0].ptr<const T>(), out[0].ptr<T>(), outer, len, inner, log);
+      }
+    });
+  };
+  return d;
+}
+
+template <typename T>
+void layernorm_typed(const TensorView& x, const TensorView& scale, const TensorView* bias,
+                     TensorView& y, TensorView* mean_out, TensorView* inv_out, int64_t rows,
+                     int64_t len, double eps) {
+  using N = Num<T>;
+  const T* px = x.ptr<const T>();
+  const T* ps = scale.ptr<const T>();
+  const T* pb = bias ? bias->ptr<const T>() : nullptr;
+  const int64_t sn = scale.numel();
+  const int64_t bn = bias ? bias->numel() : 0;
+  T* py = y.ptr<T>();
+#pragma omp parallel for schedule(static) if (rows * len >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = px + r * len;
+    T* yr = py + r * len;
+    double mean = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < len; ++i) s += xr[i];
+      mean = static_cast<double>(s) / static_cast<double>(len);
+    } else {
+      for (int64_t i = 0; i < len; ++i) mean += N::load(xr[i]);
+      mean /= static_cast<double>(len);
+    }
+    double var = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      float v = 0, mf = static_cast<float>(mean);
+#pragma omp simd reduction(+ : v)
+      for (int64_t i = 0; i < len; ++i) v += (xr[i] - mf) * (xr[i] - mf);
+      var = static_cast<double>(v) / static_cast<double>(len);
+    } else {
+      for (int64_t i = 0; i < len; ++i) {
+        double dv = N::load(xr[i]) - mean;
+        var += dv * dv;
+      }
+      var /= static_cast<double>(len);
+    }
+    const double inv = 1.0 / std::sqrt(var + eps);
+    using C = typename N::C;
+    const C m = static_cast<C>(mean), iv = static_cast<C>(inv);
+    for (int64_t i = 0; i < len; ++i) {
+      C v = (N::load(xr[i]) - m) * iv * N::load(ps[sn == len ? i : i % sn]);
+      if (pb) v += N::load(pb[bn == len ? i : i % bn]);
+      yr[i] = N::store(v);
+    }
+    if (mean_out) store_stat(*mean_out, r, mean);
+    if (inv_out) store_stat(*inv_out, r, inv);
+  }
+}
+
+}  // namespace
+
+// Mean / InvStdDev outputs are float32 by default (stash_type 1) or the input type.
+void store_stat(TensorView& t, int64_t r, double v) {
+  visit_dtype(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    t.ptr<T>()[r] = Num<T>::store(static_cast<typename Num<T>::C>(v));
+  });
+}
+
+namespace {
+
+OpDef layernorm_def() {
+  OpDef d;
+  d.op_type = "LayerNormalization";
+  d.key = "layernorm";
+  d.kernel = "cpu";
+  d.dtypes = kFloats;
+  d.description = "LayerNormalization over the trailing axes from `axis`";
+  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+    require_inputs(n, in, 2);
+    const int64_t stash = n.attr_int("stash_type", 1);
+    const DType sd = stash == 1 ? DType::kFloat32 : in[0].dtype;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i].present = true;
+      out[i].dtype = i == 0 ? in[0].dtype : sd;
+    }
+    if (!in[0].shape) return false;
+    const Shape& s = *in[0].shape;
+    const int64_t rank = static_cast<int64_t>(s.size());
+    const int64_t axis = norm_axis(n, n.attr_int("axis", -1), rank);
+    out[0].shape = s;
+    Shape st(s.begin(), s.begin() + axis);
+    for (int64_t i = axis; i < rank; ++i) st.push_back(1);
+    for (std::size_t i = 1; i < out.size(); ++i) out[i].shape = st;
+    if (in[1].shape) {
+      int64_t len = 1;
+      for (int64_t i = axis; i < rank; ++i) len *= s[i];
+      int64_t sn = shape_numel(*in[1].shape);
+      XRT_CHECK(sn == len || (sn > 0 && len % sn == 0), InvalidModelError, n.where(),
+                ": Scale has ", sn, " elements but the normalized shape has ", len);
+    }
+    return true;
+  };
+  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    const Shape& s = in[0].shape;
+    const int64_t rank = in[0].rank();
+    const int64_t axis = norm_axis(n, n.attr_int("axis", -1), rank);
+    int64_t rows = 1, len = 1;
+    for (int64_t i = 0; i < axis; ++i) rows *= s[i];
+    for (int64_t i = axis; i < rank; ++i) len *= s[i];
+    const TensorView* bias = in.size() > 2 && in[2].data ? &in[2] : nullptr;
+    TensorView* mo = out.size() > 1 && out[1].data ? &out[1] : nullptr;
+    TensorView* io = out.size() > 2 && out[2].data ? &out[2] : nullptr;
+    if (len == 0 || rows == 0) return;
+    visit_dtype(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (kIsFloat<T>) {
+        layernorm_typed<T>(in[0], in[1], bias, out[0], mo, io, rows, len,
+                           n.attr_float("epsilon", 1e-5));
+      }
+    });
+  };
+  return d;
+}
+
+OpDef batchnorm_def() {
+  OpDef d;
+  d.op_type = "BatchNormalization";
+  d.key = "batchnormalization";
+  d.kernel = "cpu";
+  d.dtypes = kFloats;
+  d.description = "BatchNormalization, inference form (running statistics)";
+  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+    require_inputs(n, in, 5);
+    XRT_CHECK(n.attr_int("training_mode", 0) == 0 && out.size() == 1, UnsupportedOperationError,
+              n.where(), ": training_mode BatchNormalization is not supported for inference; "
+              "export the model in eval mode");
+    if (in[0].shape) {
+      XRT_CHECK(in[0].rank() >= 2, InvalidModelError, n.where(), ": input must have rank >= 2");
+    }
+    return infer_same(n, in, out);
+  };
+  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    const Shape& s = in[0].shape;
+    const int64_t nb = s[0], c = s[1];
+    const int64_t inner = in[0].numel() / std::max<int64_t>(1, nb * c);
+    const double eps = n.attr_float("epsilon", 1e-5);
+    std::vector<double> a(c), b(c);
+    auto val = [](const TensorView& t, int64_t i) {
+      return HostTensor::wrap(t.dtype, t.shape, t.data, nullptr).float_at(i);
+    };
+    for (int64_t k = 0; k < c; ++k) {
+      a[k] = val(in[1], k) / std::sqrt(val(in[4], k) + eps);
+      b[k] = val(in[2], k) - val(in[3], k) * a[k];
+    }
+    visit_dtype(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      using N = Num<T>;
+      using C = typename N::C;
+      const T* x = in[0].ptr<const T>();
+      T* y = out[0].ptr<T>();
+#pragma omp parallel for schedule(static) if (in[0].numel() >= kParallelGrain)
+      for (int64_t p = 0; p < nb * c; ++p) {
+        const C ak = static_cast<C>(a[p % c]), bk = static_cast<C>(b[p % c]);
+        for (int64_t i = 0; i < inner; ++i)
+          y[p * inner + i] = N::store(static_cast<C>(N::load(x[p * inner + i]) * ak + bk));
+      }
+    });
+  };
+  return d;
+}
+
+}  // namespace
+
+void register_nn_pool_ops(std::vector<OpDef>& defs);  // pool.cpp
+
+void register_nn_ops(std::vector<OpDef>& defs) {
+  register_nn_pool_ops(defs);
+  defs.push_back(softmax_def("Softmax"));
+  defs.push_back(softmax_def("LogSoftmax"));
+  defs.push_back(layernorm_def());
+  defs.push_back(batchnorm_def());
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,213 @@
+// The table of CPU OpDefs and their registration as Kernels in the KernelRegistry.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <mutex>
+
+#include "backends/cpu/ops/cpu_op.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+struct Table {
+  std::vector<OpDef> defs;
+  std::map<std::string, std::vector<const OpDef*>> by_type;
+};
+
+const Table& table() {
+  static const Table* t = [] {
+    auto* tb = new Table();  // never destroyed: kernels may run during static teardown
+    register_elementwise_ops(tb->defs);
+    register_unary_ops(tb->defs);
+    register_reduce_ops(tb->defs);
+    register_nn_ops(tb->defs);
+    register_conv_ops(tb->defs);
+    register_gemm_ops(tb->defs);
+    register_shape_ops(tb->defs);
+    register_data_ops(tb->defs);
+    register_fused_ops(tb->defs);
+    for (const OpDef& d : tb->defs) tb->by_type[d.op_type].push_back(&d);
+    for (auto& [k, v] : tb->by_type) {
+      std::stable_sort(v.begin(), v.end(),
+                       [](const OpDef* a, const OpDef* b) { return a->priority > b->priority; });
+    }
+    return tb;
+  }();
+  return *t;
+}
+
+// A registry Kernel over one OpDef. The executor calls the OpDef directly; run()
+// serves other callers (the Python dispatch API, tests) through a KernelLaunch.
+class CpuOpKernel final : public Kernel {
+ public:
+  CpuOpKernel(KernelDef def, const OpDef* op) : Kernel(std::move(def)), op_(op) {}
+
+  Support supports(const OpContext& ctx) const override {
+    if (!op_->dtypes.empty() && !ctx.inputs.empty() &&
+        std::find(op_->dtypes.begin(), op_->dtypes.end(), ctx.inputs[0].dtype) ==
+            op_->dtypes.end()) {
+      return Support::no(reason::kDtypeUnsupported,
+                         std::string(op_->op_type) + " on the CPU does not take " +
+                             std::string(dtype_name(ctx.inputs[0].dtype)));
+    }
+    if (!op_->supports) return Support::yes();
+    Node n = node_of(ctx);
+    std::vector<Meta> metas;
+    for (const TensorSpec& s : ctx.inputs) {
+      Meta m;
+      m.present = true;
+      m.dtype = s.dtype;
+      if (!s.shape.empty() || s.layout() == "contiguous") m.shape = s.shape;
+      metas.push_back(std::move(m));
+    }
+    return op_->supports(n, metas);
+  }
+
+  void run(KernelLaunch& launch) const override {
+    XRT_CHECK(launch.ctx != nullptr, InvalidArgumentError, "KernelLaunch without an OpContext");
+    Node n = node_of(*launch.ctx);
+    auto view = [&](const Tensor& t) {
+      XRT_CHECK(t.device().is_cpu() && t.is_contiguous(), InvalidArgumentError, op_->op_type,
+                " (cpu kernel) needs contiguous CPU tensors, got ", t.str());
+      return TensorView{t.dtype(), t.shape(), t.data_ptr()};
+    };
+    std::vector<TensorView> in, out;
+    for (const Tensor& t : launch.inputs) in.push_back(view(t));
+    for (const Tensor& t : launch.outputs) out.push_back(view(t));
+    op_->run(n, in, out);
+  }
+
+ private:
+  Node node_of(const OpContext& ctx) const {
+    Node n;
+    n.name = ctx.node;
+    n.op_type = op_->op_type;
+    for (const auto& [k, v] : ctx.attrs) n.attrs[k] = graph::Attr::of_string(v);
+    return n;
+  }
+  const OpDef* op_;
+};
+
+}  // namespace
+
+std::vector<int64_t> Meta::ints() const {
+  HostTensor t = HostTensor::wrap(dtype, *shape, const_cast<void*>(data), nullptr);
+  return t.to_ints();
+}
+
+std::vector<double> Meta::floats() const {
+  HostTensor t = HostTensor::wrap(dtype, *shape, const_cast<void*>(data), nullptr);
+  std::vector<double> v(static_cast<std::size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.float_at(i);
+  return v;
+}
+
+std::vector<int64_t> TensorView::ints() const {
+  return HostTensor::wrap(dtype, shape, data, nullptr).to_ints();
+}
+
+const std::vector<const OpDef*>& op_defs(const std::string& op_type) {
+  static const std::vector<const OpDef*> kEmpty;
+  const auto& m = table().by_type;
+  auto it = m.find(op_type);
+  return it == m.end() ? kEmpty : it->second;
+}
+
+bool op_supported(const std::string& op_type) { return !op_defs(op_type).empty(); }
+
+std::vector<std::string> supported_op_types() {
+  std::vector<std::string> v;
+  for (const auto& [k, d] : table().by_type) v.push_back(k);
+  return v;
+}
+
+const OpDef* find_op_def(const std::string& op_type, const std::string& kernel) {
+  for (const OpDef* d : op_defs(op_type))
+    if (d->kernel == kernel) return d;
+  return nullptr;
+}
+
+std::string op_key(const std::string& op_type) {
+  if (op_type == "Conv") return "conv";
+  if (op_type == "MatMul" || op_type == "Gemm") return "matmul";
+  if (op_type == "Softmax") return "softmax";
+  if (op_type == "LayerNormalization") return "layernorm";
+  std::string k = op_type;
+  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
+  return k;
+}
+
+void register_cpu_op_kernels(KernelRegistry& registry) {
+  for (const OpDef& d : table().defs) {
+    if (d.uses_gemm) continue;  // dispatched among the matmul kernels
+    if (registry.find(d.key, d.kernel)) continue;
+    KernelDef def;
+    def.op = d.key;
+    def.name = d.kernel;
+    def.provider = "cpu";
+    def.device = DeviceType::kCPU;
+    def.priority = d.priority;
+    def.description = d.description;
+    registry.register_kernel(std::make_shared<CpuOpKernel>(std::move(def), &d));
+  }
+}
+
+void ensure_cpu_op_kernels_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_cpu_op_kernels(KernelRegistry::instance()); });
+}
+
+Shape broadcast_shapes(const Node& n, const std::vector<Shape>& shapes) {
+  std::size_t rank = 0;
+  for (const Shape& s : shapes) rank = std::max(rank, s.size());
+  Shape out(rank, 1);
+  for (const Shape& s : shapes) {
+    std::size_t off = rank - s.size();
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[off + i];
+      int64_t d = s[i];
+      if (d == o || d == 1) continue;
+      if (o == 1) {
+        o = d;
+        continue;
+      }
+      std::string all;
+      for (const Shape& t : shapes) all += shape_str(t) + " ";
+      XRT_THROW(InvalidModelError, n.where(), ": input shapes ", all,
+                "cannot be broadcast together (numpy rules: each dimension must match or be 1)");
+    }
+  }
+  return out;
+}
+
+int64_t norm_axis(const Node& n, int64_t axis, int64_t rank, bool inclusive) {
+  int64_t lim = inclusive ? rank + 1 : rank;
+  int64_t a = axis < 0 ? axis + lim : axis;
+  XRT_CHECK(a >= 0 && a < lim, InvalidModelError, n.where(), ": axis ", axis,
+            " is out of range for rank ", rank);
+  return a;
+}
+
+void require_inputs(const Node& n, const std::vector<Meta>& in, std::size_t count) {
+  XRT_CHECK(in.size() >= count, InvalidModelError, n.where(), ": expects at least ", count,
+            " inputs, got ", in.size());
+  for (std::size_t i = 0; i < count; ++i)
+    XRT_CHECK(in[i].present, InvalidModelError, n.where(), ": input ", i,
+              " is required but missing");
+}
+
+Meta out_meta(DType dtype, Shape shape) {
+  Meta m;
+  m.present = true;
+  m.dtype = dtype;
+  m.shape = std::move(shape);
+  return m;
+}
+
+bool all_known(const std::vector<Meta>& in) {
+  for (const Meta& m : in)
+    if (m.present && !m.shape) return false;
+  return true;
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,188 @@
+// Pooling: MaxPool (with optional Indices), AveragePool, GlobalAveragePool,
+// GlobalMaxPool over 1-3 spatial dimensions (computed as 3-D with unit leading dims).
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/ops/spatial.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                    DType::kBFloat16};
+
+// Pads a geometry to exactly 3 spatial dims (leading unit dims).
+Spatial as3d(Spatial g) {
+  while (g.rank() < 3) {
+    g.in.insert(g.in.begin(), 1);
+    g.out.insert(g.out.begin(), 1);
+    g.k.insert(g.k.begin(), 1);
+    g.s.insert(g.s.begin(), 1);
+    g.d.insert(g.d.begin(), 1);
+    g.pb.insert(g.pb.begin(), 0);
+    g.pe.insert(g.pe.begin(), 0);
+  }
+  return g;
+}
+
+Spatial pool_geometry(const Node& n, const Shape& in) {
+  auto k = n.attr_ints("kernel_shape", {});
+  XRT_CHECK(!k.empty(), InvalidModelError, n.where(), ": kernel_shape attribute is required");
+  return make_spatial(n, in, k, n.attr_int("ceil_mode", 0) != 0);
+}
+
+template <typename T>
+void pool_typed(const Node& n, const TensorView& x, TensorView& y, TensorView* idx, bool is_max) {
+  using N = Num<T>;
+  using C = typename N::C;
+  const Spatial g = as3d(pool_geometry(n, x.shape));
+  const int64_t planes = x.shape[0] * x.shape[1];
+  const int64_t in_sz = g.in_size(), out_sz = g.out_size();
+  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
+  const bool col_major = n.attr_int("storage_order", 0) != 0;
+  const T* px = x.ptr<const T>();
+  T* py = y.ptr<T>();
+#pragma omp parallel for schedule(static) if (planes * out_sz * g.k_size() >= kParallelGrain)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = px + p * in_sz;
+    T* yp = py + p * out_sz;
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+          const int64_t b0 = o0 * g.s[0] - g.pb[0], b1 = o1 * g.s[1] - g.pb[1],
+                        b2 = o2 * g.s[2] - g.pb[2];
+          C best = -std::numeric_limits<C>::infinity();
+          int64_t best_i = -1;
+          double sum = 0;
+          int64_t cnt = 0, cnt_pad = 0;
+          for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+            const int64_t i0 = b0 + k0 * g.d[0];
+            for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
+              const int64_t i1 = b1 + k1 * g.d[1];
+              for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+                const int64_t i2 = b2 + k2 * g.d[2];
+                // Positions inside input+pads count for count_include_pad.
+                if (i0 < g.in[0] + g.pe[0] && i1 < g.in[1] + g.pe[1] && i2 < g.in[2] + g.pe[2])
+                  ++cnt_pad;
+                if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= g.in[0] || i1 >= g.in[1] || i2 >= g.in[2])
+                  continue;
+                const int64_t off = (i0 * g.in[1] + i1) * g.in[2] + i2;
+                const C v = N::load(xp[off]);
+                if (is_max) {
+                  if (v > best || best_i < 0) {
+                    best = v;
+                    best_i = off;
+                  }
+                } else {
+                  sum += v;
+                  ++cnt;
+                }
+              }
+            }
+          }
+          const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
+          if (is_max) {
+            yp[o] = N::store(best);
+            if (idx) {
+              int64_t flat = best_i;
+              if (col_major && best_i >= 0) {  // column-major within the plane
+                const int64_t r2 = best_i % g.in[2], r1 = (best_i / g.in[2]) % g.in[1],
+                              r0 = best_i / (g.in[2] * g.in[1]);
+                flat = (r2 * g.in[1] + r1) * g.in[0] + r0;
+              }
+              idx->ptr<int64_t>()[p * out_sz + o] = p * in_sz + flat;
+            }
+          } else {
+            const int64_t div = include_pad ? cnt_pad : cnt;
+            yp[o] = N::store(static_cast<C>(div > 0 ? sum / static_cast<double>(div) : 0.0));
+          }
+        }
+  }
+}
+
+OpDef pool_def(const std::string& type, bool is_max) {
+  OpDef d;
+  d.op_type = type;
+  d.key = op_key(type);
+  d.kernel = "cpu";
+  d.dtypes = kFloats;
+  d.description = type + " over 1-3 spatial dimensions";
+  d.infer = [is_max](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+    require_inputs(n, in, 1);
+    out[0].present = true;
+    out[0].dtype = in[0].dtype;
+    if (out.size() > 1) {
+      XRT_CHECK(is_max, InvalidModelError, n.where(), ": only MaxPool has a second output");
+      out[1].present = true;
+      out[1].dtype = DType::kInt64;
+    }
+    if (!in[0].shape) return false;
+    const Spatial g = pool_geometry(n, *in[0].shape);
+    Shape s = {(*in[0].shape)[0], (*in[0].shape)[1]};
+    s.insert(s.end(), g.out.begin(), g.out.end());
+    for (auto& o : out) o.shape = s;
+    return true;
+  };
+  d.run = [is_max](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    TensorView* idx = out.size() > 1 && out[1].data ? &out[1] : nullptr;
+    visit_dtype(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (kIsFloat<T>) pool_typed<T>(n, in[0], out[0], idx, is_max);
+    });
+  };
+  return d;
+}
+
+OpDef global_pool_def(const std::string& type, bool is_max) {
+  OpDef d;
+  d.op_type = type;
+  d.key = op_key(type);
+  d.kernel = "cpu";
+  d.dtypes = kFloats;
+  d.description = type + " over all spatial dimensions";
+  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+    require_inputs(n, in, 1);
+    out[0].present = true;
+    out[0].dtype = in[0].dtype;
+    if (!in[0].shape) return false;
+    XRT_CHECK(in[0].rank() >= 2, InvalidModelError, n.where(), ": input must have rank >= 2");
+    Shape s = *in[0].shape;
+    for (std::size_t i = 2; i < s.size(); ++i) s[i] = 1;
+    out[0].shape = s;
+    return true;
+  };
+  d.run = [is_max](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    const int64_t planes = in[0].shape[0] * in[0].shape[1];
+    const int64_t sz = planes ? in[0].numel() / planes : 0;
+    visit_dtype(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      using N = Num<T>;
+      if constexpr (kIsFloat<T>) {
+        const T* x = in[0].ptr<const T>();
+        T* y = out[0].ptr<T>();
+#pragma omp parallel for schedule(static) if (in[0].numel() >= kParallelGrain)
+        for (int64_t p = 0; p < planes; ++p) {
+          double acc = is_max ? -INFINITY : 0.0;
+          for (int64_t i = 0; i < sz; ++i) {
+            double v = N::load(x[p * sz + i]);
+            acc = is_max ? std::max(acc, v) : acc + v;
+          }
+          if (!is_max) acc /= static_cast<double>(sz);
+          y[p] = N::store(static_cast<typename N::C>(acc));
+        }
+      }
+    });
+  };
+  return d;
+}
+
+}  // namespace
+
+void register_nn_pool_ops(std::vector<OpDef>& defs) {
+  defs.push_back(pool_def("MaxPool", true));
+  defs.push_back(pool_def("AveragePool", false));
+  defs.push_back(global_pool_def("GlobalAveragePool", false));
+  defs.push_back(global_pool_def("GlobalMaxPool", true));
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,215 @@
+// Unary elementwise ops (activations and math functions), Clip, Identity, Dropout.
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/ops/elementwise.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                    DType::kBFloat16};
+const std::vector<DType> kSigned = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                    DType::kBFloat16, DType::kInt64,  DType::kInt32,
+                                    DType::kInt16,   DType::kInt8};
+
+template <Unary K, typename T>
+void unary_loop(const UnaryParams& p, const T* x, T* y, int64_t n) {
+  using N = Num<T>;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = N::store(apply_unary<typename N::C>(K, N::load(x[i]), p));
+}
+
+template <Unary K>
+void unary_typed(const UnaryParams& p, DType t, const void* x, void* y, int64_t n) {
+  visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    unary_loop<K, T>(p, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
+}
+
+struct UnaryEntry {
+  const char* op;
+  Unary kind;
+  const std::vector<DType>* dtypes;
+};
+
+}  // namespace
+
+void run_unary(Unary k, const UnaryParams& p, DType t, const void* x, void* y, int64_t n) {
+  switch (k) {
+#define XRT_UNARY_CASE(K) \
+  case Unary::K: return unary_typed<Unary::K>(p, t, x, y, n);
+    XRT_UNARY_CASE(kIdentity) XRT_UNARY_CASE(kNeg) XRT_UNARY_CASE(kAbs) XRT_UNARY_CASE(kSqrt)
+    XRT_UNARY_CASE(kExp) XRT_UNARY_CASE(kLog) XRT_UNARY_CASE(kErf) XRT_UNARY_CASE(kTanh)
+    XRT_UNARY_CASE(kSigmoid) XRT_UNARY_CASE(kRelu) XRT_UNARY_CASE(kLeakyRelu)
+    XRT_UNARY_CASE(kHardSigmoid) XRT_UNARY_CASE(kHardSwish) XRT_UNARY_CASE(kGelu)
+    XRT_UNARY_CASE(kGeluTanh) XRT_UNARY_CASE(kReciprocal) XRT_UNARY_CASE(kClip)
+    XRT_UNARY_CASE(kFloor) XRT_UNARY_CASE(kCeil) XRT_UNARY_CASE(kRound) XRT_UNARY_CASE(kSin)
+    XRT_UNARY_CASE(kCos) XRT_UNARY_CASE(kSoftplus) XRT_UNARY_CASE(kSign) XRT_UNARY_CASE(kElu)
+    XRT_UNARY_CASE(kNot)
+#undef XRT_UNARY_CASE
+  }
+}
+
+namespace {
+const UnaryEntry kUnaryOps[] = {
+    {"Neg", Unary::kNeg, &kSigned},           {"Abs", Unary::kAbs, &kSigned},
+    {"Sqrt", Unary::kSqrt, &kFloats},         {"Exp", Unary::kExp, &kFloats},
+    {"Log", Unary::kLog, &kFloats},           {"Erf", Unary::kErf, &kFloats},
+    {"Tanh", Unary::kTanh, &kFloats},         {"Sigmoid", Unary::kSigmoid, &kFloats},
+    {"Relu", Unary::kRelu, &kSigned},         {"LeakyRelu", Unary::kLeakyRelu, &kFloats},
+    {"HardSigmoid", Unary::kHardSigmoid, &kFloats},
+    {"HardSwish", Unary::kHardSwish, &kFloats},
+    {"Gelu", Unary::kGelu, &kFloats},         {"Reciprocal", Unary::kReciprocal, &kFloats},
+    {"Floor", Unary::kFloor, &kFloats},       {"Ceil", Unary::kCeil, &kFloats},
+    {"Round", Unary::kRound, &kFloats},       {"Sin", Unary::kSin, &kFloats},
+    {"Cos", Unary::kCos, &kFloats},           {"Softplus", Unary::kSoftplus, &kFloats},
+    {"Sign", Unary::kSign, &kSigned},         {"Elu", Unary::kElu, &kFloats},
+};
+
+UnaryParams params_of(const Node& n, Unary k) {
+  UnaryParams p;
+  if (k == Unary::kLeakyRelu) p.alpha = n.attr_float("alpha", 0.01);
+  if (k == Unary::kElu) p.alpha = n.attr_float("alpha", 1.0);
+  if (k == Unary::kHardSigmoid) {
+    p.alpha = n.attr_float("alpha", 0.2);
+    p.beta = n.attr_float("beta", 0.5);
+  }
+  return p;
+}
+
+bool infer_same(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 1);
+  out[0].present = true;
+  out[0].dtype = in[0].dtype;
+  out[0].shape = in[0].shape;
+  return in[0].shape.has_value();
+}
+
+void copy_view(const TensorView& a, TensorView& b) {
+  if (a.data != b.data) std::memcpy(b.data, a.data, a.nbytes());
+}
+
+}  // namespace
+
+bool unary_kind(const Node& n, Unary& kind) {
+  if (n.op_type == "Gelu") {
+    kind = n.attr_str("approximate", "none") == "tanh" ? Unary::kGeluTanh : Unary::kGelu;
+    return true;
+  }
+  if (n.op_type == "Not") {
+    kind = Unary::kNot;
+    return true;
+  }
+  for (const UnaryEntry& e : kUnaryOps) {
+    if (n.op_type == e.op) {
+      kind = e.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
+void register_unary_ops(std::vector<OpDef>& defs) {
+  for (const UnaryEntry& e : kUnaryOps) {
+    OpDef d;
+    d.op_type = e.op;
+    d.key = op_key(e.op);
+    d.kernel = "cpu";
+    d.dtypes = *e.dtypes;
+    d.description = std::string(e.op) + " elementwise";
+    d.infer = infer_same;
+    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      Unary k;
+      unary_kind(n, k);
+      run_unary(k, params_of(n, k), in[0].dtype, in[0].data, out[0].data, in[0].numel());
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d;
+    d.op_type = "Not";
+    d.key = "not";
+    d.kernel = "cpu";
+    d.dtypes = {DType::kBool};
+    d.description = "logical not";
+    d.infer = infer_same;
+    d.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const auto* x = in[0].ptr<const uint8_t>();
+      auto* y = out[0].ptr<uint8_t>();
+      for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = x[i] ? 0 : 1;
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    // Clip: bounds from inputs 1 and 2 (opset >= 11) or attributes (older).
+    OpDef d;
+    d.op_type = "Clip";
+    d.key = "clip";
+    d.kernel = "cpu";
+    d.dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                DType::kInt64,   DType::kInt32,   DType::kInt16,   DType::kInt8,
+                DType::kUInt8};
+    d.description = "Clip(x, min, max)";
+    d.infer = infer_same;
+    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      UnaryParams p;
+      HostTensor b;
+      auto bound = [&](std::size_t i, double fallback) {
+        if (in.size() > i && in[i].data && in[i].numel() > 0)
+          return HostTensor::wrap(in[i].dtype, {}, in[i].data, nullptr).float_at(0);
+        return fallback;
+      };
+      double lo_def = -std::numeric_limits<double>::infinity();
+      double hi_def = std::numeric_limits<double>::infinity();
+      if (in[0].dtype != DType::kFloat32 && in[0].dtype != DType::kFloat64 &&
+          in[0].dtype != DType::kFloat16 && in[0].dtype != DType::kBFloat16) {
+        // Integers: the type's own range (infinite bounds would not convert).
+        lo_def = -9.2e18;
+        hi_def = 9.2e18;
+        visit_dtype(in[0].dtype, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (std::is_integral_v<T>) {
+            lo_def = static_cast<double>(std::numeric_limits<T>::min());
+            hi_def = static_cast<double>(std::numeric_limits<T>::max());
+          }
+        });
+      }
+      p.lo = bound(1, n.attr_float("min", lo_def));
+      p.hi = bound(2, n.attr_float("max", hi_def));
+      run_unary(Unary::kClip, p, in[0].dtype, in[0].data, out[0].data, in[0].numel());
+    };
+    defs.push_back(std::move(d));
+  }
+  for (const char* op : {"Identity", "Dropout"}) {
+    OpDef d;
+    d.op_type = op;
+    d.key = op_key(op);
+    d.kernel = "cpu";
+    d.description = std::string(op) + (std::string(op) == "Dropout" ? " (inference: identity)" : "");
+    d.alias = true;
+    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+      bool ok = infer_same(n, in, out);
+      if (out.size() > 1) {  // Dropout's mask: all true in inference
+        out[1].present = true;
+        out[1].dtype = DType::kBool;
+        out[1].shape = in[0].shape;
+      }
+      return ok;
+    };
+    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      if (n.op_type == "Dropout" && in.size() > 2 && in[2].data &&
+          in[2].ptr<const uint8_t>()[0] != 0) {
+        XRT_THROW(UnsupportedOperationError, n.where(),
+                  ": training_mode=true Dropout is random and not supported for inference; "
+                  "export the model in eval mode");
+      }
+      copy_view(in[0], out[0]);
+      if (out.size() > 1 && out[1].data) std::memset(out[1].data, 1, out[1].nbytes());
+    };
+    defs.push_back(std::move(d));
+  }
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,276 @@
+// Fusion passes (CPU, where they pay): epilogues into Conv/MatMul/Gemm (the data
+// is still in cache when the bias/residual/activation are applied) and chains of
+// float32 elementwise ops into one FusedElementwise node (one pass over memory).
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/ops/elementwise.h"
+#include "backends/cpu/ops/fused.h"
+#include "graph/passes.h"
+
+namespace xpuruntime::graph::passes {
+namespace {
+
+using cpu::FusedBin;
+using cpu::Unary;
+
+bool is_output(const Graph& g, int v) {
+  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+}
+
+// v is read by exactly one node and is not a graph output.
+bool single_use(const Graph& g, const std::vector<std::vector<int>>& cons, int v) {
+  return v >= 0 && cons[v].size() == 1 && !is_output(g, v) &&
+         std::count(g.nodes[cons[v][0]].inputs.begin(), g.nodes[cons[v][0]].inputs.end(), v) == 1;
+}
+
+bool const_scalar(const Graph& g, int v, double& out) {
+  if (v < 0 || !g.values[v].constant.defined() || g.values[v].constant.numel() != 1) return false;
+  out = g.values[v].constant.float_at(0);
+  return true;
+}
+
+// An activation that can be applied as an epilogue; fills the node attributes.
+bool activation_attrs(const Graph& g, const Node& a, std::map<std::string, Attr>& attrs) {
+  static const char* kActs[] = {"Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
+                                "LeakyRelu", "Gelu", "Clip"};
+  if (std::find_if(std::begin(kActs), std::end(kActs), [&](const char* s) { return a.op_type == s; }) ==
+      std::end(kActs))
+    return false;
+  double lo = -INFINITY, hi = INFINITY;
+  if (a.op_type == "Clip") {
+    lo = a.attr_float("min", lo);
+    hi = a.attr_float("max", hi);
+    if (a.inputs.size() > 1 && a.inputs[1] >= 0 && !const_scalar(g, a.inputs[1], lo)) return false;
+    if (a.inputs.size() > 2 && a.inputs[2] >= 0 && !const_scalar(g, a.inputs[2], hi)) return false;
+  }
+  attrs["_act"] = Attr::of_string(a.op_type);
+  attrs["_lo"] = Attr::of_float(lo);
+  attrs["_hi"] = Attr::of_float(hi);
+  double alpha = 0, beta = 0;
+  if (a.op_type == "HardSigmoid") {
+    alpha = a.attr_float("alpha", 0.2);
+    beta = a.attr_float("beta", 0.5);
+  } else if (a.op_type == "LeakyRelu") {
+    alpha = a.attr_float("alpha", 0.01);
+  } else if (a.op_type == "Gelu") {
+    attrs["_approximate"] = Attr::of_string(a.attr_str("approximate", "none"));
+  }
+  attrs["_alpha"] = Attr::of_float(alpha);
+  attrs["_beta"] = Attr::of_float(beta);
+  return true;
+}
+
+bool f32(const Graph& g, int v) { return v >= 0 && g.values[v].dtype == DType::kFloat32; }
+
+// Shape s broadcasts into o as a suffix (bias row) or scalar, or equals o.
+bool suffix_compatible(const Shape& s, const Shape& o) {
+  if (shape_numel(s) == 1) return true;
+  std::size_t lead = 0;
+  while (lead < s.size() && s[lead] == 1) ++lead;
+  const std::size_t len = s.size() - lead;
+  if (len > o.size()) return false;
+  return std::equal(s.begin() + lead, s.end(), o.end() - len);
+}
+
+bool fused_binary(const std::string& op, FusedBin& b) {
+  static const std::pair<const char*, FusedBin> kOps[] = {
+      {"Add", FusedBin::kAdd}, {"Sub", FusedBin::kSub}, {"Mul", FusedBin::kMul},
+      {"Div", FusedBin::kDiv}, {"Pow", FusedBin::kPow}, {"Min", FusedBin::kMin},
+      {"Max", FusedBin::kMax}};
+  for (auto& [name, code] : kOps)
+    if (op == name) {
+      b = code;
+      return true;
+    }
+  return false;
+}
+
+struct Instr {
+  int kind = 0, code = 0, operand = -1;  // operand: a graph value id until encoded
+  cpu::UnaryParams p;
+};
+
+// Describes node n as one instruction on the accumulator value `acc`.
+bool as_instr(const Graph& g, const Node& n, int acc, Instr& ins) {
+  if (n.outputs.empty() || !f32(g, n.outputs[0]) || !g.values[n.outputs[0]].shape) return false;
+  for (std::size_t j = 1; j < n.outputs.size(); ++j)
+    if (n.outputs[j] >= 0) return false;
+  FusedBin b;
+  if (fused_binary(n.op_type, b)) {
+    if (n.inputs.size() != 2 || n.inputs[0] == n.inputs[1]) return false;
+    const int other = n.inputs[0] == acc ? n.inputs[1] : n.inputs[0];
+    if (!f32(g, other) || !g.values[other].shape && !g.values[other].constant.defined())
+      return false;
+    const Shape os = g.values[other].constant.defined() ? g.values[other].constant.shape
+                                                        : *g.values[other].shape;
+    if (!suffix_compatible(os, *g.values[n.outputs[0]].shape)) return false;
+    ins.kind = n.inputs[0] == acc ? 1 : 2;
+    ins.code = static_cast<int>(b);
+    ins.operand = other;
+    return true;
+  }
+  Unary k;
+  if (n.op_type == "Clip") {
+    k = Unary::kClip;
+    double lo = n.attr_float("min", -INFINITY), hi = n.attr_float("max", INFINITY);
+    if (n.inputs.size() > 1 && n.inputs[1] >= 0 && !const_scalar(g, n.inputs[1], lo)) return false;
+    if (n.inputs.size() > 2 && n.inputs[2] >= 0 && !const_scalar(g, n.inputs[2], hi)) return false;
+    ins.p.lo = lo;
+    ins.p.hi = hi;
+  } else if (!cpu::unary_kind(n, k) || n.inputs.size() != 1 || k == Unary::kNot) {
+    return false;
+  }
+  if (k == Unary::kLeakyRelu) ins.p.alpha = n.attr_float("alpha", 0.01);
+  if (k == Unary::kElu) ins.p.alpha = n.attr_float("alpha", 1.0);
+  if (k == Unary::kHardSigmoid) {
+    ins.p.alpha = n.attr_float("alpha", 0.2);
+    ins.p.beta = n.attr_float("beta", 0.5);
+  }
+  ins.kind = 0;
+  ins.code = static_cast<int>(k);
+  return true;
+}
+
+}  // namespace
+
+int fuse_epilogues(Graph& g) {
+  int fused = 0;
+  auto cons = consumers(g);
+  // MatMul + Add(constant row of N) -> bias epilogue.
+  for (Node& mm : g.nodes) {
+    if (mm.op_type != "MatMul" || mm.outputs.empty()) continue;
+    const int y = mm.outputs[0];
+    if (!f32(g, y) || !single_use(g, cons, y) || !g.values[y].shape || g.values[y].shape->empty())
+      continue;
+    Node& add = g.nodes[cons[y][0]];
+    if (add.op_type != "Add" || add.inputs.size() != 2) continue;
+    const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+    const Value& ov = g.values[other];
+    const int64_t nn = g.values[y].shape->back();
+    if (!ov.constant.defined() || ov.constant.dtype != DType::kFloat32 ||
+        ov.constant.numel() != nn || !suffix_compatible(ov.constant.shape, *g.values[y].shape) ||
+        g.values[add.outputs[0]].shape != g.values[y].shape)
+      continue;
+    mm.inputs.resize(2);
+    mm.inputs.push_back(other);
+    mm.attrs["_bias"] = Attr::of_int(1);
+    mm.outputs[0] = add.outputs[0];
+    add.op_type.clear();
+    ++fused;
+  }
+  compact(g);
+  cons = consumers(g);
+  // Conv + Add(same-shaped tensor) -> residual epilogue.
+  for (Node& cv : g.nodes) {
+    if (cv.op_type != "Conv" || cv.outputs.empty()) continue;
+    const int y = cv.outputs[0];
+    if (!f32(g, y) || !single_use(g, cons, y) || !g.values[y].shape) continue;
+    Node& add = g.nodes[cons[y][0]];
+    if (add.op_type != "Add" || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
+    const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+    if (!g.values[other].shape || *g.values[other].shape != *g.values[y].shape ||
+        g.values[add.outputs[0]].shape != g.values[y].shape || !f32(g, other))
+      continue;
+    cv.inputs.resize(3, -1);
+    cv.inputs.push_back(other);
+    cv.attrs["_sum"] = Attr::of_int(1);
+    cv.outputs[0] = add.outputs[0];
+    add.op_type.clear();
+    ++fused;
+  }
+  compact(g);
+  cons = consumers(g);
+  // {Conv, MatMul, Gemm} + activation.
+  for (Node& p : g.nodes) {
+    if ((p.op_type != "Conv" && p.op_type != "MatMul" && p.op_type != "Gemm") || p.has("_act"))
+      continue;
+    const int y = p.outputs[0];
+    if (!f32(g, y) || !single_use(g, cons, y)) continue;
+    Node& a = g.nodes[cons[y][0]];
+    if (a.inputs.empty() || a.inputs[0] != y || a.outputs.size() != 1) continue;
+    std::map<std::string, Attr> attrs;
+    if (!activation_attrs(g, a, attrs)) continue;
+    for (auto& [k, v] : attrs) p.attrs[k] = v;
+    p.outputs[0] = a.outputs[0];
+    a.op_type.clear();
+    ++fused;
+  }
+  compact(g);
+  return fused;
+}
+
+int fuse_elementwise(Graph& g) {
+  int fused = 0;
+  auto cons = consumers(g);
+  std::vector<bool> taken(g.nodes.size(), false);
+  for (int start : g.topo_order()) {
+    if (taken[start]) continue;
+    const Node& n0 = g.nodes[start];
+    if (n0.inputs.empty() || n0.inputs[0] < 0) continue;
+    Instr first;
+    if (!as_instr(g, n0, n0.inputs[0], first)) continue;
+    const int acc0 = n0.inputs[0];
+    if (!f32(g, acc0)) continue;
+    const Shape out_shape = *g.values[n0.outputs[0]].shape;
+    {
+      const Value& a = g.values[acc0];
+      const Shape as = a.constant.defined() ? a.constant.shape : (a.shape ? *a.shape : Shape{-1});
+      if (!suffix_compatible(as, out_shape)) continue;
+    }
+    std::vector<int> chain = {start};
+    std::vector<Instr> prog = {first};
+    int cur = n0.outputs[0];
+    while (single_use(g, cons, cur)) {
+      const int next = cons[cur][0];
+      const Node& c = g.nodes[next];
+      Instr ins;
+      if (taken[next] || !as_instr(g, c, cur, ins) || *g.values[c.outputs[0]].shape != out_shape)
+        break;
+      if (ins.kind == 0 && c.inputs[0] != cur) break;
+      chain.push_back(next);
+      prog.push_back(ins);
+      cur = c.outputs[0];
+    }
+    if (chain.size() < 2) continue;
+    // Encode: inputs = [acc0, operands...] (deduplicated).
+    Node f;
+    f.name = n0.name + "_fused";
+    f.op_type = "FusedElementwise";
+    f.domain = "xrt";
+    f.inputs.push_back(acc0);
+    std::vector<int64_t> code;
+    std::vector<double> params;
+    for (const Instr& ins : prog) {
+      int idx = -1;
+      if (ins.kind != 0) {
+        auto it = std::find(f.inputs.begin(), f.inputs.end(), ins.operand);
+        if (it == f.inputs.end()) {
+          f.inputs.push_back(ins.operand);
+          idx = static_cast<int>(f.inputs.size()) - 1;
+        } else {
+          idx = static_cast<int>(it - f.inputs.begin());
+        }
+      }
+      code.insert(code.end(), {ins.kind, ins.code, idx});
+      params.insert(params.end(), {ins.p.alpha, ins.p.beta, ins.p.lo, ins.p.hi});
+    }
+    std::string ops;
+    for (int k : chain) ops += (ops.empty() ? "" : ",") + g.nodes[k].op_type;
+    f.attrs["_prog"] = Attr::of_ints(code);
+    f.attrs["_params"] = Attr::of_floats(params);
+    f.attrs["_ops"] = Attr::of_string(ops);
+    f.outputs = {cur};
+    for (int k : chain) {
+      taken[k] = true;
+      g.nodes[k].op_type.clear();
+    }
+    g.nodes.push_back(std::move(f));
+    taken.push_back(true);
+    ++fused;
+  }
+  compact(g);
+  return fused;
+}
+
+}  // namespace xpuruntime::graph::passes

@@ -1,0 +1,31 @@
+// Compiler passes over a Graph (compiler.cpp runs them in order). Each returns how
+// many nodes it changed, for the plan's pass log. Dead nodes are marked with an
+// empty op_type and removed by compact().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "xpuruntime/graph/ir.h"
+
+namespace xpuruntime::graph::passes {
+
+// Infers dtypes/shapes in topological order and folds nodes whose inputs are all
+// constant (and Shape/Size of known shapes) into constants.
+int infer_and_fold(Graph& g, bool fold);
+// Conv/Gemm followed by BatchNormalization with constant parameters -> new weights.
+int fold_batchnorm(Graph& g);
+// MatMul+bias, Conv+residual Add, and {Conv, MatMul, Gemm}+activation epilogues.
+int fuse_epilogues(Graph& g);
+// Chains of float32 elementwise ops -> one FusedElementwise node.
+int fuse_elementwise(Graph& g);
+// Removes nodes whose outputs no graph output needs.
+int eliminate_dead_code(Graph& g);
+// Drops dead nodes and recomputes producers.
+void compact(Graph& g);
+// consumers[v] = node indices reading value v (each node once per value).
+std::vector<std::vector<int>> consumers(const Graph& g);
+// A fresh, unused value name with the given prefix.
+std::string fresh_name(const Graph& g, const std::string& prefix);
+
+}  // namespace xpuruntime::graph::passes

@@ -1,0 +1,21 @@
+// Plan building and memory planning (compiler.cpp calls these last).
+#pragma once
+
+#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/graph/plan.h"
+
+namespace xpuruntime::graph {
+
+// Fills plan.values/constants/inputs/outputs from the graph, renumbering the value
+// ids inside plan.steps (whose nodes still carry graph ids), and marks view steps.
+void build_plan_values(const Graph& g, ExecutionPlan& plan);
+
+// Lifetimes -> offsets in one arena (greedy by size: largest first, lowest offset
+// that overlaps no live buffer). Static intermediates get arena_offset; values
+// shaped at run time stay dynamic. Fills last_use and plan.memory.
+void plan_memory(ExecutionPlan& plan);
+
+// Bytes a value occupies in the arena (64-byte aligned), 0 when not static.
+int64_t arena_bytes_of(const PlanValue& v);
+
+}  // namespace xpuruntime::graph
