@@ -31,8 +31,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -43,7 +44,8 @@ BUDGET_US = 10.0
 
 def tiny_model() -> onnx.ModelProto:
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "tiny",
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
     )
@@ -67,11 +69,18 @@ def per_call_us(fns: dict[str, Callable[[], Any]], rounds: int, calls: int) -> d
     out: dict[str, Any] = {"_rounds": {k: list(v) for k, v in samples.items()}}
     for name, s in samples.items():
         s = sorted(s)
-        out[name] = {"min_us": s[0], "p10_us": s[len(s) // 10], "median_us": statistics.median(s), "p90_us": s[(9 * len(s)) // 10]}
+        out[name] = {
+            "min_us": s[0],
+            "p10_us": s[len(s) // 10],
+            "median_us": statistics.median(s),
+            "p90_us": s[(9 * len(s)) // 10],
+        }
     return out
 
 
-def bench_engine(engine: str, model: onnx.ModelProto, x: np.ndarray, rounds: int, calls: int) -> dict[str, Any]:
+def bench_engine(
+    engine: str, model: onnx.ModelProto, x: np.ndarray, rounds: int, calls: int
+) -> dict[str, Any]:
     from xpuruntime.engines import registry
     from xpuruntime.engines.base import EngineOptions
 
@@ -107,8 +116,11 @@ def bench_engine(engine: str, model: onnx.ModelProto, x: np.ndarray, rounds: int
 
         fns["direct"] = ov_direct(eng.compiled_model.create_infer_request())
         core = ov.Core()
-        own = core.compile_model(core.read_model(model.SerializeToString()), "CPU",
-                                 {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"})
+        own = core.compile_model(
+            core.read_model(model.SerializeToString()),
+            "CPU",
+            {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"},
+        )
         fns["direct_separate"] = ov_direct(own.create_infer_request())
         version = ov.get_version()
     fns["engine"] = lambda: eng.run({"x": x})
@@ -155,7 +167,9 @@ def _policy(**fields: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--engines", default="onnxruntime,openvino")
@@ -170,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         "budget_us": BUDGET_US,
         "rounds": args.rounds,
         "calls_per_round": args.calls,
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "python": sys.version.split()[0], "numpy": np.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "python": sys.version.split()[0],
+            "numpy": np.__version__,
+        },
         "engines": {},
     }
     for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:

@@ -21,11 +21,22 @@ def exec_policy(**fields: Any) -> Any:
     try:
         from xpuruntime.policies import ExecutionPolicy
     except ImportError:
-        ExecutionPolicy = None  # noqa: N806
+        ExecutionPolicy = None
     if ExecutionPolicy is not None:
         return ExecutionPolicy(**fields)
-    base = dict(target="auto", precision="fp32", static_shape=False, allow_fallback=None, deterministic=False,
-                cuda_graph=False, workspace_limit_bytes=0, engine=None, allow_tf32=False, threads=0, strict=[])
+    base = {
+        "target": "auto",
+        "precision": "fp32",
+        "static_shape": False,
+        "allow_fallback": None,
+        "deterministic": False,
+        "cuda_graph": False,
+        "workspace_limit_bytes": 0,
+        "engine": None,
+        "allow_tf32": False,
+        "threads": 0,
+        "strict": [],
+    }
     unknown = set(fields) - set(base)
     if unknown:
         raise TypeError(f"unknown ExecutionPolicy fields {sorted(unknown)}")
@@ -33,7 +44,13 @@ def exec_policy(**fields: Any) -> Any:
     return SimpleNamespace(**base)
 
 
-def assert_close_to(out: np.ndarray, ref: np.ndarray, what: str, rtol: float = FP32_RTOL, atol_fraction: float = FP32_ATOL_FRACTION) -> None:
+def assert_close_to(
+    out: np.ndarray,
+    ref: np.ndarray,
+    what: str,
+    rtol: float = FP32_RTOL,
+    atol_fraction: float = FP32_ATOL_FRACTION,
+) -> None:
     """|out − ref| ≤ atol + rtol·|ref| with atol a fraction of max|ref|; ref must not be trivial."""
     out64, ref64 = np.asarray(out, np.float64), np.asarray(ref, np.float64)
     assert out64.shape == ref64.shape, f"{what}: shape {out64.shape} != {ref64.shape}"
@@ -61,7 +78,8 @@ def tiny_mlp(batch: int | str = "n", seed: int = 0) -> onnx.ModelProto:
         helper.make_node("MatMul", ["h2", "w2"], ["y"], name="mm2"),
     ]
     graph = helper.make_graph(
-        nodes, "tiny_mlp",
+        nodes,
+        "tiny_mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])],
         [w1, b1, w2],
@@ -79,7 +97,9 @@ def tiny_mlp_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return h @ w["w2"]
 
 
-def quantize_qdq(model: onnx.ModelProto, input_name: str, shape: tuple[int, ...], directory: Any, seed: int = 0) -> onnx.ModelProto:
+def quantize_qdq(
+    model: onnx.ModelProto, input_name: str, shape: tuple[int, ...], directory: Any, seed: int = 0
+) -> onnx.ModelProto:
     """Static QDQ int8 quantization of ``model`` calibrated on random inputs."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -94,8 +114,14 @@ def quantize_qdq(model: onnx.ModelProto, input_name: str, shape: tuple[int, ...]
 
     src, dst = directory / "float.onnx", directory / "qdq.onnx"
     onnx.save(model, src)
-    quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QUInt8)
+    quantize_static(
+        src,
+        dst,
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QUInt8,
+    )
     return onnx.load(dst)
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,9 @@ def _image_inputs(size: int) -> Callable[[np.random.Generator, int], dict[str, n
     return make
 
 
-def _token_inputs(vocab: int, seq: int, with_mask: bool) -> Callable[[np.random.Generator, int], dict[str, np.ndarray]]:
+def _token_inputs(
+    vocab: int, seq: int, with_mask: bool
+) -> Callable[[np.random.Generator, int], dict[str, np.ndarray]]:
     def make(rng: np.random.Generator, batch: int = 1) -> dict[str, np.ndarray]:
         feeds = {"input_ids": rng.integers(0, vocab, size=(batch, seq), dtype=np.int64)}
         if with_mask:
@@ -96,7 +99,9 @@ def _vit() -> Any:
     import torch
     from torchvision.models.vision_transformer import VisionTransformer
 
-    vit = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=10)
+    vit = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=10
+    )
     torch.nn.init.normal_(vit.heads.head.weight, std=0.2)  # torchvision zero-initializes the head
     return vit
 
@@ -127,31 +132,76 @@ class _TensorsOnly:
 def _bert() -> Any:
     from transformers import BertConfig, BertModel
 
-    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=128, max_position_embeddings=64, attn_implementation="eager")
+    cfg = BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     return _TensorsOnly.wrap(BertModel(cfg), "last_hidden_state")
 
 
 def _gpt2() -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=2, n_positions=64, use_cache=False,
-                     attn_implementation="eager")
+    cfg = GPT2Config(
+        vocab_size=1000,
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+        n_positions=64,
+        use_cache=False,
+        attn_implementation="eager",
+    )
     return _TensorsOnly.wrap(GPT2LMHeadModel(cfg), "logits")
 
 
 ZOO: dict[str, ZooModel] = {
-    "resnet18": ZooModel("resnet18", _resnet18, _image_inputs(64), ("input",), ("logits",), {"input": {0: "batch"}, "logits": {0: "batch"}}),
-    "mobilenet_v3_small": ZooModel(
-        "mobilenet_v3_small", _mobilenet, _image_inputs(64), ("input",), ("logits",), {"input": {0: "batch"}, "logits": {0: "batch"}}
+    "resnet18": ZooModel(
+        "resnet18",
+        _resnet18,
+        _image_inputs(64),
+        ("input",),
+        ("logits",),
+        {"input": {0: "batch"}, "logits": {0: "batch"}},
     ),
-    "vit_tiny": ZooModel("vit_tiny", _vit, _image_inputs(32), ("input",), ("logits",), {"input": {0: "batch"}, "logits": {0: "batch"}}),
+    "mobilenet_v3_small": ZooModel(
+        "mobilenet_v3_small",
+        _mobilenet,
+        _image_inputs(64),
+        ("input",),
+        ("logits",),
+        {"input": {0: "batch"}, "logits": {0: "batch"}},
+    ),
+    "vit_tiny": ZooModel(
+        "vit_tiny",
+        _vit,
+        _image_inputs(32),
+        ("input",),
+        ("logits",),
+        {"input": {0: "batch"}, "logits": {0: "batch"}},
+    ),
     "bert_tiny": ZooModel(
-        "bert_tiny", _bert, _token_inputs(1000, 16, True), ("input_ids", "attention_mask"), ("last_hidden_state",),
-        {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}, "last_hidden_state": {0: "batch", 1: "seq"}},
+        "bert_tiny",
+        _bert,
+        _token_inputs(1000, 16, True),
+        ("input_ids", "attention_mask"),
+        ("last_hidden_state",),
+        {
+            "input_ids": {0: "batch", 1: "seq"},
+            "attention_mask": {0: "batch", 1: "seq"},
+            "last_hidden_state": {0: "batch", 1: "seq"},
+        },
     ),
     "gpt2_tiny": ZooModel(
-        "gpt2_tiny", _gpt2, _token_inputs(1000, 16, False), ("input_ids",), ("logits",),
+        "gpt2_tiny",
+        _gpt2,
+        _token_inputs(1000, 16, False),
+        ("input_ids",),
+        ("logits",),
         {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
     ),
 }
@@ -166,7 +216,7 @@ def cache_dir() -> Path:
     return root / f"torch-{torch.__version__.split('+')[0]}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_module(name: str) -> Any:
     """The model as a torch module, randomly initialized with a fixed seed, in eval mode."""
     import torch
@@ -197,8 +247,17 @@ def export(name: str) -> Path:
         torch.backends.mha.set_fastpath_enabled(False)
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(module, args, tmp, dynamo=False, opset_version=OPSET, input_names=list(spec.input_names),
-                              output_names=list(spec.output_names), dynamic_axes=spec.dynamic_axes, do_constant_folding=True)
+            torch.onnx.export(
+                module,
+                args,
+                tmp,
+                dynamo=False,
+                opset_version=OPSET,
+                input_names=list(spec.input_names),
+                output_names=list(spec.output_names),
+                dynamic_axes=spec.dynamic_axes,
+                do_constant_folding=True,
+            )
         os.replace(tmp, path)
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)

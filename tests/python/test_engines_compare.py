@@ -9,7 +9,6 @@ import numpy as np
 import onnx
 import pytest
 from engine_testlib import tiny_mlp
-
 from xpuruntime.cli import compare as cmp
 
 
@@ -32,7 +31,11 @@ def test_diff_metrics_against_hand_values() -> None:
 def test_make_inputs_follows_dtypes_and_dims() -> None:
     from xpuruntime.engines.base import TensorInfo
 
-    infos = [TensorInfo("a", ("batch", 3), "float32"), TensorInfo("ids", ("batch", "seq"), "int64"), TensorInfo("m", (2,), "bool")]
+    infos = [
+        TensorInfo("a", ("batch", 3), "float32"),
+        TensorInfo("ids", ("batch", "seq"), "int64"),
+        TensorInfo("m", (2,), "bool"),
+    ]
     feeds = cmp.make_inputs(infos, {"batch": 4, "seq": 7}, seed=1, int_high=5)
     assert feeds["a"].shape == (4, 3) and feeds["a"].dtype == np.float32
     assert feeds["ids"].shape == (4, 7) and feeds["ids"].dtype == np.int64 and feeds["ids"].max() < 5
@@ -42,7 +45,9 @@ def test_make_inputs_follows_dtypes_and_dims() -> None:
 
 
 def test_compare_ort_openvino_and_an_unavailable_engine() -> None:
-    rows, inputs = cmp.compare(tiny_mlp(), ["onnxruntime", "openvino", "tensorrt"], dims={"n": 3}, iterations=3)
+    rows, inputs = cmp.compare(
+        tiny_mlp(), ["onnxruntime", "openvino", "tensorrt"], dims={"n": 3}, iterations=3
+    )
     by = {r.engine: r for r in rows}
     assert rows[0].engine == "onnxruntime" and by["onnxruntime"].diffs["y"]["max_abs"] == 0.0
     ov = by["openvino"]
@@ -59,8 +64,21 @@ def test_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     path = tmp_path / "m.onnx"
     onnx.save(tiny_mlp(), path)
     out_json = tmp_path / "cmp.json"
-    rc = cmp.main([str(path), "--engines", "ort,ov", "--reference", "openvino", "--dim", "n=2",
-                   "--iterations", "2", "--json", str(out_json)])
+    rc = cmp.main(
+        [
+            str(path),
+            "--engines",
+            "ort,ov",
+            "--reference",
+            "openvino",
+            "--dim",
+            "n=2",
+            "--iterations",
+            "2",
+            "--json",
+            str(out_json),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "openvino (ref)" in printed

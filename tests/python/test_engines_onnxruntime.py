@@ -6,16 +6,17 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import model_zoo
 import numpy as np
 import onnxruntime as ort
 import pytest
-from engine_testlib import assert_close_to, build, exec_policy, tiny_mlp, tiny_mlp_reference
-
-import model_zoo
 import xpuruntime as xrt
+from engine_testlib import assert_close_to, build, exec_policy, tiny_mlp, tiny_mlp_reference
 from xpuruntime.engines import registry
 
-pytestmark = pytest.mark.skipif(not registry.availability("onnxruntime").available, reason="onnxruntime not installed")
+pytestmark = pytest.mark.skipif(
+    not registry.availability("onnxruntime").available, reason="onnxruntime not installed"
+)
 
 
 def test_tiny_mlp_matches_float64_reference() -> None:
@@ -24,7 +25,9 @@ def test_tiny_mlp_matches_float64_reference() -> None:
     for batch in (1, 5, 33):
         x = np.random.default_rng(batch).standard_normal((batch, 16)).astype(np.float32)
         (y,) = eng.run({"x": x}).values()
-        assert_close_to(y, tiny_mlp_reference(model, x), f"ort tiny_mlp batch {batch}", rtol=1e-5, atol_fraction=1e-6)
+        assert_close_to(
+            y, tiny_mlp_reference(model, x), f"ort tiny_mlp batch {batch}", rtol=1e-5, atol_fraction=1e-6
+        )
     assert [i.name for i in eng.inputs()] == ["x"] and eng.inputs()[0].shape == ("n", 16)
     assert eng.outputs()[0].dtype == "float32"
 
@@ -57,7 +60,9 @@ def test_policy_mappings_are_read_back_from_the_session() -> None:
     assert by_node["onnxruntime:threads"].chosen == "intra_op_num_threads=1"
     assert "read back: intra_op_num_threads=1" in by_node["onnxruntime:threads"].detail
     assert by_node["onnxruntime:threads"].rule == "policy.threads"
-    assert by_node["onnxruntime:graph_optimization_level"].chosen == "graph_optimization_level=ORT_ENABLE_BASIC"
+    assert (
+        by_node["onnxruntime:graph_optimization_level"].chosen == "graph_optimization_level=ORT_ENABLE_BASIC"
+    )
     assert by_node["onnxruntime:deterministic"].chosen == "use_deterministic_compute=True"
 
 
@@ -66,7 +71,10 @@ def test_defaults_are_recorded_as_defaults() -> None:
     by_node = {d.node: d for d in eng.decisions() if d.op == "engine.policy"}
     assert by_node["onnxruntime:graph_optimization_level"].rule == "default"
     assert by_node["onnxruntime:threads"].rule == "default"
-    assert eng.session.get_session_options().graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert (
+        eng.session.get_session_options().graph_optimization_level
+        == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
 
 
 def test_every_node_placement_is_recorded() -> None:
@@ -76,8 +84,12 @@ def test_every_node_placement_is_recorded() -> None:
 
 
 def test_explain_shows_the_mappings() -> None:
-    inference = pytest.importorskip("xpuruntime.inference", reason="InferenceSession (native-engine issue) not built yet")
-    sess = inference.InferenceSession(tiny_mlp(), engine="onnxruntime", device="cpu", exec_policy=exec_policy(threads=1))
+    inference = pytest.importorskip(
+        "xpuruntime.inference", reason="InferenceSession (native-engine issue) not built yet"
+    )
+    sess = inference.InferenceSession(
+        tiny_mlp(), engine="onnxruntime", device="cpu", exec_policy=exec_policy(threads=1)
+    )
     text = str(sess.explain())
     assert "intra_op_num_threads=1" in text and "onnxruntime@cpu" in text
 
@@ -121,7 +133,9 @@ def test_dlpack_inputs_are_bound_without_copy() -> None:
     assert value.data_ptr() == t.data_ptr()  # shares the torch buffer
     y = eng.run({"x": t})["y"]
     assert isinstance(y, np.ndarray)
-    assert_close_to(y, tiny_mlp_reference(model, t.numpy()), "ort dlpack input", rtol=1e-5, atol_fraction=1e-6)
+    assert_close_to(
+        y, tiny_mlp_reference(model, t.numpy()), "ort dlpack input", rtol=1e-5, atol_fraction=1e-6
+    )
 
 
 def test_output_subset_and_concurrent_runs() -> None:
@@ -142,7 +156,9 @@ def test_output_subset_and_concurrent_runs() -> None:
     for t in threads:
         t.join()
     for i, x in enumerate(xs):
-        assert_close_to(results[i], tiny_mlp_reference(model, x), f"thread {i}", rtol=1e-5, atol_fraction=1e-6)
+        assert_close_to(
+            results[i], tiny_mlp_reference(model, x), f"thread {i}", rtol=1e-5, atol_fraction=1e-6
+        )
 
 
 def test_bad_models_raise_invalid_model(tmp_path: Path) -> None:

@@ -6,19 +6,22 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import model_zoo
 import numpy as np
 import pytest
-from engine_testlib import assert_close_to, build, exec_policy, quantize_qdq, tiny_mlp, tiny_mlp_reference
-
-import model_zoo
 import xpuruntime as xrt
+from engine_testlib import assert_close_to, build, exec_policy, quantize_qdq, tiny_mlp, tiny_mlp_reference
 from xpuruntime.engines import registry
 
-pytestmark = pytest.mark.skipif(not registry.availability("openvino").available, reason="openvino not installed")
+pytestmark = pytest.mark.skipif(
+    not registry.availability("openvino").available, reason="openvino not installed"
+)
 
 
 def _cpu_caps() -> list[str]:
-    return list(registry.get_engine_class("openvino")._core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return list(
+        registry.get_engine_class("openvino")._core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    )
 
 
 def test_tiny_mlp_matches_float64_reference() -> None:
@@ -26,7 +29,13 @@ def test_tiny_mlp_matches_float64_reference() -> None:
     eng = build("openvino", model)
     for batch in (1, 4, 17):  # dynamic batch: one compiled model, several shapes
         x = np.random.default_rng(batch).standard_normal((batch, 16)).astype(np.float32)
-        assert_close_to(eng.run({"x": x})["y"], tiny_mlp_reference(model, x), f"ov tiny_mlp batch {batch}", rtol=1e-5, atol_fraction=1e-5)
+        assert_close_to(
+            eng.run({"x": x})["y"],
+            tiny_mlp_reference(model, x),
+            f"ov tiny_mlp batch {batch}",
+            rtol=1e-5,
+            atol_fraction=1e-5,
+        )
 
 
 @pytest.mark.parametrize("name", model_zoo.MODELS)
@@ -45,10 +54,14 @@ def test_zoo_models_match_pytorch(name: str) -> None:
 
 
 def test_policy_mappings_are_read_back_from_the_compiled_model() -> None:
-    eng = build("openvino", tiny_mlp(), policy=exec_policy(threads=1, precision="fp32"), performance_hint="THROUGHPUT")
+    eng = build(
+        "openvino", tiny_mlp(), policy=exec_policy(threads=1, precision="fp32"), performance_hint="THROUGHPUT"
+    )
     cm = eng.compiled_model
-    assert str(cm.get_property("INFERENCE_PRECISION_HINT")) in ("<Type: 'float32'>", "f32") or cm.get_property(
-        "INFERENCE_PRECISION_HINT").get_type_name() == "f32"
+    assert (
+        str(cm.get_property("INFERENCE_PRECISION_HINT")) in ("<Type: 'float32'>", "f32")
+        or cm.get_property("INFERENCE_PRECISION_HINT").get_type_name() == "f32"
+    )
     assert cm.get_property("INFERENCE_NUM_THREADS") == 1
     assert str(cm.get_property("PERFORMANCE_HINT")).endswith("THROUGHPUT")
     by_node = {d.node: d for d in eng.decisions() if d.op == "engine.policy"}
@@ -71,18 +84,28 @@ def test_fp16_where_the_cpu_cannot_is_refused() -> None:
         eng = build("openvino", tiny_mlp(), policy=exec_policy(precision="fp16"))
         assert eng.effective_options["INFERENCE_PRECISION_HINT"] == "f16"
         return
-    with pytest.raises(xrt.UnsupportedOperationError, match="openvino@cpu: dtype_unsupported.*silently run f32"):
+    with pytest.raises(
+        xrt.UnsupportedOperationError, match="openvino@cpu: dtype_unsupported.*silently run f32"
+    ):
         registry.select_engine("openvino", "cpu", exec_policy(precision="fp16"))
 
 
-@pytest.mark.skipif("npu" in registry.availability("openvino").devices, reason="this machine has an OpenVINO NPU")
+@pytest.mark.skipif(
+    "npu" in registry.availability("openvino").devices, reason="this machine has an OpenVINO NPU"
+)
 def test_npu_falls_back_to_cpu_only_when_allowed() -> None:
     model = tiny_mlp()
     with pytest.raises(xrt.BackendUnavailableError, match="openvino@npu"):
         build("openvino", model, device="npu", policy=exec_policy())
     eng = build("openvino", model, device="npu", policy=exec_policy(allow_fallback="cpu"))
     x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)
-    assert_close_to(eng.run({"x": x})["y"], tiny_mlp_reference(model, x), "ov npu→cpu fallback", rtol=1e-5, atol_fraction=1e-5)
+    assert_close_to(
+        eng.run({"x": x})["y"],
+        tiny_mlp_reference(model, x),
+        "ov npu→cpu fallback",
+        rtol=1e-5,
+        atol_fraction=1e-5,
+    )
     assert eng.effective_options["EXECUTION_DEVICES"] == ["CPU"]
 
 
@@ -103,7 +126,9 @@ def test_int8_needs_a_quantized_model(tmp_path: Path) -> None:
         build("openvino", model, policy=exec_policy(precision="int8"))
     qdq = quantize_qdq(model, "x", (4, 16), tmp_path)
     eng = build("openvino", qdq, policy=exec_policy(precision="int8"))
-    int8_layers = [d for d in eng.decisions() if d.rule == "engine.placement" and d.chosen.endswith(("/i8", "/u8"))]
+    int8_layers = [
+        d for d in eng.decisions() if d.rule == "engine.placement" and d.chosen.endswith(("/i8", "/u8"))
+    ]
     assert int8_layers, "no layer runs in int8 according to the runtime model"
     x = np.random.default_rng(5).standard_normal((4, 16)).astype(np.float32)
     ref = tiny_mlp_reference(model, x)
@@ -150,7 +175,9 @@ def test_concurrent_runs() -> None:
     for t in threads:
         t.join()
     for i, x in enumerate(xs):
-        assert_close_to(results[i], tiny_mlp_reference(model, x), f"ov thread {i}", rtol=1e-5, atol_fraction=1e-5)
+        assert_close_to(
+            results[i], tiny_mlp_reference(model, x), f"ov thread {i}", rtol=1e-5, atol_fraction=1e-5
+        )
 
 
 def test_explicit_openvino_device_string_and_cache_dir(tmp_path: Path) -> None:

@@ -11,21 +11,28 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import xpuruntime as xrt
 from engine_testlib import build, exec_policy, quantize_qdq, tiny_mlp, tiny_mlp_reference
 from onnx import TensorProto, helper
-
-import xpuruntime as xrt
 from xpuruntime.engines import registry
 
-qnn_pkg = pytest.importorskip("onnxruntime_qnn", reason="onnxruntime-qnn is not installed (pip install xpuruntime[qnn])")
+qnn_pkg = pytest.importorskip(
+    "onnxruntime_qnn", reason="onnxruntime-qnn is not installed (pip install xpuruntime[qnn])"
+)
 AV = registry.availability("qnn")
 needs_htp = pytest.mark.skipif("npu" not in AV.devices, reason=f"no QNN HTP backend here: {AV.reason}")
-INT8 = dict(precision="int8", static_shape=True)
+INT8 = {"precision": "int8", "static_shape": True}
 
 
 def test_availability_says_exactly_what_the_wheel_holds() -> None:
-    libs = {name: os.path.isfile(path) for name, path in (
-        ("htp", qnn_pkg.get_qnn_htp_path()), ("cpu", qnn_pkg.get_qnn_cpu_path()), ("gpu", qnn_pkg.get_qnn_gpu_path()))}
+    libs = {
+        name: os.path.isfile(path)
+        for name, path in (
+            ("htp", qnn_pkg.get_qnn_htp_path()),
+            ("cpu", qnn_pkg.get_qnn_cpu_path()),
+            ("gpu", qnn_pkg.get_qnn_gpu_path()),
+        )
+    }
     assert AV.available == (libs["htp"] or libs["cpu"])
     assert ("npu" in AV.devices) == libs["htp"]
     assert ("cpu" in AV.devices) == libs["cpu"]
@@ -47,13 +54,17 @@ def test_int8_qdq_model_runs_on_htp(qdq_model: tuple[onnx.ModelProto, onnx.Model
     eng = build("qnn", qdq, device="npu", policy=exec_policy(**INT8))
     assert eng.effective_options["providers"][0] == "QNNExecutionProvider"
     assert eng.effective_options["provider_options"]["QNNExecutionProvider"]["backend_type"] == "htp"
-    on_qnn = [d.op for d in eng.decisions() if d.rule == "engine.placement" and d.chosen == "QNNExecutionProvider"]
+    on_qnn = [
+        d.op for d in eng.decisions() if d.rule == "engine.placement" and d.chosen == "QNNExecutionProvider"
+    ]
     assert "MatMul" in on_qnn
     x = np.random.default_rng(21).standard_normal((4, 16)).astype(np.float32)
     y = eng.run({"x": x})["y"]
     # Same quantized model on ORT's CPU provider: QNN must agree to about one
     # quantization step of the output (scale = range / 255).
-    cpu = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    cpu = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     step = (cpu.max() - cpu.min()) / 255
     assert np.abs(y - cpu).max() <= 2.5 * step
     ref = tiny_mlp_reference(model, x)
@@ -83,15 +94,25 @@ def test_policy_requirements_are_enforced(qdq_model: tuple[onnx.ModelProto, onnx
         build("qnn", model, device="npu", policy=exec_policy(**INT8))
     with pytest.raises(xrt.PolicyError, match="input_shapes"):
         build("qnn", tiny_mlp(), device="npu", policy=exec_policy(precision="fp16", static_shape=True))
-    eng = build("qnn", tiny_mlp(), device="npu", policy=exec_policy(precision="fp16", static_shape=True), input_shapes={"x": [3, 16]})
+    eng = build(
+        "qnn",
+        tiny_mlp(),
+        device="npu",
+        policy=exec_policy(precision="fp16", static_shape=True),
+        input_shapes={"x": [3, 16]},
+    )
     assert eng.run({"x": np.ones((3, 16), np.float32)})["y"].shape == (3, 8)
 
 
 def _model_with_erf() -> onnx.ModelProto:
     """Relu then Erf: QNN's HTP backend takes Relu, not Erf."""
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Erf", ["r"], ["y"], name="erf")],
-        "erf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Erf", ["r"], ["y"], name="erf"),
+        ],
+        "erf",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -102,12 +123,15 @@ def _model_with_erf() -> onnx.ModelProto:
 @needs_htp
 def test_cpu_fallback_of_nodes_only_when_allowed() -> None:
     model = _model_with_erf()
-    policy = dict(precision="fp16", static_shape=True)
+    policy = {"precision": "fp16", "static_shape": True}
     with pytest.raises(xrt.UnsupportedOperationError, match=r"erf \(Erf\).*allow_fallback='cpu'"):
         build("qnn", model, device="npu", policy=exec_policy(**policy))
     eng = build("qnn", model, device="npu", policy=exec_policy(**policy, allow_fallback="cpu"))
     rules = {d.node: (d.chosen, d.rule) for d in eng.decisions() if d.op in ("Relu", "Erf")}
-    assert rules == {"relu": ("QNNExecutionProvider", "engine.placement"), "erf": ("CPUExecutionProvider", "fallback")}
+    assert rules == {
+        "relu": ("QNNExecutionProvider", "engine.placement"),
+        "erf": ("CPUExecutionProvider", "fallback"),
+    }
     from math import erf
 
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
@@ -120,7 +144,9 @@ def test_strict_no_cpu_fallback(qdq_model: tuple[onnx.ModelProto, onnx.ModelProt
     _, qdq = qdq_model
     try:
         strict_int8 = exec_policy(**INT8, strict=["no_cpu_fallback"])
-        strict_fp16 = exec_policy(precision="fp16", static_shape=True, allow_fallback="cpu", strict=["no_cpu_fallback"])
+        strict_fp16 = exec_policy(
+            precision="fp16", static_shape=True, allow_fallback="cpu", strict=["no_cpu_fallback"]
+        )
     except xrt.PolicyError as exc:  # pragma: no cover - depends on the policy module
         pytest.skip(f"policy refuses the assertion: {exc}")
     # With CPU fallback disabled, QNN takes the QDQ model's host-side Quantize/Dequantize too.

@@ -5,9 +5,8 @@ from __future__ import annotations
 import platform
 
 import pytest
-from engine_testlib import exec_policy
-
 import xpuruntime as xrt
+from engine_testlib import exec_policy
 from xpuruntime.engines import registry
 
 
@@ -17,8 +16,17 @@ def _has(engine: str, device: str) -> bool:
 
 
 # ------------------------------------------------------------------ names
-@pytest.mark.parametrize(("alias", "name"), [("onnxrt", "onnxruntime"), ("ORT", "onnxruntime"), ("ov", "openvino"),
-                                             ("trt", "tensorrt"), ("OpenVINO", "openvino"), ("qnn", "qnn")])
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [
+        ("onnxrt", "onnxruntime"),
+        ("ORT", "onnxruntime"),
+        ("ov", "openvino"),
+        ("trt", "tensorrt"),
+        ("OpenVINO", "openvino"),
+        ("qnn", "qnn"),
+    ],
+)
 def test_aliases(alias: str, name: str) -> None:
     assert registry.canonical_name(alias) == name
 
@@ -99,7 +107,10 @@ def test_npu_without_npu_raises_unless_fallback_allowed() -> None:
 
     cls, dev, (d,) = registry.select_engine("openvino", "npu", exec_policy(allow_fallback="cpu"))
     assert (cls.name, dev, d.rule, d.chosen) == ("openvino", "cpu", "fallback", "openvino@cpu")
-    assert [(c.kernel, c.verdict) for c in d.candidates] == [("openvino@npu", "rejected"), ("openvino@cpu", "supported")]
+    assert [(c.kernel, c.verdict) for c in d.candidates] == [
+        ("openvino@npu", "rejected"),
+        ("openvino@cpu", "supported"),
+    ]
     assert "allow_fallback='cpu'" in d.detail
 
 
@@ -114,7 +125,7 @@ def test_strict_no_fallback_wins_over_allow_fallback() -> None:
 
 
 def test_auto_device_prefers_accelerators_then_cpu() -> None:
-    cls, dev, (d,) = registry.select_engine("auto", "auto", None)
+    _cls, dev, (d,) = registry.select_engine("auto", "auto", None)
     kinds = [k for k in registry.AUTO_DEVICE_ORDER if any(_has(n, k) for n in registry.AUTO_ORDER[k])]
     assert dev.split(":")[0] == kinds[0]
     assert d.rule == "auto.first_available"

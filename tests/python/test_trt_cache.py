@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from xpuruntime.engines import registry
 from xpuruntime.engines.trt_cache import CACHE_FORMAT, BuildKey, EngineCache, atomic_write
 
@@ -70,7 +69,11 @@ def test_store_then_hit(tmp_path: Path) -> None:
     look = cache.lookup(key)
     assert look.hit and look.payload == data
     meta = json.loads(cache.meta_path(key).read_text())
-    assert meta["format"] == CACHE_FORMAT and meta["size"] == len(data) and meta["key"]["tensorrt_version"] == "10.3.0"
+    assert (
+        meta["format"] == CACHE_FORMAT
+        and meta["size"] == len(data)
+        and meta["key"]["tensorrt_version"] == "10.3.0"
+    )
 
 
 def test_miss_reasons_name_what_changed(tmp_path: Path) -> None:

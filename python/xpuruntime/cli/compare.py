@@ -17,8 +17,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,9 @@ def diff_metrics(out: Any, ref: Any) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------- inputs
-def make_inputs(infos: Sequence[Any], dims: dict[str, int], seed: int, int_high: int) -> dict[str, np.ndarray]:
+def make_inputs(
+    infos: Sequence[Any], dims: dict[str, int], seed: int, int_high: int
+) -> dict[str, np.ndarray]:
     """Random inputs for TensorInfo-like specs; symbolic dims from ``dims`` (else 1)."""
     from ..engines._common import numpy_dtype
 
@@ -145,8 +148,13 @@ def compare(
                 eng.run(inputs)
                 times.append((time.perf_counter() - t0) * 1e3)
             times.sort()
-            row = EngineResult(name, dev, "ok", latency_ms_median=statistics.median(times),
-                               latency_ms_p90=times[min(len(times) - 1, int(0.9 * len(times)))])
+            row = EngineResult(
+                name,
+                dev,
+                "ok",
+                latency_ms_median=statistics.median(times),
+                latency_ms_p90=times[min(len(times) - 1, int(0.9 * len(times)))],
+            )
             outputs[name] = out
         except Exception as exc:  # noqa: BLE001 - one failing engine must not stop the table
             row = EngineResult(name, device, "error", error=f"{type(exc).__name__}: {exc}")
@@ -171,14 +179,29 @@ def format_table(rows: Sequence[EngineResult], reference: str) -> str:
     header = ["engine", "device", "output", "max_abs", "max_rel", "cosine", "median_ms", "p90_ms", "status"]
     lines = [header]
     for r in rows:
-        lat = (f"{r.latency_ms_median:.3f}", f"{r.latency_ms_p90:.3f}") if r.latency_ms_median is not None else ("-", "-")
+        lat = (
+            (f"{r.latency_ms_median:.3f}", f"{r.latency_ms_p90:.3f}")
+            if r.latency_ms_median is not None
+            else ("-", "-")
+        )
         label = r.engine + (" (ref)" if r.engine == reference else "")
         if r.status != "ok":
             lines.append([label, r.device, "-", "-", "-", "-", lat[0], lat[1], r.error.splitlines()[0][:100]])
             continue
         for key, d in (r.diffs or {"-": {}}).items():
-            lines.append([label, r.device, key, f"{d.get('max_abs', 0):.3e}", f"{d.get('max_rel', 0):.3e}",
-                          f"{d.get('cosine', 1):.6f}", lat[0], lat[1], "ok"])
+            lines.append(
+                [
+                    label,
+                    r.device,
+                    key,
+                    f"{d.get('max_abs', 0):.3e}",
+                    f"{d.get('max_rel', 0):.3e}",
+                    f"{d.get('cosine', 1):.6f}",
+                    lat[0],
+                    lat[1],
+                    "ok",
+                ]
+            )
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines)
 
@@ -195,8 +218,12 @@ def _parse_dims(items: Sequence[str]) -> dict[str, int]:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``compare`` subcommand on an argparse subparsers object."""
-    p = subparsers.add_parser("compare", help="run one model through several engines and compare outputs and latency",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "compare",
+        help="run one model through several engines and compare outputs and latency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     configure(p)
     p.set_defaults(func=run_from_args)
     return p
@@ -205,11 +232,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def configure(p: argparse.ArgumentParser) -> None:
     """Add the compare arguments to ``p``."""
     p.add_argument("model", help="path to an .onnx model")
-    p.add_argument("--engines", required=True, help="comma-separated engine names, e.g. native,onnxruntime,openvino")
-    p.add_argument("--reference", default=None, help="engine whose outputs are the reference (default: the first)")
+    p.add_argument(
+        "--engines", required=True, help="comma-separated engine names, e.g. native,onnxruntime,openvino"
+    )
+    p.add_argument(
+        "--reference", default=None, help="engine whose outputs are the reference (default: the first)"
+    )
     p.add_argument("--device", default="cpu", help="device for every engine (default cpu)")
-    p.add_argument("--precision", default=None, choices=["fp32", "fp16", "bf16", "int8"], help="ExecutionPolicy precision")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="value of a symbolic dimension (repeatable)")
+    p.add_argument(
+        "--precision",
+        default=None,
+        choices=["fp32", "fp16", "bf16", "int8"],
+        help="ExecutionPolicy precision",
+    )
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="value of a symbolic dimension (repeatable)",
+    )
     p.add_argument("--inputs", default=None, help=".npz file with the inputs (default: random)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--int-high", type=int, default=10, help="integer inputs are drawn from [0, INT_HIGH)")
@@ -227,9 +269,19 @@ def run_from_args(args: argparse.Namespace) -> int:
         exec_policy = ExecutionPolicy(precision=args.precision)
     inputs = dict(np.load(args.inputs)) if args.inputs else None
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    rows, _ = compare(args.model, engines, reference=args.reference, device=args.device, exec_policy=exec_policy,
-                      inputs=inputs, dims=_parse_dims(args.dim), seed=args.seed, int_high=args.int_high,
-                      warmup=args.warmup, iterations=args.iterations)
+    rows, _ = compare(
+        args.model,
+        engines,
+        reference=args.reference,
+        device=args.device,
+        exec_policy=exec_policy,
+        inputs=inputs,
+        dims=_parse_dims(args.dim),
+        seed=args.seed,
+        int_high=args.int_high,
+        warmup=args.warmup,
+        iterations=args.iterations,
+    )
     reference = rows[0].engine
     print(format_table(rows, reference))
     if args.json:
@@ -240,8 +292,9 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m xpuruntime.cli.compare MODEL --engines ...``"""
-    parser = argparse.ArgumentParser(prog="xpuruntime compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="xpuruntime compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     configure(parser)
     return run_from_args(parser.parse_args(argv))
 

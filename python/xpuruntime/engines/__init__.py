@@ -5,7 +5,14 @@ availability and engine selection, and ``base`` for the interface.
 """
 
 from .base import Availability, Engine, EngineOptions, TensorInfo
-from .registry import availability, canonical_name, get_engine_class, list_engines, register_engine, select_engine
+from .registry import (
+    availability,
+    canonical_name,
+    get_engine_class,
+    list_engines,
+    register_engine,
+    select_engine,
+)
 
 __all__ = [
     "Availability",

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -105,16 +106,18 @@ def load_model(model: Any) -> ModelSource:
     if isinstance(model, (bytes, bytearray, memoryview)):
         try:
             proto = onnx.load_from_string(bytes(model))
-        except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and friends
+        except Exception as exc:
             raise InvalidModelError(f"model bytes are not a valid ONNX ModelProto: {exc}") from exc
         return ModelSource(proto, _bytes=bytes(model))
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
-            raise InvalidModelError(f"model file {str(path)!r} does not exist (pass an .onnx path, bytes or a ModelProto)")
+            raise InvalidModelError(
+                f"model file {str(path)!r} does not exist (pass an .onnx path, bytes or a ModelProto)"
+            )
         try:
             proto = onnx.load(str(path), load_external_data=True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise InvalidModelError(f"cannot load ONNX model {str(path)!r}: {exc}") from exc
         return ModelSource(proto, path=path)
     raise InvalidModelError(
@@ -220,7 +223,16 @@ class DecisionRecorder:
         self.device = device
         self.items: list[Decision] = []
 
-    def mapping(self, field_name: str, value: Any, knob: str, knob_value: Any, *, detail: str = "", default: bool = False) -> None:
+    def mapping(
+        self,
+        field_name: str,
+        value: Any,
+        knob: str,
+        knob_value: Any,
+        *,
+        detail: str = "",
+        default: bool = False,
+    ) -> None:
         """Record that policy field ``field_name=value`` became vendor ``knob=knob_value``."""
         chosen = f"{knob}={knob_value}"
         self.items.append(
@@ -229,7 +241,9 @@ class DecisionRecorder:
                 device=self.device,
                 dtypes=[],
                 shapes=[],
-                candidates=[Candidate(chosen, "supported", "", detail or f"{field_name}={value!r} → {chosen}")],
+                candidates=[
+                    Candidate(chosen, "supported", "", detail or f"{field_name}={value!r} → {chosen}")
+                ],
                 chosen=chosen,
                 rule="default" if default else f"policy.{field_name}",
                 node=f"{self.engine}:{field_name}",
@@ -237,7 +251,9 @@ class DecisionRecorder:
             )
         )
 
-    def placement(self, node: str, op_type: str, where: str, *, alternatives: Sequence[str] = (), detail: str = "") -> None:
+    def placement(
+        self, node: str, op_type: str, where: str, *, alternatives: Sequence[str] = (), detail: str = ""
+    ) -> None:
         """Record where the vendor placed one node (provider, device or precision)."""
         cands = [Candidate(where, "supported", "", detail)]
         cands += [Candidate(a, "rejected", "not_chosen_by_engine", "") for a in alternatives if a != where]
@@ -255,8 +271,19 @@ class DecisionRecorder:
             )
         )
 
-    def note(self, op: str, chosen: str, rule: str, detail: str, candidates: Sequence[Candidate] = ()) -> None:
+    def note(
+        self, op: str, chosen: str, rule: str, detail: str, candidates: Sequence[Candidate] = ()
+    ) -> None:
         """Record any other engine choice (a cache hit, a model conversion, ...)."""
         self.items.append(
-            Decision(op=op, device=self.device, dtypes=[], shapes=[], candidates=list(candidates), chosen=chosen, rule=rule, detail=detail)
+            Decision(
+                op=op,
+                device=self.device,
+                dtypes=[],
+                shapes=[],
+                candidates=list(candidates),
+                chosen=chosen,
+                rule=rule,
+                detail=detail,
+            )
         )

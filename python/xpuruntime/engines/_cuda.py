@@ -58,7 +58,9 @@ def probe() -> CudaProbe:
     version = ctypes.c_int(0)
     lib.cuDriverGetVersion(ctypes.byref(version))
     if rc != 0:
-        return CudaProbe(0, version.value, f"cuInit failed with CUDA driver error {rc} (no usable GPU or driver mismatch)")
+        return CudaProbe(
+            0, version.value, f"cuInit failed with CUDA driver error {rc} (no usable GPU or driver mismatch)"
+        )
     count = ctypes.c_int(0)
     rc = lib.cuDeviceGetCount(ctypes.byref(count))
     if rc != 0 or count.value == 0:
@@ -112,8 +114,18 @@ class DriverContext:
         self._check(lib.cuStreamCreate(ctypes.byref(self.stream), 1), "cuStreamCreate")  # 1 = non-blocking
         lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
         lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
-        lib.cuMemcpyHtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        lib.cuMemcpyDtoHAsync_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        lib.cuMemcpyHtoDAsync_v2.argtypes = [
+            ctypes.c_uint64,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ]
+        lib.cuMemcpyDtoHAsync_v2.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_uint64,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ]
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -125,7 +137,9 @@ class DriverContext:
     def alloc(self, nbytes: int) -> int:
         self.make_current()
         ptr = ctypes.c_uint64(0)
-        self._check(self._lib.cuMemAlloc_v2(ctypes.byref(ptr), max(int(nbytes), 1)), f"cuMemAlloc({nbytes} bytes)")
+        self._check(
+            self._lib.cuMemAlloc_v2(ctypes.byref(ptr), max(int(nbytes), 1)), f"cuMemAlloc({nbytes} bytes)"
+        )
         return int(ptr.value)
 
     def free(self, ptr: int) -> None:
@@ -133,10 +147,16 @@ class DriverContext:
         self._lib.cuMemFree_v2(ctypes.c_uint64(ptr))
 
     def copy_htod(self, dst: int, src_host_ptr: int, nbytes: int) -> None:
-        self._check(self._lib.cuMemcpyHtoDAsync_v2(dst, ctypes.c_void_p(src_host_ptr), nbytes, self.stream), "cuMemcpyHtoDAsync")
+        self._check(
+            self._lib.cuMemcpyHtoDAsync_v2(dst, ctypes.c_void_p(src_host_ptr), nbytes, self.stream),
+            "cuMemcpyHtoDAsync",
+        )
 
     def copy_dtoh(self, dst_host_ptr: int, src: int, nbytes: int) -> None:
-        self._check(self._lib.cuMemcpyDtoHAsync_v2(ctypes.c_void_p(dst_host_ptr), src, nbytes, self.stream), "cuMemcpyDtoHAsync")
+        self._check(
+            self._lib.cuMemcpyDtoHAsync_v2(ctypes.c_void_p(dst_host_ptr), src, nbytes, self.stream),
+            "cuMemcpyDtoHAsync",
+        )
 
     def synchronize(self) -> None:
         self._check(self._lib.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
@@ -160,9 +180,15 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3, "strides": None}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+        }
 
-    def numpy(self):  # noqa: ANN201 - numpy.ndarray
+    def numpy(self):
         import numpy as np
 
         out = np.empty(self.shape, self.dtype)
@@ -176,5 +202,5 @@ class DeviceArray:
         if ptr:
             try:
                 self._ctx.free(ptr)
-            except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter shutdown)
+            except Exception:  # noqa: BLE001, S110 - never raise from a finalizer (interpreter shutdown)
                 pass

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,11 @@ from .base import Availability, Engine, EngineOptions, TensorInfo
 INSTALL_HINT = "pip install xpuruntime[onnxruntime]"
 GPU_INSTALL_HINT = "pip install xpuruntime[onnxruntime-gpu]"
 
-_PROVIDER = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+_PROVIDER = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
 _OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
@@ -89,17 +94,24 @@ class OnnxRuntimeEngine(Engine):
         if kind == "cpu" and prec in ("fp16", "bf16"):
             return (
                 "dtype_unsupported",
-                f"onnxruntime's CPU provider has no {prec} kernels for most ops; use precision='fp32' or "
-                "'int8' (dynamic quantization) on the CPU, or a CUDA device",
+                (
+                    f"onnxruntime's CPU provider has no {prec} kernels for most ops; use precision='fp32' or "
+                    "'int8' (dynamic quantization) on the CPU, or a CUDA device"
+                ),
             )
         if kind == "cuda" and prec == "int8":
             return (
                 "dtype_unsupported",
-                "int8 on CUDA needs a calibrated TensorRT build; use engine='tensorrt' with a calibration "
-                "cache, or precision='fp16'",
+                (
+                    "int8 on CUDA needs a calibrated TensorRT build; use engine='tensorrt' with a calibration "
+                    "cache, or precision='fp16'"
+                ),
             )
         if kind == "cuda" and prec == "bf16":
-            return ("dtype_unsupported", "onnxruntime has no bf16 conversion for the CUDA provider; use fp16 or engine='tensorrt'")
+            return (
+                "dtype_unsupported",
+                "onnxruntime has no bf16 conversion for the CUDA provider; use fp16 or engine='tensorrt'",
+            )
         if kind not in ("cpu", "cuda"):
             return ("device_unavailable", f"onnxruntime runs on cpu or cuda, not {kind}")
         return None
@@ -128,9 +140,13 @@ class OnnxRuntimeEngine(Engine):
         model_bytes = self._apply_precision(src, providers)
         so = self._session_options(ort, options)
         prov_opts = [self._provider_options(p, options) for p in providers]
-        self._cuda_graph = bool(pol(ep, "cuda_graph", False)) and kind == "cuda" and _PROVIDER["cuda"] in providers
+        self._cuda_graph = (
+            bool(pol(ep, "cuda_graph", False)) and kind == "cuda" and _PROVIDER["cuda"] in providers
+        )
         try:
-            self._sess = ort.InferenceSession(model_bytes, so, providers=providers, provider_options=prov_opts)
+            self._sess = ort.InferenceSession(
+                model_bytes, so, providers=providers, provider_options=prov_opts
+            )
         except Exception as exc:  # noqa: BLE001 - ORT raises its own Fail/InvalidGraph classes
             self._raise_build_error(exc, providers)
         self._read_back(providers)
@@ -148,7 +164,9 @@ class OnnxRuntimeEngine(Engine):
         if unknown:
             from .._core import InvalidArgumentError
 
-            raise InvalidArgumentError(f"unknown onnxruntime provider(s) {unknown} in extra['providers']; valid: 'tensorrt', 'cuda'")
+            raise InvalidArgumentError(
+                f"unknown onnxruntime provider(s) {unknown} in extra['providers']; valid: 'tensorrt', 'cuda'"
+            )
         available = self._ort.get_available_providers()
         missing = [p for p in wanted if _PROVIDER[p] not in available]
         if missing:
@@ -163,13 +181,22 @@ class OnnxRuntimeEngine(Engine):
         # mostly); strict no_cpu_fallback removes it so ORT itself refuses those.
         if not (strict(options.exec_policy, "no_cpu_fallback") or strict(options.exec_policy, "no_fallback")):
             out.append(_PROVIDER["cpu"])
-        self._rec.mapping("target", self._kind, "providers", out, detail=f"providers in priority order: {out}")
+        self._rec.mapping(
+            "target", self._kind, "providers", out, detail=f"providers in priority order: {out}"
+        )
         return out
 
     def _apply_precision(self, src: Any, providers: list[str]) -> bytes:
         prec = precision(self._options.exec_policy)
         if prec == "fp32":
-            self._rec.mapping("precision", prec, "model", "fp32", detail="fp32: the model runs as exported", default=self._options.exec_policy is None)
+            self._rec.mapping(
+                "precision",
+                prec,
+                "model",
+                "fp32",
+                detail="fp32: the model runs as exported",
+                default=self._options.exec_policy is None,
+            )
             return src.bytes
         if prec == "fp16" and providers[0] == _PROVIDER["tensorrt"]:
             self._rec.mapping("precision", prec, "trt_fp16_enable", True)
@@ -179,7 +206,10 @@ class OnnxRuntimeEngine(Engine):
 
             fp16 = convert_float_to_float16(src.proto, keep_io_types=True)
             self._rec.mapping(
-                "precision", prec, "model_conversion", "float16(keep_io_types=True)",
+                "precision",
+                prec,
+                "model_conversion",
+                "float16(keep_io_types=True)",
                 detail="fp16: weights and activations converted to float16 with fp32 inputs/outputs",
             )
             return fp16.SerializeToString()
@@ -192,11 +222,16 @@ class OnnxRuntimeEngine(Engine):
                 quantize_dynamic(fin, fout, weight_type=QuantType.QInt8)
                 data = fout.read_bytes()
             self._rec.mapping(
-                "precision", prec, "model_conversion", "quantize_dynamic(weight_type=QInt8)",
+                "precision",
+                prec,
+                "model_conversion",
+                "quantize_dynamic(weight_type=QInt8)",
                 detail="int8: weights quantized to int8, activations quantized dynamically per call",
             )
             return data
-        raise AssertionError(f"precision {prec} passed supports() unexpectedly")  # supports() refuses the rest
+        raise AssertionError(
+            f"precision {prec} passed supports() unexpectedly"
+        )  # supports() refuses the rest
 
     def _session_options(self, ort: Any, options: EngineOptions) -> Any:
         ep = options.exec_policy
@@ -216,8 +251,13 @@ class OnnxRuntimeEngine(Engine):
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[level]
         so.graph_optimization_level = enum
-        self._rec.mapping("graph_optimization_level", level, "graph_optimization_level", enum.name,
-                          default="graph_optimization_level" not in options.extra)
+        self._rec.mapping(
+            "graph_optimization_level",
+            level,
+            "graph_optimization_level",
+            enum.name,
+            default="graph_optimization_level" not in options.extra,
+        )
 
         threads = int(pol(ep, "threads", 0) or 0)
         if threads > 0:
@@ -231,10 +271,9 @@ class OnnxRuntimeEngine(Engine):
             so.use_deterministic_compute = True
             self._rec.mapping("deterministic", True, "use_deterministic_compute", True)
 
-        if strict(ep, "no_cpu_fallback") or strict(ep, "no_fallback"):
-            if self._kind != "cpu":
-                so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-                self._rec.mapping("strict", "no_cpu_fallback", "session.disable_cpu_ep_fallback", 1)
+        if (strict(ep, "no_cpu_fallback") or strict(ep, "no_fallback")) and self._kind != "cpu":
+            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+            self._rec.mapping("strict", "no_cpu_fallback", "session.disable_cpu_ep_fallback", 1)
 
         if pol(ep, "static_shape", False):
             self._static_shapes(so, options)
@@ -262,14 +301,20 @@ class OnnxRuntimeEngine(Engine):
                     fixed[d] = int(given[i])
         for dim, value in sorted(fixed.items()):
             so.add_free_dimension_override_by_name(dim, value)
-        self._rec.mapping("static_shape", True, "free_dimension_overrides", fixed or "none needed (all dims static)")
+        self._rec.mapping(
+            "static_shape", True, "free_dimension_overrides", fixed or "none needed (all dims static)"
+        )
 
     def _provider_options(self, provider: str, options: EngineOptions) -> dict[str, str]:
         ep, kp = options.exec_policy, options.kernel_policy
         if provider == _PROVIDER["cuda"]:
             opts = {"device_id": str(self._device_id)}
             conv = kernel_prefs(kp, "conv")
-            if conv and not any(k in ("cudnn", "auto") for k in conv) and str(pol(kp, "mode", "prefer")) == "require":
+            if (
+                conv
+                and not any(k in ("cudnn", "auto") for k in conv)
+                and str(pol(kp, "mode", "prefer")) == "require"
+            ):
                 from .._core import UnsupportedOperationError
 
                 raise UnsupportedOperationError(
@@ -292,7 +337,12 @@ class OnnxRuntimeEngine(Engine):
             self._rec.mapping("allow_tf32", tf32, "use_tf32", int(tf32))
             limit = int(pol(ep, "workspace_limit_bytes", 0) or 0)
             opts["cudnn_conv_use_max_workspace"] = "0" if limit else "1"
-            self._rec.mapping("workspace_limit_bytes", limit, "cudnn_conv_use_max_workspace", opts["cudnn_conv_use_max_workspace"])
+            self._rec.mapping(
+                "workspace_limit_bytes",
+                limit,
+                "cudnn_conv_use_max_workspace",
+                opts["cudnn_conv_use_max_workspace"],
+            )
             return opts
         if provider == _PROVIDER["tensorrt"]:
             prec = precision(ep)
@@ -301,7 +351,9 @@ class OnnxRuntimeEngine(Engine):
                 "trt_fp16_enable": "1" if prec == "fp16" else "0",
                 "trt_engine_cache_enable": "1",
                 "trt_timing_cache_enable": "1",
-                "trt_engine_cache_path": str(options.extra.get("cache_dir", Path.home() / ".cache" / "xpuruntime" / "ort_trt")),
+                "trt_engine_cache_path": str(
+                    options.extra.get("cache_dir", Path.home() / ".cache" / "xpuruntime" / "ort_trt")
+                ),
                 "trt_cuda_graph_enable": "1" if pol(ep, "cuda_graph", False) else "0",
             }
             limit = int(pol(ep, "workspace_limit_bytes", 0) or 0)
@@ -322,7 +374,9 @@ class OnnxRuntimeEngine(Engine):
                 f"onnxruntime on {self._device}: some nodes are only supported by the CPU provider, and the policy's strict "
                 f"'no_cpu_fallback' forbids running them there (providers {providers}). Remove the assertion or use another engine."
             ) from exc
-        raise InvalidModelError(f"onnxruntime could not build the model for {self._device} with {providers}: {text}") from exc
+        raise InvalidModelError(
+            f"onnxruntime could not build the model for {self._device} with {providers}: {text}"
+        ) from exc
 
     # ------------------------------------------------------------------ read-back
     def _read_back(self, providers: list[str]) -> None:
@@ -423,7 +477,9 @@ class OnnxRuntimeEngine(Engine):
                 io = self._sess.io_binding()
                 for name, value in inputs.items():
                     arr = np.asarray(value)
-                    buf = self._ort.OrtValue.ortvalue_from_shape_and_type(arr.shape, arr.dtype, "cuda", self._device_id)
+                    buf = self._ort.OrtValue.ortvalue_from_shape_and_type(
+                        arr.shape, arr.dtype, "cuda", self._device_id
+                    )
                     self._graph_inputs[name] = buf
                     io.bind_ortvalue_input(name, buf)
                 for name in self._out_names:
@@ -452,4 +508,3 @@ def _as_ortvalue(ort: Any, value: Any) -> Any:
     if hasattr(value, "__dlpack__"):
         return ort.OrtValue.from_dlpack(value)
     return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.asarray(value)))
-

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,14 @@ INSTALL_HINT = "pip install xpuruntime[openvino]"
 
 _OV_PRECISION = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
 _CAPABILITY = {"fp16": "FP16", "bf16": "BF16"}
-_QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"}
+_QUANT_OPS = {
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "QLinearConv",
+    "QLinearMatMul",
+    "MatMulInteger",
+    "ConvInteger",
+}
 _PREALLOC_MIN_BYTES = 256 * 1024
 _SKIP_LAYERS = {"Input", "Parameter", "Const", "Constant", "Output", "Result"}
 
@@ -94,8 +102,10 @@ class OpenVinoEngine(Engine):
             if _CAPABILITY[prec] not in caps:
                 return (
                     "dtype_unsupported",
-                    f"this CPU has no native {prec} (OpenVINO CPU capabilities: {', '.join(caps)}); "
-                    "OpenVINO would silently run f32. Use precision='fp32' or another device",
+                    (
+                        f"this CPU has no native {prec} (OpenVINO CPU capabilities: {', '.join(caps)}); "
+                        "OpenVINO would silently run f32. Use precision='fp32' or another device"
+                    ),
                 )
         return None
 
@@ -117,7 +127,7 @@ class OpenVinoEngine(Engine):
         kind = "multi" if head in ("AUTO", "HETERO", "MULTI", "BATCH") else _kind_of(head)
         try:
             ov_model = core.read_model(src.bytes) if src.path is None else core.read_model(str(src.path))
-        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError subclasses
+        except Exception as exc:
             raise InvalidModelError(f"OpenVINO could not read the model: {exc}") from exc
 
         static = bool(pol(ep, "static_shape", False)) or ov_device.startswith("NPU")
@@ -128,10 +138,18 @@ class OpenVinoEngine(Engine):
         config: dict[str, Any] = {}
         supported = self._supported_properties(core, ov_device)
 
-        def want(prop: str, value: Any, field: str, field_value: Any, *, default: bool = False, detail: str = "") -> None:
+        def want(
+            prop: str, value: Any, field: str, field_value: Any, *, default: bool = False, detail: str = ""
+        ) -> None:
             if supported is not None and prop not in supported:
-                self._rec.mapping(field, field_value, prop, value, default=default,
-                                  detail=f"{prop} is not a property of {ov_device}; not applied")
+                self._rec.mapping(
+                    field,
+                    field_value,
+                    prop,
+                    value,
+                    default=default,
+                    detail=f"{prop} is not a property of {ov_device}; not applied",
+                )
                 return
             config[prop] = value
             self._rec.mapping(field, field_value, prop, value, default=default, detail=detail)
@@ -143,8 +161,13 @@ class OpenVinoEngine(Engine):
                     "precision='int8' on OpenVINO needs a quantized model (QuantizeLinear/DequantizeLinear nodes); "
                     "quantize it first (onnxruntime.quantization.quantize_static or NNCF), or use precision='fp32'"
                 )
-            self._rec.mapping("precision", prec, "model", f"quantized ({', '.join(quant_ops)})",
-                              detail="int8: OpenVINO's low-precision transformations run the QDQ-quantized layers in int8")
+            self._rec.mapping(
+                "precision",
+                prec,
+                "model",
+                f"quantized ({', '.join(quant_ops)})",
+                detail="int8: OpenVINO's low-precision transformations run the QDQ-quantized layers in int8",
+            )
         else:
             want("INFERENCE_PRECISION_HINT", _OV_PRECISION[prec], "precision", prec, default=ep is None)
 
@@ -154,7 +177,13 @@ class OpenVinoEngine(Engine):
         if pol(ep, "deterministic", False) and prec == "fp32":
             want("EXECUTION_MODE_HINT", "ACCURACY", "deterministic", True)
         hint = str(options.extra.get("performance_hint", "LATENCY")).upper()
-        want("PERFORMANCE_HINT", hint, "performance_hint", hint, default="performance_hint" not in options.extra)
+        want(
+            "PERFORMANCE_HINT",
+            hint,
+            "performance_hint",
+            hint,
+            default="performance_hint" not in options.extra,
+        )
         cache_dir = options.extra.get("cache_dir") or (
             str(Path(os.environ["XRT_CACHE_DIR"]) / "openvino") if os.environ.get("XRT_CACHE_DIR") else None
         )
@@ -165,8 +194,10 @@ class OpenVinoEngine(Engine):
 
         try:
             self._compiled = core.compile_model(ov_model, ov_device, config)
-        except Exception as exc:  # noqa: BLE001
-            raise UnsupportedOperationError(f"OpenVINO could not compile the model for {ov_device} with {config}: {exc}") from exc
+        except Exception as exc:
+            raise UnsupportedOperationError(
+                f"OpenVINO could not compile the model for {ov_device} with {config}: {exc}"
+            ) from exc
 
         self._read_back(config, prec, ov_device, kind, ep)
         self._ov_inputs = list(self._compiled.inputs)
@@ -182,7 +213,8 @@ class OpenVinoEngine(Engine):
         # Rebinding an output tensor costs OpenVINO ~20 µs per call, copying a small
         # result costs less: large static outputs are written in place, small ones copied.
         self._prealloc_out = [
-            (i, shape) for i, shape in enumerate(self._static_out)
+            (i, shape)
+            for i, shape in enumerate(self._static_out)
             if shape is not None and int(np.prod(shape)) * self._out_dtypes[i].itemsize >= _PREALLOC_MIN_BYTES
         ]
         self._local = threading.local()
@@ -190,14 +222,22 @@ class OpenVinoEngine(Engine):
     def _ov_device(self, options: EngineOptions) -> str:
         explicit = options.extra.get("ov_device")
         if explicit:
-            self._rec.mapping("device", options.device, "ov_device", explicit, detail=f"extra['ov_device']={explicit!r} passed to OpenVINO as is")
+            self._rec.mapping(
+                "device",
+                options.device,
+                "ov_device",
+                explicit,
+                detail=f"extra['ov_device']={explicit!r} passed to OpenVINO as is",
+            )
             return str(explicit)
         kind, _, idx = options.device.partition(":")
         ov_device = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}.get(kind)
         if ov_device is None:
             from .._core import InvalidArgumentError
 
-            raise InvalidArgumentError(f"OpenVINO devices are cpu, gpu[:N], npu (or extra['ov_device']), not {options.device!r}")
+            raise InvalidArgumentError(
+                f"OpenVINO devices are cpu, gpu[:N], npu (or extra['ov_device']), not {options.device!r}"
+            )
         if idx:
             ov_device += f".{idx}"
         self._rec.mapping("device", options.device, "ov_device", ov_device)
@@ -221,11 +261,17 @@ class OpenVinoEngine(Engine):
             if info.name in given:
                 shape = [int(d) for d in given[info.name]]
                 if len(shape) != len(info.shape):
-                    raise PolicyError(f"input_shapes[{info.name!r}] has rank {len(shape)}, the model input has rank {len(info.shape)}")
+                    raise PolicyError(
+                        f"input_shapes[{info.name!r}] has rank {len(shape)}, the model input has rank {len(info.shape)}"
+                    )
             elif all(isinstance(d, int) and d >= 0 for d in info.shape):
                 shape = [int(d) for d in info.shape]  # type: ignore[arg-type]
             else:
-                why = "ExecutionPolicy(static_shape=True)" if not ov_device.startswith("NPU") else "the NPU (it compiles static shapes only)"
+                why = (
+                    "ExecutionPolicy(static_shape=True)"
+                    if not ov_device.startswith("NPU")
+                    else "the NPU (it compiles static shapes only)"
+                )
                 raise PolicyError(
                     f"{why} needs a static shape for input {info.name!r}, which is {list(info.shape)}; "
                     f"pass engine options input_shapes={{{info.name!r}: [...]}}"
@@ -240,13 +286,22 @@ class OpenVinoEngine(Engine):
 
         cm = self._compiled
         eff: dict[str, Any] = {}
-        for prop in ("INFERENCE_PRECISION_HINT", "INFERENCE_NUM_THREADS", "PERFORMANCE_HINT", "EXECUTION_MODE_HINT",
-                     "EXECUTION_DEVICES", "NUM_STREAMS", "OPTIMAL_NUMBER_OF_INFER_REQUESTS"):
+        for prop in (
+            "INFERENCE_PRECISION_HINT",
+            "INFERENCE_NUM_THREADS",
+            "PERFORMANCE_HINT",
+            "EXECUTION_MODE_HINT",
+            "EXECUTION_DEVICES",
+            "NUM_STREAMS",
+            "OPTIMAL_NUMBER_OF_INFER_REQUESTS",
+        ):
             try:
                 eff[prop] = cm.get_property(prop)
-            except Exception:  # noqa: BLE001 - not every device exposes every property
+            except Exception:  # noqa: BLE001, S112 - not every device exposes every property
                 continue
-        self._effective = {k: (str(v) if not isinstance(v, (int, list, tuple)) else v) for k, v in eff.items()}
+        self._effective = {
+            k: (str(v) if not isinstance(v, (int, list, tuple)) else v) for k, v in eff.items()
+        }
         if "INFERENCE_PRECISION_HINT" in eff:
             got = _ov_type_name(eff["INFERENCE_PRECISION_HINT"])
             self._effective["INFERENCE_PRECISION_HINT"] = got
@@ -266,7 +321,7 @@ class OpenVinoEngine(Engine):
         on_cpu: list[str] = []
         for op in cm.get_runtime_model().get_ordered_ops():
             info = op.get_rt_info()
-            fields = {k: info[k].astype(str) for k in info.keys()}
+            fields = {k: info[k].astype(str) for k in info.keys()}  # noqa: SIM118 - RTMap has no __iter__
             layer = fields.get("layerType", op.get_type_name())
             if layer in _SKIP_LAYERS:
                 continue
@@ -276,7 +331,9 @@ class OpenVinoEngine(Engine):
             if _kind_of(dev) == "cpu" and self._device.split(":")[0] != "cpu":
                 on_cpu.append(fields.get("originalLayersNames", op.get_friendly_name()))
             self._rec.placement(
-                fields.get("originalLayersNames", op.get_friendly_name()), layer, f"{dev}/{rt_prec}",
+                fields.get("originalLayersNames", op.get_friendly_name()),
+                layer,
+                f"{dev}/{rt_prec}",
                 detail=f"runtime layer {op.get_friendly_name()} ({fields.get('primitiveType', '?')})",
             )
         if prec == "int8" and int8_layers == 0:
@@ -288,9 +345,15 @@ class OpenVinoEngine(Engine):
                 f"strict 'no_cpu_fallback': OpenVINO placed {len(on_cpu)} layer(s) on the CPU for target {self._device}: "
                 + ", ".join(on_cpu[:20])
             )
-        if kind == "multi" and self._device.split(":")[0] != "cpu" and any(_kind_of(d) == "cpu" for d in exec_devices):
-            if strict(ep, "no_cpu_fallback") or strict(ep, "no_fallback"):
-                raise UnsupportedOperationError(f"strict 'no_cpu_fallback': OpenVINO {ov_device} executes on {exec_devices}")
+        if (
+            kind == "multi"
+            and self._device.split(":")[0] != "cpu"
+            and any(_kind_of(d) == "cpu" for d in exec_devices)
+            and (strict(ep, "no_cpu_fallback") or strict(ep, "no_fallback"))
+        ):
+            raise UnsupportedOperationError(
+                f"strict 'no_cpu_fallback': OpenVINO {ov_device} executes on {exec_devices}"
+            )
 
     @staticmethod
     def _static_shape_of(port: Any) -> tuple[int, ...] | None:
@@ -351,7 +414,11 @@ class OpenVinoEngine(Engine):
 def _host_array(value: Any) -> np.ndarray:
     """A C-contiguous host array, without copying when the input already is one
     (DLPack for torch/xpuruntime CPU tensors)."""
-    arr = np.from_dlpack(value) if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray) else np.asarray(value)
+    arr = (
+        np.from_dlpack(value)
+        if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray)
+        else np.asarray(value)
+    )
     return np.ascontiguousarray(arr)
 
 

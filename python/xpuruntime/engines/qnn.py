@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 import platform
 import threading
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,9 @@ class QnnEngine(Engine):
         if "cpu" in libs:
             devices.append("cpu")
         else:
-            notes.append(f"cpu: onnxruntime-qnn {getattr(qnn, '__version__', '?')} has no libQnnCpu.so (QNN CPU backend)")
+            notes.append(
+                f"cpu: onnxruntime-qnn {getattr(qnn, '__version__', '?')} has no libQnnCpu.so (QNN CPU backend)"
+            )
         if "gpu" in libs and host_is_arm:
             devices.append("gpu")
         try:
@@ -103,12 +106,17 @@ class QnnEngine(Engine):
         kind = device.split(":")[0]
         prec = precision(exec_policy)
         if not pol(exec_policy, "static_shape", False):
-            return ("shape_unsupported", "QNN compiles static graphs only: set ExecutionPolicy(static_shape=True)")
+            return (
+                "shape_unsupported",
+                "QNN compiles static graphs only: set ExecutionPolicy(static_shape=True)",
+            )
         if kind == "npu" and prec not in ("int8", "fp16"):
             return (
                 "dtype_unsupported",
-                f"the QNN HTP (NPU) backend runs int8 (a QDQ-quantized model) or fp16, not {prec}; "
-                "set ExecutionPolicy(precision='int8') with a QDQ model, or precision='fp16'",
+                (
+                    f"the QNN HTP (NPU) backend runs int8 (a QDQ-quantized model) or fp16, not {prec}; "
+                    "set ExecutionPolicy(precision='int8') with a QDQ model, or precision='fp16'"
+                ),
             )
         if kind == "cpu" and prec != "fp32":
             return ("dtype_unsupported", f"the QNN CPU backend runs fp32 models, not {prec}")
@@ -143,7 +151,9 @@ class QnnEngine(Engine):
         ops = {n.op_type for n in src.proto.graph.node}
         prec = precision(ep)
         provider_opts = {"backend_type": backend}
-        sim = " (x86_64: HTP simulator)" if backend == "htp" and "npu" in self.availability().simulated else ""
+        sim = (
+            " (x86_64: HTP simulator)" if backend == "htp" and "npu" in self.availability().simulated else ""
+        )
         self._rec.mapping("target", kind, "backend_type", backend, detail=f"QNN backend {libs[backend]}{sim}")
         if prec == "int8":
             if not ops & _QDQ:
@@ -151,7 +161,13 @@ class QnnEngine(Engine):
                     "precision='int8' on QNN needs a QDQ-quantized model (QuantizeLinear/DequantizeLinear); quantize it "
                     "with onnxruntime.quantization.quantize_static(..., quant_format=QuantFormat.QDQ) first"
                 )
-            self._rec.mapping("precision", prec, "model", "QDQ int8", detail="int8: the QDQ model's quantized regions run in int8")
+            self._rec.mapping(
+                "precision",
+                prec,
+                "model",
+                "QDQ int8",
+                detail="int8: the QDQ model's quantized regions run in int8",
+            )
         elif prec == "fp16":
             provider_opts["enable_htp_fp16_precision"] = "1"
             self._rec.mapping("precision", prec, "enable_htp_fp16_precision", 1)
@@ -161,8 +177,14 @@ class QnnEngine(Engine):
             for opt, default in (("soc_model", _DEFAULT_SOC_MODEL), ("htp_arch", _DEFAULT_HTP_ARCH)):
                 value = str(options.extra.get(opt, default))
                 provider_opts[opt] = value
-                self._rec.mapping(opt, value, opt, value, default=opt not in options.extra,
-                                  detail=f"QNN HTP {opt}={value} (pass engine option {opt}=... for your SoC)")
+                self._rec.mapping(
+                    opt,
+                    value,
+                    opt,
+                    value,
+                    default=opt not in options.extra,
+                    detail=f"QNN HTP {opt}={value} (pass engine option {opt}=... for your SoC)",
+                )
 
         so = ort.SessionOptions()
         so.log_severity_level = int(options.extra.get("log_severity_level", 3))
@@ -179,14 +201,17 @@ class QnnEngine(Engine):
         so.add_provider_for_devices(_ep_devices(ort, qnn), provider_opts)
         try:
             self._sess = ort.InferenceSession(src.bytes, so)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if "fallback to CPU EP has been explicitly disabled" in str(exc):
                 raise UnsupportedOperationError(
                     f"qnn on {self._device}: some nodes are not supported by the QNN {backend} backend and the strict "
                     "'no_cpu_fallback' assertion forbids running them on the CPU"
                 ) from exc
             raise InvalidModelError(f"QNN could not compile the model for backend {backend}: {exc}") from exc
-        self._effective = {"providers": self._sess.get_providers(), "provider_options": self._sess.get_provider_options()}
+        self._effective = {
+            "providers": self._sess.get_providers(),
+            "provider_options": self._sess.get_provider_options(),
+        }
         if qnn.EP_NAME not in self._effective["providers"]:
             from .._core import BackendUnavailableError
 
@@ -214,7 +239,9 @@ class QnnEngine(Engine):
                 fixed[d] = int(shape[i])
         for dim, value in sorted(fixed.items()):
             so.add_free_dimension_override_by_name(dim, value)
-        self._rec.mapping("static_shape", True, "free_dimension_overrides", fixed or "none needed (all dims static)")
+        self._rec.mapping(
+            "static_shape", True, "free_dimension_overrides", fixed or "none needed (all dims static)"
+        )
 
     def _record_placement(self, proto: Any, ep: Any) -> None:
         from .._core import UnsupportedOperationError
@@ -235,10 +262,17 @@ class QnnEngine(Engine):
                     or (node.op_type == "DequantizeLinear" and src_node.output[0] in graph_outputs)
                 )
                 if boundary:
-                    self._rec.placement(node.name, node.op_type, sub.ep_name, detail="I/O (de)quantization runs on the host by design")
+                    self._rec.placement(
+                        node.name,
+                        node.op_type,
+                        sub.ep_name,
+                        detail="I/O (de)quantization runs on the host by design",
+                    )
                     continue
                 fallback.append(f"{node.name or '?'} ({node.op_type})")
-                self._rec.placement(node.name, node.op_type, sub.ep_name, detail="not supported by the QNN backend")
+                self._rec.placement(
+                    node.name, node.op_type, sub.ep_name, detail="not supported by the QNN backend"
+                )
                 self._rec.items[-1].rule = "fallback"
         if fallback and not allow_cpu:
             raise UnsupportedOperationError(
@@ -263,5 +297,14 @@ class QnnEngine(Engine):
 
     def run(self, inputs: Mapping[str, Any], output_names: Sequence[str] | None = None) -> dict[str, Any]:
         names = self._out_names if output_names is None else list(output_names)
-        feeds = {k: (v if type(v) is np.ndarray else np.from_dlpack(v) if hasattr(v, "__dlpack__") else np.asarray(v)) for k, v in inputs.items()}
+        feeds = {
+            k: (
+                v
+                if type(v) is np.ndarray
+                else np.from_dlpack(v)
+                if hasattr(v, "__dlpack__")
+                else np.asarray(v)
+            )
+            for k, v in inputs.items()
+        }
         return dict(zip(names, self._sess.run(names, feeds)))

@@ -178,7 +178,9 @@ class _Device:
 def parse_device(device: str) -> _Device:
     """Parse "cpu", "cuda", "cuda:1", "npu", "gpu" (not "auto")."""
     if not isinstance(device, str):
-        raise InvalidArgumentError(f"device must be a string like 'cpu', 'cuda:0', 'npu' or 'auto', got {device!r}")
+        raise InvalidArgumentError(
+            f"device must be a string like 'cpu', 'cuda:0', 'npu' or 'auto', got {device!r}"
+        )
     text = device.strip().lower()
     kind, sep, idx = text.partition(":")
     if kind not in DEVICE_KINDS:
@@ -218,7 +220,11 @@ def _check(name: str, dev: _Device, exec_policy: Any, *, named: bool = True) -> 
         why = f"; {av.reason}" if av.reason else ""
         return "rejected", "device_unavailable", f"{name} has no {dev.kind} device here (has: {have}){why}"
     if dev.kind in av.simulated and not named:
-        return "rejected", "simulated_device", f"{name}'s {dev.kind} is a simulator here; name engine={name!r} to use it"
+        return (
+            "rejected",
+            "simulated_device",
+            f"{name}'s {dev.kind} is a simulator here; name engine={name!r} to use it",
+        )
     refusal = cls.supports(str(dev), exec_policy)
     if refusal is not None:
         code, detail = refusal
@@ -232,7 +238,9 @@ def _candidate(name: str, dev: _Device, verdict: str, code: str, detail: str) ->
     return Candidate(f"{name}@{dev}", verdict, code, detail)
 
 
-def _try(names: tuple[str, ...], dev: _Device, exec_policy: Any, cands: list[Candidate], named: bool) -> str | None:
+def _try(
+    names: tuple[str, ...], dev: _Device, exec_policy: Any, cands: list[Candidate], named: bool
+) -> str | None:
     """First supported engine of ``names`` on ``dev``; every one tried is recorded."""
     for name in names:
         verdict, code, detail = _check(name, dev, exec_policy, named=named)
@@ -242,7 +250,9 @@ def _try(names: tuple[str, ...], dev: _Device, exec_policy: Any, cands: list[Can
     return None
 
 
-def _resolve_requests(engine: str | None, device: str | None, exec_policy: Any) -> tuple[str | None, str | None]:
+def _resolve_requests(
+    engine: str | None, device: str | None, exec_policy: Any
+) -> tuple[str | None, str | None]:
     """Merge the session arguments with the policy's engine/target; conflicts raise."""
     arg_engine = None if _is_auto(engine) else canonical_name(engine)  # type: ignore[arg-type]
     pol_engine_raw = _policy_get(exec_policy, "engine")
@@ -311,8 +321,14 @@ def select_engine(
     if chosen is None and want_device is not None:
         fb = _fallback_device(exec_policy)
         if fb is not None and strict(exec_policy, "no_fallback"):
-            cands.append(Candidate(f"fallback@{fb}", "rejected", "strict_no_fallback",
-                                   "ExecutionPolicy(strict=['no_fallback']) forbids the fallback allow_fallback asks for"))
+            cands.append(
+                Candidate(
+                    f"fallback@{fb}",
+                    "rejected",
+                    "strict_no_fallback",
+                    "ExecutionPolicy(strict=['no_fallback']) forbids the fallback allow_fallback asks for",
+                )
+            )
             fb = None
         if fb is not None and fb.kind != devices[0].kind:
             names = (want_engine,) if want_engine else AUTO_ORDER[fb.kind]
@@ -326,7 +342,11 @@ def select_engine(
         message = _no_engine_message(want_engine, want_device, exec_policy, cands)
         # Missing software or hardware is "unavailable"; an engine that is there but
         # cannot honour the policy (precision, shapes) is "unsupported".
-        if all(c.reason_code in ("backend_unavailable", "device_unavailable", "simulated_device", "strict_no_fallback") for c in cands):
+        if all(
+            c.reason_code
+            in ("backend_unavailable", "device_unavailable", "simulated_device", "strict_no_fallback")
+            for c in cands
+        ):
             raise BackendUnavailableError(message)
         raise UnsupportedOperationError(message)
 
@@ -356,7 +376,9 @@ def _rule(want_engine: str | None, want_device: str | None) -> str:
     return "policy.engine" if want_engine else "auto.first_available"
 
 
-def _no_engine_message(want_engine: str | None, want_device: str | None, exec_policy: Any, cands: list[Candidate]) -> str:
+def _no_engine_message(
+    want_engine: str | None, want_device: str | None, exec_policy: Any, cands: list[Candidate]
+) -> str:
     what = f"engine {want_engine!r}" if want_engine else "any engine"
     where = f"device {want_device!r}" if want_device else "any device"
     lines = [f"no usable engine: {what} on {where}"]

@@ -24,12 +24,21 @@ import ctypes
 import sys
 import threading
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import _cuda
-from ._common import DecisionRecorder, has_dynamic_dims, load_model, onnx_io, pol, policy_fingerprint, precision
+from ._common import (
+    DecisionRecorder,
+    has_dynamic_dims,
+    load_model,
+    onnx_io,
+    pol,
+    policy_fingerprint,
+    precision,
+)
 from .base import Availability, Engine, EngineOptions, TensorInfo
 from .trt_cache import BuildKey, EngineCache
 
@@ -62,7 +71,11 @@ class TensorRtEngine(Engine):
             )
         probe = _cuda.probe()
         if probe.device_count == 0:
-            return Availability(False, f"TensorRT {trt.__version__} is installed but there is no CUDA device: {probe.reason}", INSTALL_HINT)
+            return Availability(
+                False,
+                f"TensorRT {trt.__version__} is installed but there is no CUDA device: {probe.reason}",
+                INSTALL_HINT,
+            )
         return Availability(True, "", INSTALL_HINT, ("cuda",))
 
     @classmethod
@@ -119,16 +132,33 @@ class TensorRtEngine(Engine):
             engine = self._runtime.deserialize_cuda_engine(look.payload)
             if engine is None:
                 cache.invalidate(key)
-                look.status, look.reason = "stale", f"TensorRT {trt.__version__} could not deserialize the cached engine; rebuilding"
+                look.status, look.reason = (
+                    "stale",
+                    f"TensorRT {trt.__version__} could not deserialize the cached engine; rebuilding",
+                )
         if engine is None:
             if look.status != "miss":
                 warnings.warn(f"xpuruntime TensorRT cache: {look.reason}", stacklevel=2)
-            payload = self._build(trt, model_bytes, flags, profiles, workspace, tf32, cache, key, bool(options.extra.get("progress", True)))
+            payload = self._build(
+                trt,
+                model_bytes,
+                flags,
+                profiles,
+                workspace,
+                tf32,
+                cache,
+                key,
+                bool(options.extra.get("progress", True)),
+            )
             cache.store(key, payload, extra={"model_inputs": [i.name for i in self._inputs]})
             engine = self._runtime.deserialize_cuda_engine(payload)
             if engine is None:
-                raise UnsupportedOperationError("TensorRT built an engine it cannot deserialize; see the TensorRT log above")
-        self._rec.note("engine.cache", look.status if look.hit else "rebuilt", f"cache.{look.status}", look.reason)
+                raise UnsupportedOperationError(
+                    "TensorRT built an engine it cannot deserialize; see the TensorRT log above"
+                )
+        self._rec.note(
+            "engine.cache", look.status if look.hit else "rebuilt", f"cache.{look.status}", look.reason
+        )
         self._engine = engine
         self._context = engine.create_execution_context()
         self._lock = threading.Lock()  # an execution context runs one inference at a time
@@ -151,8 +181,13 @@ class TensorRtEngine(Engine):
                     "(e.g. onnxruntime.quantization.quantize_static with QuantFormat.QDQ)"
                 )
             flags = {"INT8"} if weakly_typed else set()
-            self._rec.mapping("precision", prec, "builder_flags", sorted(flags) or "strongly typed QDQ",
-                              detail="int8: the QDQ nodes fix the int8 regions")
+            self._rec.mapping(
+                "precision",
+                prec,
+                "builder_flags",
+                sorted(flags) or "strongly typed QDQ",
+                detail="int8: the QDQ nodes fix the int8 regions",
+            )
             return src.bytes, flags
         if weakly_typed:
             flag = {"fp16": "FP16", "bf16": "BF16"}[prec]
@@ -161,8 +196,13 @@ class TensorRtEngine(Engine):
         if prec == "fp16":
             from onnxruntime.transformers.float16 import convert_float_to_float16
 
-            self._rec.mapping("precision", prec, "model_conversion", "float16(keep_io_types=True)",
-                              detail="TensorRT 11 is strongly typed: the model is converted to float16 before parsing")
+            self._rec.mapping(
+                "precision",
+                prec,
+                "model_conversion",
+                "float16(keep_io_types=True)",
+                detail="TensorRT 11 is strongly typed: the model is converted to float16 before parsing",
+            )
             return convert_float_to_float16(src.proto, keep_io_types=True).SerializeToString(), set()
         raise UnsupportedOperationError(
             f"precision={prec!r} on TensorRT {self._trt.__version__} (strongly typed) needs a model exported in {prec}; "
@@ -189,16 +229,33 @@ class TensorRtEngine(Engine):
                     f"input_shapes={{{name!r}: [...]}} or shape_profiles={{{name!r}: (min, opt, max)}}"
                 )
         if out:
-            self._rec.mapping("static_shape", bool(pol(options.exec_policy, "static_shape", False)), "optimization_profile", out)
+            self._rec.mapping(
+                "static_shape",
+                bool(pol(options.exec_policy, "static_shape", False)),
+                "optimization_profile",
+                out,
+            )
         return out
 
-    def _build(self, trt: Any, model_bytes: bytes, flags: set[str], profiles: dict[str, list[list[int]]],
-               workspace: int, tf32: bool, cache: EngineCache, key: BuildKey, progress: bool) -> bytes:
+    def _build(
+        self,
+        trt: Any,
+        model_bytes: bytes,
+        flags: set[str],
+        profiles: dict[str, list[list[int]]],
+        workspace: int,
+        tf32: bool,
+        cache: EngineCache,
+        key: BuildKey,
+        progress: bool,
+    ) -> bytes:
         from .._core import InvalidModelError, UnsupportedOperationError
 
         builder = trt.Builder(self._logger)
         net_flags = 0
-        if hasattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH") and not hasattr(trt.BuilderFlag, "STRONGLY_TYPED"):
+        if hasattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH") and not hasattr(
+            trt.BuilderFlag, "STRONGLY_TYPED"
+        ):
             net_flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)  # TensorRT 8.x
         network = builder.create_network(net_flags)
         parser = trt.OnnxParser(network, self._logger)
@@ -232,7 +289,9 @@ class TensorRtEngine(Engine):
             if monitor is not None:
                 monitor.close()
         if serialized is None:
-            raise UnsupportedOperationError("TensorRT could not build an engine for this model under the policy; see the TensorRT log above")
+            raise UnsupportedOperationError(
+                "TensorRT could not build an engine for this model under the policy; see the TensorRT log above"
+            )
         cache.store_timing(key, bytes(config.get_timing_cache().serialize()))
         return bytes(serialized)
 
@@ -272,13 +331,17 @@ class TensorRtEngine(Engine):
             for name in self._io:
                 if self._is_input[name]:
                     continue
-                arr = _cuda.DeviceArray(self._ctx, tuple(self._context.get_tensor_shape(name)), self._dtype[name])
+                arr = _cuda.DeviceArray(
+                    self._ctx, tuple(self._context.get_tensor_shape(name)), self._dtype[name]
+                )
                 self._context.set_tensor_address(name, arr.ptr)
                 outs[name] = arr
             if not self._context.execute_async_v3(self._ctx.stream.value or 0):
                 from .._core import XpuRuntimeError
 
-                raise XpuRuntimeError(f"TensorRT execute_async_v3 failed on {self._device}; see the TensorRT log")
+                raise XpuRuntimeError(
+                    f"TensorRT execute_async_v3 failed on {self._device}; see the TensorRT log"
+                )
             self._ctx.synchronize()
         if on_device:
             return {n: outs[n] for n in names}
@@ -291,11 +354,16 @@ def _device_pointer(value: Any, keep: list[Any]) -> tuple[int, tuple[int, ...], 
     if cai is not None:
         if cai.get("strides") not in (None, ()):
             itemsize = np.dtype(cai["typestr"]).itemsize
-            expect = tuple(int(np.prod(cai["shape"][i + 1:], dtype=np.int64)) * itemsize for i in range(len(cai["shape"])))
+            expect = tuple(
+                int(np.prod(cai["shape"][i + 1 :], dtype=np.int64)) * itemsize
+                for i in range(len(cai["shape"]))
+            )
             if tuple(cai["strides"]) != expect:
                 from .._core import InvalidArgumentError
 
-                raise InvalidArgumentError("TensorRT inputs on the device must be contiguous; call .contiguous() first")
+                raise InvalidArgumentError(
+                    "TensorRT inputs on the device must be contiguous; call .contiguous() first"
+                )
         return int(cai["data"][0]), tuple(cai["shape"]), True
     if hasattr(value, "__dlpack_device__") and value.__dlpack_device__()[0] == _KDLCUDA:
         capsule = value.__dlpack__()
@@ -339,7 +407,9 @@ def _dlpack_pointer(capsule: Any) -> tuple[int, tuple[int, ...]]:
         if tuple(t.strides[i] for i in range(t.ndim)) != tuple(reversed(expect)):
             from .._core import InvalidArgumentError
 
-            raise InvalidArgumentError("TensorRT inputs on the device must be contiguous; call .contiguous() first")
+            raise InvalidArgumentError(
+                "TensorRT inputs on the device must be contiguous; call .contiguous() first"
+            )
     return int(t.data or 0) + int(t.byte_offset), shape
 
 

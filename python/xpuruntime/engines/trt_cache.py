@@ -81,7 +81,9 @@ class BuildKey:
 
     def build_id(self) -> str:
         """What is built: the policy and the build options (hash prefix)."""
-        return _sha256(_canonical({"policy": self.policy_fingerprint, "options": self.build_options}).encode())[:24]
+        return _sha256(
+            _canonical({"policy": self.policy_fingerprint, "options": self.build_options}).encode()
+        )[:24]
 
     def env_id(self) -> str:
         """Where it is valid: GPU, compute capability, TensorRT and CUDA versions."""
@@ -160,29 +162,60 @@ class EngineCache:
         if not meta_path.exists():
             orphans = self._payloads(key)
             if orphans:
-                return CacheLookup("corrupt", f"cache entry {orphans[0].name} has no metadata (an interrupted write); rebuilding", orphans[0])
+                return CacheLookup(
+                    "corrupt",
+                    f"cache entry {orphans[0].name} has no metadata (an interrupted write); rebuilding",
+                    orphans[0],
+                )
             return CacheLookup("miss", self._why_missing(key), meta_path)
         meta, problem = _read_meta(meta_path)
         if meta is None:
-            return CacheLookup("corrupt", f"cache metadata {meta_path} is unreadable ({problem}); rebuilding", meta_path)
+            return CacheLookup(
+                "corrupt", f"cache metadata {meta_path} is unreadable ({problem}); rebuilding", meta_path
+            )
         if meta.get("format") != CACHE_FORMAT:
-            return CacheLookup("stale", f"cache entry has format {meta.get('format')!r}, this xpuruntime writes {CACHE_FORMAT}; rebuilding", meta_path, meta=meta)
+            return CacheLookup(
+                "stale",
+                f"cache entry has format {meta.get('format')!r}, this xpuruntime writes {CACHE_FORMAT}; rebuilding",
+                meta_path,
+                meta=meta,
+            )
         diffs = _key_diffs(meta.get("key", {}), key.to_dict())
         if diffs:
-            return CacheLookup("mismatch", f"cache entry at {meta_path} was written for another build ({'; '.join(diffs)}); rebuilding", meta_path, meta=meta)
+            return CacheLookup(
+                "mismatch",
+                f"cache entry at {meta_path} was written for another build ({'; '.join(diffs)}); rebuilding",
+                meta_path,
+                meta=meta,
+            )
         payload_path = meta_path.parent / str(meta.get("payload", ""))
         try:
             payload = payload_path.read_bytes()
         except (FileNotFoundError, IsADirectoryError):
-            return CacheLookup("corrupt", f"cache payload {payload_path} is missing; rebuilding", payload_path, meta=meta)
+            return CacheLookup(
+                "corrupt", f"cache payload {payload_path} is missing; rebuilding", payload_path, meta=meta
+            )
         if len(payload) != meta.get("size"):
             return CacheLookup(
-                "corrupt", f"cache payload {payload_path.name} has {len(payload)} bytes, its metadata says {meta.get('size')} (truncated); rebuilding",
-                payload_path, meta=meta,
+                "corrupt",
+                f"cache payload {payload_path.name} has {len(payload)} bytes, its metadata says {meta.get('size')} (truncated); rebuilding",
+                payload_path,
+                meta=meta,
             )
         if _sha256(payload) != meta.get("sha256"):
-            return CacheLookup("corrupt", f"cache payload {payload_path.name} does not match its SHA-256 (corrupted on disk); rebuilding", payload_path, meta=meta)
-        return CacheLookup("hit", f"cached engine {payload_path} (built {meta.get('created', '?')})", payload_path, payload, meta)
+            return CacheLookup(
+                "corrupt",
+                f"cache payload {payload_path.name} does not match its SHA-256 (corrupted on disk); rebuilding",
+                payload_path,
+                meta=meta,
+            )
+        return CacheLookup(
+            "hit",
+            f"cached engine {payload_path} (built {meta.get('created', '?')})",
+            payload_path,
+            payload,
+            meta,
+        )
 
     def store(self, key: BuildKey, payload: bytes, *, extra: dict[str, Any] | None = None) -> Path:
         """Write the engine for ``key`` atomically and return the payload's path.
@@ -219,7 +252,11 @@ class EngineCache:
     def _why_missing(self, key: BuildKey) -> str:
         build_dir = self.meta_path(key).parent
         model_dir = build_dir.parent
-        siblings = sorted(build_dir.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True) if build_dir.is_dir() else []
+        siblings = (
+            sorted(build_dir.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+            if build_dir.is_dir()
+            else []
+        )
         for sib in siblings:
             meta, _ = _read_meta(sib)
             if meta is None:
