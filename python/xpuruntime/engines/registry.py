@@ -24,7 +24,7 @@ from typing import Any
 
 from .._core import BackendUnavailableError, InvalidArgumentError, PolicyError, UnsupportedOperationError
 from ..dispatch.decision import Candidate, Decision
-from ._common import strict
+from ._common import pol, strict
 from .base import Availability, Engine
 
 # name → "module:Class" (lazy) or the class itself (after the first lookup).
@@ -195,10 +195,7 @@ def parse_device(device: str) -> _Device:
 
 
 def _policy_get(policy: Any, field: str, default: Any = None) -> Any:
-    if policy is None:
-        return default
-    value = getattr(policy, field, default)
-    return default if value is None else value
+    return pol(policy, field, default)  # enums → lower-case names, None → default
 
 
 def _is_auto(value: Any) -> bool:
