@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine_testlib import assert_close_to, build, exec_policy, tiny_mlp, tiny_mlp_reference
-
 from xpuruntime.engines import registry
 
 AV = registry.availability("tensorrt")
