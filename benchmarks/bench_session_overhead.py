@@ -14,8 +14,8 @@ measured is the Python-side cost of our layers. For each engine, in one process:
 - ``session``: ``xpuruntime.InferenceSession(...).run`` (input validation, engine
   dispatch), when the inference module is built.
 
-Variants are interleaved in rounds (A B C A B C ...), each round timing a block of
-calls, so drift in machine load hits every variant alike. overhead = median over
+Variants are interleaved in rounds (A B C, B C A, C A B, ...), each round timing a
+block of calls, so drift in machine load and position effects hit every variant alike. overhead = median over
 rounds of (variant − direct) in the same round, with its 10th/90th percentiles.
 Budget: 10 µs.
 
@@ -60,8 +60,10 @@ def per_call_us(fns: dict[str, Callable[[], Any]], rounds: int, calls: int) -> d
         for _ in range(min(calls, 200)):
             fn()
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    items = list(fns.items())
+    for r in range(rounds):
+        # rotate the order every round so no variant always runs first or last
+        for name, fn in items[r % len(items) :] + items[: r % len(items)]:
             t0 = time.perf_counter_ns()
             for _ in range(calls):
                 fn()

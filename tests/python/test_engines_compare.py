@@ -57,7 +57,24 @@ def test_compare_ort_openvino_and_an_unavailable_engine() -> None:
     if by["tensorrt"].status != "ok":
         assert "tensorrt" in by["tensorrt"].error
     table = cmp.format_table(rows, "onnxruntime")
+    assert by["tensorrt"].status == "error" or by["tensorrt"].device.startswith("cuda")
     assert "onnxruntime (ref)" in table and "openvino" in table and "max_rel" in table
+
+
+def test_engine_at_device_specs() -> None:
+    rows, _ = cmp.compare(
+        tiny_mlp(), ["ort@cpu", "openvino@npu", "openvino@cpu"], dims={"n": 2}, iterations=1
+    )
+    by = {r.engine: r for r in rows}
+    assert list(by) == ["onnxruntime@cpu", "openvino@npu", "openvino@cpu"]
+    assert by["openvino@cpu"].status == "ok" and by["openvino@cpu"].diffs["y"]["max_abs"] < 1e-4
+    from xpuruntime.engines import registry
+
+    if "npu" not in registry.availability("openvino").devices:
+        assert (
+            by["openvino@npu"].status == "error"
+            and "openvino@npu: device_unavailable" in by["openvino@npu"].error
+        )
 
 
 def test_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 """``xpuruntime compare MODEL --engines native,onnxruntime,openvino``.
 
-Runs the same inputs through each engine and prints, against a reference engine,
+Runs the same inputs through each engine (``name`` or ``name@device``, e.g.
+``onnxruntime@cuda``) and prints, against a reference engine,
 the output differences (max abs, max rel, cosine similarity) and each engine's
 latency. An engine that cannot build or run gets a row with the reason instead of
 stopping the comparison.
@@ -124,11 +125,16 @@ def compare(
     from ..engines import registry
     from ..engines._common import load_model, onnx_io
 
-    names = [registry.canonical_name(e) for e in engines]
-    ref_name = registry.canonical_name(reference) if reference else names[0]
-    if ref_name not in names:
-        names.insert(0, ref_name)
-    order = [ref_name] + [n for n in names if n != ref_name]
+    def spec(text: str) -> tuple[str, str, str]:
+        """ "name" or "name@device" → (engine, device, row label)."""
+        name, _, dev = text.strip().partition("@")
+        canonical = registry.canonical_name(name)
+        return canonical, dev or device, f"{canonical}@{dev}" if dev else canonical
+
+    specs = [spec(e) for e in engines]
+    ref = spec(reference) if reference else specs[0]
+    order = [ref] + [s for s in specs if s[2] != ref[2]]
+    ref_name = ref[2]
     src = load_model(model)
     if inputs is None:
         infos, _ = onnx_io(src.proto)
@@ -136,9 +142,9 @@ def compare(
 
     outputs: dict[str, dict[str, np.ndarray]] = {}
     rows: list[EngineResult] = []
-    for name in order:
+    for engine_name, engine_device, name in order:
         try:
-            eng, dev = _build(name, src, device, exec_policy, extra or {})
+            eng, dev = _build(engine_name, src, engine_device, exec_policy, extra or {})
             out = {k: _to_numpy(v) for k, v in eng.run(inputs).items()}
             for _ in range(warmup):
                 eng.run(inputs)
@@ -157,7 +163,8 @@ def compare(
             )
             outputs[name] = out
         except Exception as exc:  # noqa: BLE001 - one failing engine must not stop the table
-            row = EngineResult(name, device, "error", error=f"{type(exc).__name__}: {exc}")
+            detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            row = EngineResult(name, engine_device, "error", error=f"{type(exc).__name__}: {detail}")
         rows.append(row)
 
     ref_out = outputs.get(ref_name)
@@ -186,7 +193,7 @@ def format_table(rows: Sequence[EngineResult], reference: str) -> str:
         )
         label = r.engine + (" (ref)" if r.engine == reference else "")
         if r.status != "ok":
-            lines.append([label, r.device, "-", "-", "-", "-", lat[0], lat[1], r.error.splitlines()[0][:100]])
+            lines.append([label, r.device, "-", "-", "-", "-", lat[0], lat[1], r.error[:160]])
             continue
         for key, d in (r.diffs or {"-": {}}).items():
             lines.append(
