@@ -29,7 +29,8 @@ at build time when the target is not the CPU.
 
 Zero copy: numpy inputs are wrapped (ORT reads them in place), DLPack inputs become
 OrtValues through ``OrtValue.from_dlpack``; CPU outputs are numpy views of ORT's
-buffers; CUDA outputs stay on the device as ``OrtValue`` (DLPack-capable).
+buffers. On CUDA, outputs stay on the device as ``OrtValue`` (DLPack-capable) when any
+input came from the device, and come back as numpy when every input was a host array.
 """
 
 from __future__ import annotations
@@ -43,7 +44,17 @@ from typing import Any
 import numpy as np
 
 from . import _cuda
-from ._common import DecisionRecorder, kernel_prefs, load_model, onnx_io, pol, precision, strict
+from ._common import (
+    ORT_TYPE_NAMES,
+    DecisionRecorder,
+    kernel_prefs,
+    load_model,
+    numpy_dtype,
+    onnx_io,
+    pol,
+    precision,
+    strict,
+)
 from .base import Availability, Engine, EngineOptions, TensorInfo
 
 INSTALL_HINT = "pip install xpuruntime[onnxruntime]"
@@ -456,49 +467,63 @@ class OnnxRuntimeEngine(Engine):
         if self._cuda_graph:
             return self._run_graph(inputs, names)
         io = self._sess.io_binding()
+        host_only = True
         for name, value in inputs.items():
             if type(value) is np.ndarray:
                 io.bind_cpu_input(name, value)
             else:
-                io.bind_ortvalue_input(name, _as_ortvalue(self._ort, value))
+                ort_value = _as_ortvalue(self._ort, value)
+                host_only = host_only and ort_value.device_name().lower() == "cpu"
+                io.bind_ortvalue_input(name, ort_value)
         dev_type = "cpu" if self._kind == "cpu" else "cuda"
         for name in names:
             io.bind_output(name, dev_type, self._device_id)
         self._sess.run_with_iobinding(io)
         outs = io.get_outputs()
         if dev_type == "cpu":
+            return {n: v.numpy() for n, v in zip(names, outs)}  # views of ORT's buffers, no copy
+        if host_only:  # host in, host out (like the CPU path); device tensors in, device out
             return {n: v.numpy() for n, v in zip(names, outs)}
         return dict(zip(names, outs))
 
     def _run_graph(self, inputs: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         """CUDA-graph replay: inputs are copied into buffers whose addresses never change."""
+        from .._core import InvalidArgumentError
+
         with self._graph_lock:
+            host_only = all(type(v) is np.ndarray for v in inputs.values())
             if self._graph_binding is None:
                 io = self._sess.io_binding()
                 for name, value in inputs.items():
-                    arr = np.asarray(value)
+                    src = _as_ortvalue(self._ort, value)
+                    dtype = numpy_dtype(ORT_TYPE_NAMES.get(src.data_type(), src.data_type()))
                     buf = self._ort.OrtValue.ortvalue_from_shape_and_type(
-                        arr.shape, arr.dtype, "cuda", self._device_id
+                        src.shape(), dtype, "cuda", self._device_id
                     )
                     self._graph_inputs[name] = buf
                     io.bind_ortvalue_input(name, buf)
                 for name in self._out_names:
                     io.bind_output(name, "cuda", self._device_id)
                 self._graph_binding = io
+            srcs, dsts = [], []
             for name, value in inputs.items():
                 buf = self._graph_inputs[name]
-                arr = np.ascontiguousarray(np.asarray(value))
-                if list(arr.shape) != list(buf.shape()):
-                    from .._core import InvalidArgumentError
-
+                src = _as_ortvalue(
+                    self._ort, np.ascontiguousarray(value) if type(value) is np.ndarray else value
+                )
+                if list(src.shape()) != list(buf.shape()):
                     raise InvalidArgumentError(
-                        f"cuda_graph=True replays a graph captured for {name!r} shape {buf.shape()}, got {list(arr.shape)}; "
-                        "build a new session for another shape"
+                        f"cuda_graph=True replays a graph captured for {name!r} shape {buf.shape()}, got "
+                        f"{src.shape()}; build a new session for another shape"
                     )
-                buf.update_inplace(arr)
+                srcs.append(src)
+                dsts.append(buf)
+            self._ort.copy_tensors(srcs, dsts)  # host→device or device→device into the fixed buffers
             self._sess.run_with_iobinding(self._graph_binding)
-            outs = self._graph_binding.get_outputs()
-            return {n: o for n, o in zip(self._out_names, outs) if n in names}
+            outs = dict(zip(self._out_names, self._graph_binding.get_outputs()))
+            if host_only:
+                return {n: outs[n].numpy() for n in names}
+            return {n: outs[n] for n in names}
 
 
 def _as_ortvalue(ort: Any, value: Any) -> Any:
