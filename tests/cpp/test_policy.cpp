@@ -1,0 +1,234 @@
+// KernelPolicy / ExecutionPolicy: JSON round trips, canonical form and fingerprint,
+// SHA-256 against the FIPS 180-4 vectors, and validation errors with suggestions.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "xpuruntime/error.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/policy.h"
+
+using namespace xpuruntime;
+
+namespace {
+
+// Runs fn, expects PolicyError, returns its message.
+template <typename F>
+std::string policy_error(F&& fn) {
+  try {
+    fn();
+  } catch (const PolicyError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected PolicyError";
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+KernelPolicy sample_policy() {
+  KernelPolicy p;
+  p.set("matmul", "cublasLt");
+  p.set("attention", std::vector<std::string>{"flash_v2", "cudnn", "auto"});
+  p.mode = KernelPolicy::Mode::Require;
+  p.auto_strategy = KernelPolicy::AutoSelectStrategy::BestPerformance;
+  p.pins["matmul|cuda:sm90|float16[16,64],float16[64,32]->float16[16,32]|"] = {"cublasLt",
+                                                                              "algo:42"};
+  return p;
+}
+
+}  // namespace
+
+TEST(Sha256, FipsVectors) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Suggest, EditDistanceAndClosest) {
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("cublaslt", "cublasLt"), 0u);  // case-insensitive
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(closest_match("cublasLT", {"cublas", "cublasLt", "torch"}), "cublasLt");
+  EXPECT_EQ(closest_match("flash", {"cudnn", "flash_v2", "math"}), "flash_v2");
+  EXPECT_EQ(closest_match("zzzzzzzz", {"cudnn", "flash_v2", "math"}), "");
+  std::string m = unknown_choice_message("kernel", "cublasLT", "preferences", {"cublas", "cublasLt"});
+  EXPECT_TRUE(contains(m, "valid choices: cublas, cublasLt")) << m;
+  EXPECT_TRUE(contains(m, "did you mean 'cublasLt'?")) << m;
+}
+
+TEST(KernelPolicy, JsonRoundTripAndEquality) {
+  KernelPolicy p = sample_policy();
+  KernelPolicy q = KernelPolicy::from_json(p.to_json());
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(q.get("attention"), (std::vector<std::string>{"flash_v2", "cudnn", "auto"}));
+  EXPECT_EQ(q.pins.begin()->second.algorithm, "algo:42");
+  EXPECT_EQ(p.canonical_json(), q.canonical_json());
+  EXPECT_EQ(p.fingerprint(), q.fingerprint());
+  // Canonical form: sorted keys, no whitespace, one name written as a string.
+  EXPECT_EQ(KernelPolicy{}.set("matmul", "cublas").canonical_json(),
+            R"({"auto_strategy":"first_supported","kind":"kernel_policy","mode":"prefer",)"
+            R"("pins":{},"preferences":{"matmul":"cublas"},"schema_version":1})");
+  KernelPolicy r = p;
+  r.set("matmul", "cublas");
+  EXPECT_NE(p, r);
+  EXPECT_NE(p.fingerprint(), r.fingerprint());
+  EXPECT_EQ(p.fingerprint().size(), 64u);
+}
+
+TEST(KernelPolicy, FingerprintIndependentOfInsertionOrder) {
+  KernelPolicy a, b;
+  a.set("matmul", "cublasLt").set("conv", "cudnn");
+  b.set("conv", "cudnn").set("matmul", "cublasLt");
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  // Whitespace and key order of the input file do not matter either.
+  KernelPolicy c = KernelPolicy::from_json(
+      "{ \"preferences\" : {\"matmul\": [\"cublasLt\"], \"conv\": \"cudnn\"} }");
+  EXPECT_EQ(a.fingerprint(), c.fingerprint());
+}
+
+TEST(KernelPolicy, SetGetRemoveRepr) {
+  KernelPolicy p;
+  p.set("matmul", "cublasLt").set("attention", std::vector<std::string>{"flash_v2", "cudnn"});
+  EXPECT_EQ(p.get("matmul"), std::vector<std::string>{"cublasLt"});
+  EXPECT_TRUE(p.get("conv").empty());
+  EXPECT_EQ(p.repr(), "KernelPolicy(attention=['flash_v2', 'cudnn'], matmul='cublasLt')");
+  p.remove("attention");
+  p.mode = KernelPolicy::Mode::Require;
+  EXPECT_EQ(p.repr(), "KernelPolicy(matmul='cublasLt', mode='require')");
+  EXPECT_THROW(p.set("matmul", std::vector<std::string>{}), PolicyError);
+}
+
+TEST(KernelPolicy, ReadsSeedFormat) {
+  // Seed 004 §6.3 saved {"preferences": ..., "auto_strategy": str(enum)} without a version.
+  KernelPolicy p = KernelPolicy::from_json(
+      R"({"preferences": {"matmul": "cublasLt"}, "auto_strategy": "AutoSelectStrategy.BestPerformance"})");
+  EXPECT_EQ(p.auto_strategy, KernelPolicy::AutoSelectStrategy::BestPerformance);
+  EXPECT_EQ(p.schema_version, 1);
+}
+
+TEST(KernelPolicy, ParseErrors) {
+  std::string m = policy_error([] { KernelPolicy::from_json(R"({"prefrences": {}})"); });
+  EXPECT_TRUE(contains(m, "unknown field 'prefrences'")) << m;
+  EXPECT_TRUE(contains(m, "did you mean 'preferences'?")) << m;
+
+  m = policy_error([] { KernelPolicy::from_json(R"({"schema_version": 7})"); });
+  EXPECT_TRUE(contains(m, "newer")) << m;
+  EXPECT_TRUE(contains(m, "schema_version 7")) << m;
+  EXPECT_TRUE(contains(m, "upgrade xpuruntime")) << m;
+
+  m = policy_error([] { KernelPolicy::from_json(R"({"mode": "requre"})"); });
+  EXPECT_TRUE(contains(m, "did you mean 'require'?")) << m;
+  m = policy_error([] { KernelPolicy::from_json(R"({"auto_strategy": "fastest"})"); });
+  EXPECT_TRUE(contains(m, "best_performance")) << m;
+  m = policy_error([] { KernelPolicy::from_json(R"({"preferences": {"matmul": 3}})"); });
+  EXPECT_TRUE(contains(m, "op 'matmul'")) << m;
+  m = policy_error([] { KernelPolicy::from_json(R"({"preferences": {"matmul": []}})"); });
+  EXPECT_TRUE(contains(m, "empty list")) << m;
+  m = policy_error([] { KernelPolicy::from_json("{not json"); });
+  EXPECT_TRUE(contains(m, "cannot parse")) << m;
+  m = policy_error([] { KernelPolicy::from_json("[1, 2]"); });
+  EXPECT_TRUE(contains(m, "must be an object")) << m;
+  m = policy_error([] { KernelPolicy::from_json(R"({"kind": "execution_policy"})"); });
+  EXPECT_TRUE(contains(m, "not a KernelPolicy")) << m;
+  m = policy_error([] { KernelPolicy::from_json(R"({"pins": {"matmul|cpu||": {"kernal": "x"}}})"); });
+  EXPECT_TRUE(contains(m, "did you mean 'kernel'?")) << m;
+}
+
+TEST(KernelPolicy, ValidateAgainstRegistry) {
+  KernelRegistry reg;  // knows the declared names only
+  KernelPolicy ok;
+  ok.set("matmul", "cublasLt").set("attention", "flash_v2").set("relu", "auto");
+  EXPECT_NO_THROW(ok.validate(reg));
+
+  std::string m = policy_error([&] { KernelPolicy{}.set("matmull", "cublas").validate(reg); });
+  EXPECT_TRUE(contains(m, "unknown op key 'matmull'")) << m;
+  EXPECT_TRUE(contains(m, "did you mean 'matmul'?")) << m;
+  EXPECT_TRUE(contains(m, "attention, conv, layernorm, matmul, softmax")) << m;
+
+  m = policy_error([&] { KernelPolicy{}.set("gemm", "cublas").validate(reg); });
+  EXPECT_TRUE(contains(m, "use 'matmul'")) << m;
+  m = policy_error([&] { KernelPolicy{}.set("MatMul", "cublas").validate(reg); });
+  EXPECT_TRUE(contains(m, "use 'matmul'")) << m;
+
+  m = policy_error([&] { KernelPolicy{}.set("matmul", "cublasLT2").validate(reg); });
+  EXPECT_TRUE(contains(m, "unknown kernel 'cublasLT2'")) << m;
+  EXPECT_TRUE(contains(m, "auto, cpu_blas, cpu_blocked, cublas, cublasLt, torch")) << m;
+  EXPECT_TRUE(contains(m, "did you mean 'cublasLt'?")) << m;
+
+  m = policy_error([&] {
+    KernelPolicy{}.set("matmul", std::vector<std::string>{"auto", "cublas"}).validate(reg);
+  });
+  EXPECT_TRUE(contains(m, "must be the last")) << m;
+  m = policy_error([&] {
+    KernelPolicy{}.set("matmul", std::vector<std::string>{"cublas", "cublas"}).validate(reg);
+  });
+  EXPECT_TRUE(contains(m, "twice")) << m;
+
+  KernelPolicy pinned;
+  pinned.pins["matmul|cpu|float32[2,2],float32[2,2]->float32[2,2]|"] = {"cpu_blas", ""};
+  EXPECT_NO_THROW(pinned.validate(reg));
+  pinned.pins["matmul|cpu|x|"] = {"nope", ""};
+  m = policy_error([&] { pinned.validate(reg); });
+  EXPECT_TRUE(contains(m, "unknown kernel 'nope'")) << m;
+
+  // Another subsystem declares its routing target; then the name is valid.
+  m = policy_error([&] { KernelPolicy{}.set("softmax", "triton").validate(reg); });
+  EXPECT_TRUE(contains(m, "register_known_kernel_name")) << m;
+  reg.register_known_kernel_name("softmax", "triton");
+  EXPECT_NO_THROW(KernelPolicy{}.set("softmax", "triton").validate(reg));
+}
+
+TEST(ExecutionPolicy, JsonRoundTripAndFingerprint) {
+  ExecutionPolicy p;
+  p.target = ExecutionPolicy::Target::NPU;
+  p.precision = ExecutionPolicy::Precision::INT8;
+  p.static_shape = true;
+  p.allow_fallback = ExecutionPolicy::Target::CPU;
+  p.workspace_limit_bytes = 1 << 20;
+  p.engine = "openvino";
+  p.threads = 4;
+  p.strict = {"pinned_only"};
+  ExecutionPolicy q = ExecutionPolicy::from_json(p.to_json());
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(p.fingerprint(), q.fingerprint());
+  EXPECT_EQ(ExecutionPolicy{}.canonical_json(),
+            R"({"allow_fallback":null,"allow_tf32":false,"cuda_graph":false,"deterministic":false,)"
+            R"("engine":null,"kind":"execution_policy","precision":"fp32","schema_version":1,)"
+            R"("static_shape":false,"strict":[],"target":"auto","threads":0,)"
+            R"("workspace_limit_bytes":0})");
+  EXPECT_EQ(p.repr(),
+            "ExecutionPolicy(target='npu', precision='int8', static_shape=True, "
+            "allow_fallback='cpu', workspace_limit_bytes=1048576, engine='openvino', threads=4, "
+            "strict=['pinned_only'])");
+  // Aliases parse to the canonical value.
+  EXPECT_EQ(ExecutionPolicy::from_json(R"({"precision": "float16", "target": "gpu"})").precision,
+            ExecutionPolicy::Precision::FP16);
+}
+
+TEST(ExecutionPolicy, Errors) {
+  std::string m = policy_error([] { ExecutionPolicy::from_json(R"({"precison": "int8"})"); });
+  EXPECT_TRUE(contains(m, "did you mean 'precision'?")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"precision": "int4"})"); });
+  EXPECT_TRUE(contains(m, "valid choices: bf16, fp16, fp32, int8")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"target": "nпu"})"); });
+  EXPECT_TRUE(contains(m, "unknown target")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"strict": ["no_fallbak"]})"); });
+  EXPECT_TRUE(contains(m, "did you mean 'no_fallback'?")) << m;
+  m = policy_error(
+      [] { ExecutionPolicy::from_json(R"({"strict": ["no_fallback"], "allow_fallback": "cpu"})"); });
+  EXPECT_TRUE(contains(m, "drop one")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"target": "cpu", "allow_fallback": "cpu"})"); });
+  EXPECT_TRUE(contains(m, "equals the target")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"threads": -1})"); });
+  EXPECT_TRUE(contains(m, "threads")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"static_shape": "yes"})"); });
+  EXPECT_TRUE(contains(m, "true or false")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"schema_version": 2})"); });
+  EXPECT_TRUE(contains(m, "newer")) << m;
+}
