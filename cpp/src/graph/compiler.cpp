@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/matmul/cpu_matmul_kernels.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "graph/passes.h"
 #include "graph/planner.h"
@@ -54,6 +55,47 @@ void check_supported(const Graph& g) {
 
 std::string join_decision(const Decision& d) { return d.to_json(); }
 
+// MatMul / Gemm as the matmul op (backends/cpu/matmul/matmul_op.h): a, b (with
+// transposes as strides), the fused bias row, and c.
+void matmul_context(const Graph& g, const Node& n, OpContext& ctx) {
+  const TensorSpec a = spec_of(g.values[n.inputs[0]]);
+  const TensorSpec b = spec_of(g.values[n.inputs[1]]);
+  XRT_CHECK(!a.shape.empty() || !b.shape.empty() || true, InvalidModelError, n.where());
+  TensorSpec ta = a, tb = b;
+  if (n.op_type == "Gemm") {
+    if (n.attr_int("transA", 0) && a.shape.size() == 2) {
+      ta.shape = {a.shape[1], a.shape[0]};
+      ta.strides = {1, a.shape[1]};
+    }
+    if (n.attr_int("transB", 0) && b.shape.size() == 2) {
+      tb.shape = {b.shape[1], b.shape[0]};
+      tb.strides = {1, b.shape[1]};
+    }
+  } else {
+    if (ta.shape.size() == 1) ta.shape.insert(ta.shape.begin(), 1);
+    if (tb.shape.size() == 1) tb.shape.push_back(1);
+  }
+  ctx.inputs = {ta, tb};
+  if (n.op_type == "MatMul" && n.attr_int("_bias", 0) && n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    TensorSpec bias = spec_of(g.values[n.inputs[2]]);
+    bias.shape = {shape_numel(bias.shape)};
+    ctx.inputs.push_back(bias);
+  }
+  TensorSpec c = spec_of(g.values[n.outputs[0]]);
+  if (n.op_type == "MatMul") {
+    Shape cs = c.shape;
+    if (a.shape.size() == 1) cs.insert(cs.end() - (b.shape.size() == 1 ? 0 : 1), 1);
+    if (b.shape.size() == 1) cs.push_back(1);
+    c.shape = cs;
+  }
+  ctx.outputs = {c};
+  XRT_CHECK(!ta.shape.empty() && !tb.shape.empty() && (g.values[n.inputs[0]].shape || g.values[n.inputs[0]].constant.defined()),
+            UnsupportedOperationError, n.where(),
+            ": the shapes of this matmul are only known at run time (they depend on input values), "
+            "so no matmul kernel can be chosen at compile time; the native engine needs shapes "
+            "that follow from the input shapes");
+}
+
 }  // namespace
 
 std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep) {
@@ -64,6 +106,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   XRT_CHECK(opt.device == "cpu", UnsupportedOperationError, "the native engine compiles for 'cpu' ",
             "in this build; device '", opt.device, "' is not available to it yet");
   cpu::ensure_cpu_op_kernels_registered();
+  ensure_cpu_matmul_kernels_registered();
   auto t0 = std::chrono::steady_clock::now();
   ExecutionPlan plan;
   plan.header.device = opt.device;
@@ -131,11 +174,17 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     ctx.op = def0->key;
     ctx.node = n.name.empty() ? n.op_type + "_" + std::to_string(k) : n.name;
     ctx.device = Device::cpu();
-    for (int i : n.inputs)
-      ctx.inputs.push_back(i >= 0 ? spec_of(g.values[i]) : TensorSpec{});
-    for (int o : n.outputs)
-      if (o >= 0) ctx.outputs.push_back(spec_of(g.values[o]));
-    ctx.attrs = attr_text(n);
+    if (def0->uses_gemm) {
+      // The matmul op as the matmul kernels read it: [a, b, (bias)] -> [c], strides
+      // for transposes; our own epilogues (activation) run after the GEMM.
+      matmul_context(g, n, ctx);
+    } else {
+      for (int i : n.inputs)
+        ctx.inputs.push_back(i >= 0 ? spec_of(g.values[i]) : TensorSpec{});
+      for (int o : n.outputs)
+        if (o >= 0) ctx.outputs.push_back(spec_of(g.values[o]));
+      ctx.attrs = attr_text(n);
+    }
     ctx.apply(opt.exec_policy);
     Decision d = disp.select(ctx, opt.kernel_policy);
     plan.decisions.push_back(join_decision(d));
@@ -155,14 +204,15 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
         mc.op = "matmul";
         mc.node = ctx.node + "/gemm";
         mc.device = Device::cpu();
-        TensorSpec w = spec_of(g.values[n.inputs[1]]);
-        TensorSpec a{w.dtype, {}, {}};
-        if (w.shape.size() >= 2) {
-          int64_t kk = 1;
-          for (std::size_t i = 1; i < w.shape.size(); ++i) kk *= w.shape[i];
-          a.shape = {w.shape[0], kk};
-        }
-        mc.inputs = {a, TensorSpec{w.dtype, {}, {}}};
+        const TensorSpec w = spec_of(g.values[n.inputs[1]]);
+        const TensorSpec y = spec_of(g.values[n.outputs[0]]);
+        const int64_t group = n.attr_int("group", 1);
+        int64_t kk = 1, sp = 1;
+        for (std::size_t i = 1; i < w.shape.size(); ++i) kk *= w.shape[i];
+        for (std::size_t i = 2; i < y.shape.size(); ++i) sp *= y.shape[i];
+        const int64_t mg = w.shape.empty() ? 0 : w.shape[0] / std::max<int64_t>(1, group);
+        mc.inputs = {TensorSpec{w.dtype, {mg, kk}, {}}, TensorSpec{w.dtype, {kk, sp}, {}}};
+        mc.outputs = {TensorSpec{w.dtype, {mg, sp}, {}}};
         mc.apply(opt.exec_policy);
         Decision md = disp.select(mc, opt.kernel_policy);
         plan.decisions.push_back(join_decision(md));

@@ -1,0 +1,220 @@
+"""ONNX front end of the native engine (DESIGN.md §5, §12).
+
+Loads a model from a path (external data included), bytes or an ``onnx.ModelProto``;
+checks it with the ONNX checker; converts its default-domain opset into the window
+the CPU kernels implement; runs ONNX shape inference; and describes the graph for
+the C++ compiler (``_core.graph.compile``) with initializers as numpy arrays that
+C++ reads in place (zero-copy). Every failure is a typed xpuruntime error that says
+what is wrong with the model and how to proceed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._core import InvalidModelError, UnsupportedOperationError
+
+#: Opsets of the default domain the kernels implement (older models are converted up).
+OPSET_MIN = 13
+OPSET_MAX = 23
+
+#: ONNX TensorProto element types the native engine takes, by dtype name.
+ONNX_DTYPES: dict[int, str] = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    16: "bfloat16",
+}
+
+
+@dataclass
+class LoadedModel:
+    """A checked, converted, shape-inferred model and the hash of its original bytes."""
+
+    proto: Any  # onnx.ModelProto
+    model_hash: str  # SHA-256 of the model bytes as given
+    source: str  # "path:<file>", "bytes" or "proto"
+    opset: int  # default-domain opset after conversion
+    original_opset: int
+
+
+def _import_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - onnx is a dependency of the engine
+        raise InvalidModelError(
+            "loading an ONNX model needs the onnx package (pip install onnx); "
+            "a saved plan (InferenceSession.save_plan) runs without it"
+        ) from exc
+    return onnx
+
+
+def load(model: Any) -> LoadedModel:
+    """Load, check, convert and shape-infer ``model`` (path, bytes or ModelProto)."""
+    onnx = _import_onnx()
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise InvalidModelError(f"model file '{path}' does not exist")
+        data = path.read_bytes()
+        try:
+            proto = onnx.load_from_string(data)
+        except Exception as exc:
+            raise InvalidModelError(
+                f"'{path}' is not a valid ONNX model (truncated or corrupt file?): {exc}"
+            ) from exc
+        try:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(proto, str(path.parent))
+        except Exception as exc:
+            raise InvalidModelError(f"cannot load the external data of '{path}': {exc}") from exc
+        source = f"path:{path}"
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        try:
+            proto = onnx.load_from_string(data)
+        except Exception as exc:
+            raise InvalidModelError(f"model bytes are not a valid ONNX model (truncated or corrupt?): {exc}") from exc
+        source = "bytes"
+    elif isinstance(model, onnx.ModelProto):
+        proto = model
+        data = model.SerializeToString()
+        source = "proto"
+    else:
+        raise InvalidModelError(
+            f"model must be a path, bytes or an onnx.ModelProto, got {type(model).__name__}"
+        )
+    model_hash = hashlib.sha256(data).hexdigest()
+    if not proto.HasField("graph") or len(proto.graph.output) == 0:
+        raise InvalidModelError("the ONNX model has no graph or no graph outputs (corrupt model?)")
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()
+        raise InvalidModelError(f"the ONNX checker rejected the model: {' '.join(msg[:6])}") from exc
+    original = _default_opset(proto)
+    proto = _convert(proto, original)
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception as exc:
+        raise InvalidModelError(f"ONNX shape inference failed on the model: {exc}") from exc
+    return LoadedModel(proto, model_hash, source, _default_opset(proto), original)
+
+
+def _default_opset(proto: Any) -> int:
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    raise InvalidModelError("the model imports no default-domain (ai.onnx) opset")
+
+
+def _convert(proto: Any, opset: int) -> Any:
+    if OPSET_MIN <= opset <= OPSET_MAX:
+        return proto
+    onnx = _import_onnx()
+    target = OPSET_MIN if opset < OPSET_MIN else OPSET_MAX
+    try:
+        from onnx import version_converter
+
+        return version_converter.convert_version(proto, target)
+    except Exception as exc:
+        raise UnsupportedOperationError(
+            f"the model uses opset {opset}; the native engine implements opsets {OPSET_MIN}-{OPSET_MAX} "
+            f"and onnx {onnx.__version__}'s version converter could not convert it to {target}: {exc}. "
+            "Re-export the model at an opset in that window."
+        ) from exc
+
+
+def _dims(value_info: Any) -> list[int | str | None]:
+    tt = value_info.type.tensor_type
+    if not tt.HasField("shape"):
+        return []
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(str(d.dim_param))
+        else:
+            dims.append(None)
+    return dims
+
+
+def _dtype(value_info: Any, what: str) -> str:
+    if not value_info.type.HasField("tensor_type"):
+        raise UnsupportedOperationError(
+            f"{what} '{value_info.name}' is not a tensor (sequences, maps and optionals are not supported)"
+        )
+    code = value_info.type.tensor_type.elem_type
+    if code not in ONNX_DTYPES:
+        raise UnsupportedOperationError(
+            f"{what} '{value_info.name}' has ONNX element type {code}, which the native engine does not "
+            f"support (supported: {', '.join(sorted(set(ONNX_DTYPES.values())))})"
+        )
+    return ONNX_DTYPES[code]
+
+
+def _tensor(t: Any, where: str) -> np.ndarray:
+    from onnx import numpy_helper
+
+    if t.data_type not in ONNX_DTYPES or t.data_type == 16:
+        raise UnsupportedOperationError(
+            f"{where}: tensor '{t.name}' has ONNX element type {t.data_type}, which the native engine does "
+            "not support as a constant"
+        )
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as exc:
+        raise InvalidModelError(f"{where}: tensor '{t.name}' cannot be read: {exc}") from exc
+    return np.ascontiguousarray(arr)
+
+
+def _attr(a: Any, where: str) -> Any:
+    from onnx import AttributeProto, helper
+
+    if a.type == AttributeProto.TENSOR:
+        return _tensor(a.t, where)
+    if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+        raise UnsupportedOperationError(
+            f"{where}: attribute '{a.name}' holds a subgraph; control flow (If/Loop/Scan) is not supported "
+            "by the native engine"
+        )
+    if a.type in (AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS, AttributeProto.TENSORS,
+                  AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
+        raise UnsupportedOperationError(f"{where}: attribute '{a.name}' has a type the native engine does not support")
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    if isinstance(v, list):
+        return [x.decode("utf-8", errors="replace") if isinstance(x, bytes) else x for x in v]
+    return v
+
+
+def describe(loaded: LoadedModel) -> dict[str, Any]:
+    """The graph as plain Python data for ``_core.graph.compile`` (initializers zero-copy)."""
+    g = loaded.proto.graph
+    inits = [(t.name, _tensor(t, "initializer")) for t in g.initializer]
+    init_names = {t.name for t in g.initializer}
+    inputs = [(vi.name, _dtype(vi, "input"), _dims(vi)) for vi in g.input if vi.name not in init_names]
+    outputs = [(vi.name, _dtype(vi, "output") if vi.type.tensor_type.elem_type else "float32", _dims(vi))
+               for vi in g.output]
+    nodes = []
+    for i, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{i}"
+        where = f"node '{name}' ({n.op_type})"
+        attrs = {a.name: _attr(a, where) for a in n.attribute}
+        nodes.append((name, n.op_type, n.domain if n.domain != "ai.onnx" else "", list(n.input), list(n.output), attrs))
+    return {"name": g.name, "inputs": inputs, "outputs": outputs, "initializers": inits, "nodes": nodes}

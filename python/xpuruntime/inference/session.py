@@ -1,0 +1,157 @@
+"""InferenceSession (seed 000 §7.3, §10.3; seed 004 §8): one model on one engine.
+
+    sess = xrt.InferenceSession("model.onnx", device="cpu", engine="native",
+                                kernel_policy=xrt.KernelPolicy(matmul="cpu_blas"))
+    out = sess.run({"input": x})          # dict name -> array
+    print(sess.explain())                 # every engine and kernel decision
+    sess.save_plan("model.xrtplan")       # runs later without onnx
+
+The engine (``engine=`` or its alias ``backend=``; ``"auto"`` by default) and the
+device are chosen by :func:`xpuruntime.engines.registry.select_engine`, which records
+the choice as a Decision; engines that are not installed raise
+``BackendUnavailableError`` with the install hint. ``run`` is thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._core import InvalidArgumentError, PolicyError, UnsupportedOperationError
+
+
+class InferenceSession:
+    """Compile ``model`` for ``device`` with ``engine`` under the given policies.
+
+    Args:
+        model: path to an ``.onnx`` file, model bytes, an ``onnx.ModelProto``, or a plan
+            saved by :meth:`save_plan` (path or bytes; native engine).
+        device: ``"cpu"``, ``"cuda[:N]"``, ``"npu"``, ``"gpu"`` or ``"auto"``.
+        engine: ``"native"``, ``"onnxruntime"``/``"onnxrt"``, ``"openvino"``, ``"tensorrt"``,
+            ``"qnn"`` or ``"auto"``. ``backend`` is an alias.
+        kernel_policy: a :class:`xpuruntime.KernelPolicy` (op -> kernel).
+        exec_policy: a :class:`xpuruntime.ExecutionPolicy` (target, precision, ...).
+        fp16: shorthand for ``precision="fp16"``.
+        **engine_options: engine-specific options (e.g. ``input_shapes`` for native).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        device: str | None = None,
+        engine: str | None = None,
+        *,
+        backend: str | None = None,
+        kernel_policy: Any = None,
+        exec_policy: Any = None,
+        fp16: bool = False,
+        **engine_options: Any,
+    ) -> None:
+        from ..engines.base import EngineOptions
+        from ..engines.registry import canonical_name, select_engine
+
+        if backend is not None and engine is not None and canonical_name(backend) != canonical_name(engine):
+            raise InvalidArgumentError(
+                f"engine={engine!r} and backend={backend!r} disagree; backend is an alias of engine, pass one"
+            )
+        engine = engine if engine is not None else backend
+        if fp16:
+            exec_policy = _with_fp16(exec_policy)
+        if model is None:
+            raise InvalidArgumentError("model is required (a path, bytes, an onnx.ModelProto or a saved plan)")
+        cls, dev, decisions = select_engine(engine, device, exec_policy)
+        self._decisions: list[Any] = list(decisions)
+        self._device = dev
+        self._kernel_policy = kernel_policy
+        self._exec_policy = exec_policy
+        self._engine = cls(model, EngineOptions(dev, kernel_policy, exec_policy, dict(engine_options)))
+        self._engine_name = getattr(cls, "name", cls.__name__)
+
+    @classmethod
+    def load_plan(
+        cls, path: str | os.PathLike[str] | bytes, *, kernel_policy: Any = None, exec_policy: Any = None
+    ) -> InferenceSession:
+        """A session over a plan saved by :meth:`save_plan` (no onnx needed).
+
+        The plan must come from this plan format version, the CPU, and the same
+        policies; otherwise ``InvalidModelError`` says which differs.
+        """
+        return cls(path, device="cpu", engine="native", kernel_policy=kernel_policy, exec_policy=exec_policy)
+
+    # ------------------------------------------------------------------ running
+    def run(self, inputs: Mapping[str, Any], output_names: Sequence[str] | None = None) -> dict[str, Any]:
+        """Run once. ``inputs``: name -> numpy array, xpuruntime Tensor or any ``__dlpack__`` object."""
+        if isinstance(output_names, str):
+            output_names = [output_names]
+        return self._engine.run(inputs, output_names)
+
+    def get_inputs(self) -> list[Any]:
+        """Model inputs: TensorInfo(name, shape with symbolic dims, dtype)."""
+        return list(self._engine.inputs())
+
+    def get_outputs(self) -> list[Any]:
+        """Model outputs: TensorInfo(name, shape with symbolic dims, dtype)."""
+        return list(self._engine.outputs())
+
+    # ----------------------------------------------------------------- explaining
+    def explain(self) -> Any:
+        """Every decision behind this session (engine choice, then one per node) as a DecisionLog."""
+        from ..dispatch.decision import DecisionLog
+
+        return DecisionLog(self._decisions + list(self._engine.decisions()))
+
+    def decisions(self) -> list[Any]:
+        """The decisions of :meth:`explain` as a list."""
+        return list(self.explain())
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs this session."""
+        return str(self._engine_name)
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def plan(self) -> Any:
+        """The native engine's ExecutionPlan (None for other engines)."""
+        return getattr(self._engine, "plan", None)
+
+    def memory(self) -> dict[str, int]:
+        """Native engine: arena (peak) bytes next to the sum of all intermediates."""
+        fn = getattr(self._engine, "memory", None)
+        if fn is None:
+            raise UnsupportedOperationError(f"memory() is reported by the native engine, not by {self.engine}")
+        return dict(fn())
+
+    def save_plan(self, path: str | os.PathLike[str]) -> None:
+        """Save the compiled plan (native engine); load it with :meth:`load_plan`."""
+        fn = getattr(self._engine, "save_plan", None)
+        if fn is None:
+            raise UnsupportedOperationError(
+                f"save_plan() needs the native engine; this session runs on {self.engine}"
+            )
+        fn(path)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(repr(i) for i in self.get_inputs())
+        return f"InferenceSession(engine={self.engine!r}, device={self.device!r}, inputs=[{ins}])"
+
+
+def _with_fp16(exec_policy: Any) -> Any:
+    """exec_policy with precision fp16 (a copy), or PolicyError when it says otherwise."""
+    from .. import _core
+
+    if exec_policy is None:
+        return _core.ExecutionPolicy.from_json('{"precision": "fp16"}')
+    prec = str(getattr(exec_policy, "precision", "fp16")).lower()
+    if "fp16" not in prec and "float16" not in prec and "fp32" not in prec:
+        raise PolicyError(f"fp16=True conflicts with ExecutionPolicy(precision={prec!r})")
+    if "fp16" in prec or "float16" in prec:
+        return exec_policy
+    raise PolicyError(
+        "fp16=True conflicts with the ExecutionPolicy's precision fp32; pass precision='fp16' in the policy "
+        "or drop fp16=True"
+    )
