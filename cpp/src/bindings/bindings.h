@@ -15,5 +15,6 @@ void bind_stream(py::module_& m);
 void bind_profiler(py::module_& m);
 void bind_policy(py::module_& m);    // KernelPolicy, ExecutionPolicy
 void bind_dispatch(py::module_& m);  // KernelRegistry, Dispatcher, OpContext (after bind_policy)
+void bind_graph(py::module_& m);         // _core.graph: the native engine (after bind_policy)
 
 }  // namespace xpuruntime::bindings

@@ -14,4 +14,5 @@ PYBIND11_MODULE(_core, m) {
   bind_profiler(m);
   bind_policy(m);
   bind_dispatch(m);
+  bind_graph(m);
 }
