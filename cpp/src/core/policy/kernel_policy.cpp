@@ -130,8 +130,8 @@ void KernelPolicy::validate(const KernelRegistry& registry) const {
     XRT_THROW(PolicyError, unknown_choice_message("kernel", name, std::string(where) + " for op '" +
                                                                      op + "'",
                                                   registry.known_kernel_names(op)),
-              ". A kernel from another subsystem must be declared with "
-              "register_known_kernel_name(op, name) (Python: xpuruntime.kernels.declare)");
+              " (a kernel of another subsystem is declared with register_known_kernel_name(op, "
+              "name); Python: xpuruntime.kernels.declare)");
   };
   for (const auto& [op, names] : preferences) {
     check_op(op, "preferences");

@@ -21,15 +21,16 @@ nlohmann::json parse_object(std::string_view text, std::string_view what) {
 
 int check_header(const nlohmann::json& j, std::string_view what, std::string_view kind,
                  const std::vector<std::string>& fields) {
-  for (const auto& [key, value] : j.items()) {
-    if (std::find(fields.begin(), fields.end(), key) == fields.end()) {
-      XRT_THROW(PolicyError, unknown_choice_message("field", key, what, fields));
-    }
-  }
+  // The kind first: loading the wrong kind of file should say so, not list its fields.
   if (j.contains("kind")) {
     XRT_CHECK(j["kind"].is_string() && j["kind"].get<std::string>() == kind, PolicyError,
               "this is not a ", what, ": field 'kind' is ", j["kind"].dump(), ", expected \"",
               kind, "\"");
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(fields.begin(), fields.end(), key) == fields.end()) {
+      XRT_THROW(PolicyError, unknown_choice_message("field", key, what, fields));
+    }
   }
   int version = 1;  // files from before the version field (seed format) are version 1
   if (j.contains("schema_version")) {

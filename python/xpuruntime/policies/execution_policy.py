@@ -1,0 +1,284 @@
+"""ExecutionPolicy: target, precision, shapes and fallback for a whole model (seed 000 §9).
+
+The C++ struct (``_core.ExecutionPolicy``) is the source of truth; this wrapper adds
+keyword construction with checked values, validation on every change, and JSON/YAML.
+
+Example::
+
+    ExecutionPolicy(target="npu", precision="int8", static_shape=True, allow_fallback="cpu")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import _core
+from . import _io
+
+__all__ = ["ExecutionPolicy"]
+
+_TARGETS = ["auto", "cpu", "cuda", "npu"]
+_PRECISIONS = ["bf16", "fp16", "fp32", "int8"]
+_FIELDS = (
+    "target",
+    "precision",
+    "static_shape",
+    "allow_fallback",
+    "deterministic",
+    "cuda_graph",
+    "workspace_limit_bytes",
+    "engine",
+    "allow_tf32",
+    "threads",
+    "strict",
+)
+_BOOL_FIELDS = ("static_shape", "deterministic", "cuda_graph", "allow_tf32")
+
+
+def _error(msg: str) -> Exception:
+    return _core.PolicyError(msg)
+
+
+def _check_engine(name: str) -> str:
+    """Canonical engine name; PolicyError with the valid names otherwise."""
+    from ..engines import registry
+
+    try:
+        return registry.canonical_name(name)
+    except _core.InvalidArgumentError:
+        choices = sorted(registry.list_engines())
+        raise _error(
+            _core.policy_util.unknown_choice_message("engine", name, "ExecutionPolicy", choices)
+        ) from None
+
+
+class ExecutionPolicy:
+    """How a model runs: where, at which precision, with which shapes and fallback.
+
+    Args:
+        target: ``"cpu"``, ``"cuda"``, ``"npu"`` or ``"auto"``.
+        precision: ``"fp32"``, ``"fp16"``, ``"bf16"`` or ``"int8"`` (aliases such as
+            ``"float16"`` are accepted and stored canonically).
+        static_shape: compile for fixed input shapes (NPUs and CUDA graphs need it).
+        allow_fallback: a target to fall back to when ``target`` cannot run the model,
+            or None (no fallback).
+        deterministic: reject kernels that are not bitwise reproducible.
+        cuda_graph: capture the plan once and replay it (static shapes).
+        workspace_limit_bytes: largest kernel workspace allowed; 0 = no limit.
+        engine: preferred engine (``"native"``, ``"onnxruntime"``, ...) or None.
+        allow_tf32: let fp32 matmuls and convolutions use TF32 tensor cores.
+        threads: CPU threads; 0 = the library default.
+        strict: assertions that turn a silent degradation into an error:
+            ``"no_fallback"``, ``"no_cpu_fallback"``, ``"pinned_only"``.
+
+    Raises:
+        PolicyError: an unknown field or value (with the valid choices and the closest),
+            or an inconsistent combination.
+    """
+
+    __hash__ = None  # mutable
+
+    def __init__(
+        self,
+        target: str = "auto",
+        precision: str = "fp32",
+        static_shape: bool = False,
+        allow_fallback: str | None = None,
+        *,
+        deterministic: bool = False,
+        cuda_graph: bool = False,
+        workspace_limit_bytes: int = 0,
+        engine: str | None = None,
+        allow_tf32: bool = False,
+        threads: int = 0,
+        strict: Iterable[str] = (),
+        **unknown: Any,
+    ) -> None:
+        if unknown:
+            name = sorted(unknown)[0]
+            raise _error(
+                _core.policy_util.unknown_choice_message("field", name, "ExecutionPolicy", sorted(_FIELDS))
+            )
+        p = _core.ExecutionPolicy()
+        self._policy = p
+        values = dict(
+            target=target,
+            precision=precision,
+            static_shape=static_shape,
+            allow_fallback=allow_fallback,
+            deterministic=deterministic,
+            cuda_graph=cuda_graph,
+            workspace_limit_bytes=workspace_limit_bytes,
+            engine=engine,
+            allow_tf32=allow_tf32,
+            threads=threads,
+            strict=strict,
+        )
+        for name, value in values.items():
+            self._assign(p, name, value)
+        p.validate()
+
+    # ---- internal ------------------------------------------------------------
+    @staticmethod
+    def _assign(p: Any, name: str, value: Any) -> None:
+        if name == "target":
+            if not isinstance(value, str):
+                raise _error(f"ExecutionPolicy target must be a string, got {value!r}")
+            p.target = value  # C++ parses aliases and raises PolicyError with choices
+        elif name == "precision":
+            if not isinstance(value, str):
+                raise _error(f"ExecutionPolicy precision must be a string, got {value!r}")
+            p.precision = value
+        elif name == "allow_fallback":
+            if value is not None and not isinstance(value, str):
+                raise _error(f"ExecutionPolicy allow_fallback must be a target name or None, got {value!r}")
+            p.allow_fallback = value
+        elif name in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise _error(f"ExecutionPolicy {name} must be True or False, got {value!r}")
+            setattr(p, name, value)
+        elif name in ("workspace_limit_bytes", "threads"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _error(f"ExecutionPolicy {name} must be an integer >= 0, got {value!r}")
+            setattr(p, name, value)
+        elif name == "engine":
+            if value is None or value == "auto":
+                p.engine = None
+            elif isinstance(value, str):
+                p.engine = _check_engine(value)
+            else:
+                raise _error(f"ExecutionPolicy engine must be an engine name or None, got {value!r}")
+        elif name == "strict":
+            if isinstance(value, str):
+                value = [value]
+            items = list(value)
+            if not all(isinstance(s, str) for s in items):
+                raise _error(f"ExecutionPolicy strict must list assertion names, got {value!r}")
+            p.strict = sorted(set(items))  # a set: order never changes the fingerprint
+        else:
+            raise _error(
+                _core.policy_util.unknown_choice_message("field", name, "ExecutionPolicy", sorted(_FIELDS))
+            )
+
+    @classmethod
+    def _wrap(cls, internal: Any) -> ExecutionPolicy:
+        internal.validate()
+        obj = cls.__new__(cls)
+        obj._policy = internal
+        return obj
+
+    def _get_internal(self) -> Any:
+        """The C++ policy (``_core.ExecutionPolicy``) this object wraps (internal use)."""
+        return self._policy
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not attributes: fields, or a typo.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in _FIELDS:
+            value = getattr(self._policy, name)
+            return list(value) if name == "strict" else value
+        raise AttributeError(
+            _core.policy_util.unknown_choice_message("field", name, "ExecutionPolicy", sorted(_FIELDS))
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        candidate = self._policy.copy()
+        self._assign(candidate, name, value)
+        candidate.validate()
+        self._policy = candidate
+
+    def replace(self, **changes: Any) -> ExecutionPolicy:
+        """A copy with some fields changed (validated)."""
+        new = self.copy()
+        candidate = new._policy
+        for name, value in changes.items():
+            self._assign(candidate, name, value)
+        candidate.validate()
+        return new
+
+    def has_strict(self, assertion: str) -> bool:
+        """True when the policy carries the strict assertion."""
+        return bool(self._policy.has_strict(assertion))
+
+    @property
+    def schema_version(self) -> int:
+        """Version of the file format this policy is written in."""
+        return int(self._policy.schema_version)
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the canonical JSON."""
+        return self._policy.fingerprint
+
+    def validate(self) -> None:
+        """Checks the combination of values (PolicyError)."""
+        self._policy.validate()
+
+    def copy(self) -> ExecutionPolicy:
+        """An independent copy."""
+        return ExecutionPolicy._wrap(self._policy.copy())
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict) -> ExecutionPolicy:
+        return self.copy()
+
+    # ---- serialization ---------------------------------------------------------
+    def to_json(self, indent: int | None = 2) -> str:
+        """JSON text; ``indent=None`` gives the canonical form."""
+        return self._policy.to_json(-1 if indent is None else indent)
+
+    def canonical_json(self) -> str:
+        """The canonical JSON the fingerprint hashes."""
+        return self._policy.canonical_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> ExecutionPolicy:
+        """Parses JSON text (refuses files from a newer schema version)."""
+        p = _core.ExecutionPolicy.from_json(text)
+        if p.engine is not None:
+            p.engine = _check_engine(p.engine)
+        p.strict = sorted(set(p.strict))
+        return cls._wrap(p)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as a plain mapping (the JSON document)."""
+        import json
+
+        return json.loads(self.to_json())
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExecutionPolicy:
+        """Inverse of :meth:`to_dict`."""
+        import json
+
+        return cls.from_json(json.dumps(dict(data)))
+
+    def save(self, path: str | Path, format: str | None = None) -> None:
+        """Writes the policy; the format comes from the suffix (.json, .yaml, .yml)."""
+        _io.write(path, self.to_json(), format)
+
+    @classmethod
+    def load(cls, path: str | Path, format: str | None = None) -> ExecutionPolicy:
+        """Reads a policy written by :meth:`save` (or by hand)."""
+        return cls.from_json(_io.read(path, format))
+
+    # ---- comparison and display ------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ExecutionPolicy):
+            return self.canonical_json() == other.canonical_json()
+        if isinstance(other, _core.ExecutionPolicy):
+            return self.canonical_json() == other.canonical_json()
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self._policy)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(_FIELDS))
