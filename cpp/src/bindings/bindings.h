@@ -15,6 +15,8 @@ void bind_stream(py::module_& m);
 void bind_profiler(py::module_& m);
 void bind_policy(py::module_& m);    // KernelPolicy, ExecutionPolicy
 void bind_dispatch(py::module_& m);  // KernelRegistry, Dispatcher, OpContext (after bind_policy)
+void bind_ops(py::module_& m);       // _core.ops: matmul (after bind_dispatch)
+void bind_cuda_kernels(py::module_& m);  // _core.cuda_kernels: attention, layernorm
 void bind_graph(py::module_& m);         // _core.graph: the native engine (after bind_policy)
 
 }  // namespace xpuruntime::bindings

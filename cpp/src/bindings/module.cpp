@@ -14,5 +14,7 @@ PYBIND11_MODULE(_core, m) {
   bind_profiler(m);
   bind_policy(m);
   bind_dispatch(m);
+  bind_ops(m);
+  bind_cuda_kernels(m);
   bind_graph(m);
 }

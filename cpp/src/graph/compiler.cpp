@@ -55,13 +55,22 @@ void check_supported(const Graph& g) {
 
 std::string join_decision(const Decision& d) { return d.to_json(); }
 
-// MatMul / Gemm as the matmul op (backends/cpu/matmul/matmul_op.h): a, b (with
-// transposes as strides), the fused bias row, and c.
+// MatMul / Gemm as the matmul op (backends/cpu/matmul/matmul_op.h) in the form the
+// executor will call it (cpu/ops/gemm.cpp): a, b (transposes as strides), the fused
+// bias row, and c. MatMul batches map to one tall GEMM (shared B), one batched GEMM
+// (same batch shapes), or one GEMM per batch (other broadcasts).
 void matmul_context(const Graph& g, const Node& n, OpContext& ctx) {
-  const TensorSpec a = spec_of(g.values[n.inputs[0]]);
-  const TensorSpec b = spec_of(g.values[n.inputs[1]]);
-  XRT_CHECK(!a.shape.empty() || !b.shape.empty() || true, InvalidModelError, n.where());
-  TensorSpec ta = a, tb = b;
+  const Value& va = g.values[n.inputs[0]];
+  const Value& vb = g.values[n.inputs[1]];
+  XRT_CHECK((va.shape || va.constant.defined()) && (vb.shape || vb.constant.defined()),
+            UnsupportedOperationError, n.where(),
+            ": the shapes of this matmul are only known at run time (they depend on input values), "
+            "so no matmul kernel can be chosen at compile time; the native engine needs shapes "
+            "that follow from the input shapes");
+  const TensorSpec a = spec_of(va);
+  const TensorSpec b = spec_of(vb);
+  TensorSpec ta = a, tb = b, c;
+  c.dtype = a.dtype;
   if (n.op_type == "Gemm") {
     if (n.attr_int("transA", 0) && a.shape.size() == 2) {
       ta.shape = {a.shape[1], a.shape[0]};
@@ -71,9 +80,45 @@ void matmul_context(const Graph& g, const Node& n, OpContext& ctx) {
       tb.shape = {b.shape[1], b.shape[0]};
       tb.strides = {1, b.shape[1]};
     }
+    c.shape = {ta.shape.empty() ? 0 : ta.shape[0], tb.shape.empty() ? 0 : tb.shape.back()};
   } else {
-    if (ta.shape.size() == 1) ta.shape.insert(ta.shape.begin(), 1);
-    if (tb.shape.size() == 1) tb.shape.push_back(1);
+    Shape as = a.shape, bs = b.shape;
+    if (as.size() == 1) as.insert(as.begin(), 1);
+    if (bs.size() == 1) bs.push_back(1);
+    const int64_t m = as[as.size() - 2], k = as.back(), nn = bs.back();
+    Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+    const std::size_t br = std::max(ab.size(), bb.size());
+    Shape batch(br, 1);
+    for (std::size_t i = 0; i < br; ++i) {
+      const int64_t da = i + ab.size() >= br ? ab[i + ab.size() - br] : 1;
+      const int64_t db = i + bb.size() >= br ? bb[i + bb.size() - br] : 1;
+      batch[i] = std::max(da, db);
+    }
+    auto padded = [&](const Shape& s) {
+      Shape f(br - s.size(), 1);
+      f.insert(f.end(), s.begin(), s.end());
+      return f;
+    };
+    const int64_t nb = shape_numel(batch);
+    if (shape_numel(bb) == 1) {
+      ta.shape = {nb * m, k};
+      tb.shape = {k, nn};
+      c.shape = {nb * m, nn};
+    } else if ((shape_numel(ab) == 1 || padded(ab) == batch) && padded(bb) == batch) {
+      Shape x = batch, y = batch, z = batch;
+      x.insert(x.end(), {m, k});
+      y.insert(y.end(), {k, nn});
+      z.insert(z.end(), {m, nn});
+      ta.shape = shape_numel(ab) == 1 ? Shape{m, k} : x;
+      tb.shape = y;
+      c.shape = z;
+    } else {
+      ta.shape = {m, k};
+      tb.shape = {k, nn};
+      c.shape = {m, nn};
+    }
+    ta.strides.clear();
+    tb.strides.clear();
   }
   ctx.inputs = {ta, tb};
   if (n.op_type == "MatMul" && n.attr_int("_bias", 0) && n.inputs.size() > 2 && n.inputs[2] >= 0) {
@@ -81,21 +126,8 @@ void matmul_context(const Graph& g, const Node& n, OpContext& ctx) {
     bias.shape = {shape_numel(bias.shape)};
     ctx.inputs.push_back(bias);
   }
-  TensorSpec c = spec_of(g.values[n.outputs[0]]);
-  if (n.op_type == "MatMul") {
-    Shape cs = c.shape;
-    if (a.shape.size() == 1) cs.insert(cs.end() - (b.shape.size() == 1 ? 0 : 1), 1);
-    if (b.shape.size() == 1) cs.push_back(1);
-    c.shape = cs;
-  }
   ctx.outputs = {c};
-  XRT_CHECK(!ta.shape.empty() && !tb.shape.empty() && (g.values[n.inputs[0]].shape || g.values[n.inputs[0]].constant.defined()),
-            UnsupportedOperationError, n.where(),
-            ": the shapes of this matmul are only known at run time (they depend on input values), "
-            "so no matmul kernel can be chosen at compile time; the native engine needs shapes "
-            "that follow from the input shapes");
 }
-
 }  // namespace
 
 std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep) {

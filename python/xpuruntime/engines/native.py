@@ -107,7 +107,8 @@ def as_numpy(name: str, value: Any) -> np.ndarray:
             raise InvalidArgumentError(f"input '{name}' is not an array: {type(value).__name__}") from exc
     if arr.dtype == object:
         raise InvalidArgumentError(f"input '{name}' is not a numeric array")
-    return np.ascontiguousarray(arr)
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one.
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 class NativeEngine(Engine):

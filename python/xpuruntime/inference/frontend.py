@@ -22,7 +22,7 @@ from .._core import InvalidModelError, UnsupportedOperationError
 
 #: Opsets of the default domain the kernels implement (older models are converted up).
 OPSET_MIN = 13
-OPSET_MAX = 23
+OPSET_MAX = 28
 
 #: ONNX TensorProto element types the native engine takes, by dtype name.
 ONNX_DTYPES: dict[int, str] = {

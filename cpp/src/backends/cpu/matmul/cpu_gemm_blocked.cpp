@@ -232,20 +232,36 @@ void pack_b(const S* b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, T* out) 
   }
 }
 
-// Heap buffer aligned for vector loads; one per thread per role.
+// Packing scratch, 64-byte aligned for vector loads. Kept per calling thread and
+// grown on demand, so small repeated GEMMs do not pay an allocation (large ones
+// would otherwise mmap and unmap hundreds of KiB per call).
 template <typename T>
-struct AlignedBuffer {
+class Scratch {
+ public:
+  T* get(std::size_t count) {
+    if (count > capacity_) {
+      const std::size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+      T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+      if (!p) throw std::bad_alloc();
+      ptr_.reset(p);
+      capacity_ = count;
+    }
+    return ptr_.get();
+  }
+
+ private:
   struct Free {
     void operator()(T* p) const { std::free(p); }
   };
-  std::unique_ptr<T, Free> ptr;
-  explicit AlignedBuffer(std::size_t count) {
-    const std::size_t bytes = ((std::max<std::size_t>(count, 1) * sizeof(T)) + 63) / 64 * 64;
-    ptr.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-    if (!ptr) throw std::bad_alloc();
-  }
-  T* get() const { return ptr.get(); }
+  std::unique_ptr<T, Free> ptr_;
+  std::size_t capacity_ = 0;
 };
+
+template <typename T>
+T* thread_scratch(std::size_t count) {
+  thread_local Scratch<T> scratch;
+  return scratch.get(std::max<std::size_t>(count, 1));
+}
 
 // ---- driver -------------------------------------------------------------------
 
@@ -290,15 +306,19 @@ void run_blocked(const GemmProblem& p, MicroKernel<T> uk, int threads) {
     nthreads = static_cast<int>(std::min<int64_t>(nthreads, tasks));
   }
 #endif
-  const std::size_t a_size = std::size_t(MC) * KC, b_size = std::size_t(KC) * NC;
-  const std::size_t c_size = kDirect ? 0 : std::size_t(MC) * NC;
-  AlignedBuffer<T> a_pack(a_size * nthreads), b_pack(b_size * nthreads);
-  AlignedBuffer<T> c_acc(c_size * nthreads);
+  // Per-thread slices of one buffer of the calling thread, sized to this problem.
+  auto round_up = [](int64_t v, int64_t r) { return (v + r - 1) / r * r; };
+  const int64_t mc_max = std::min<int64_t>(MC, round_up(m, MR));
+  const int64_t nc_max = std::min<int64_t>(NC, round_up(n, NR));
+  const int64_t kc_max = std::min<int64_t>(KC, k);
+  const std::size_t a_size = round_up(mc_max * kc_max, 16), b_size = round_up(kc_max * nc_max, 16);
+  const std::size_t c_size = kDirect ? 0 : round_up(mc_max * nc_max, 16);
+  T* scratch = thread_scratch<T>((a_size + b_size + c_size) * nthreads);
 
   auto run_task = [&](int64_t t, int tid) {
-    T* ap = a_pack.get() + a_size * tid;
-    T* bp = b_pack.get() + b_size * tid;
-    T* cacc = c_acc.get() + c_size * tid;
+    T* ap = scratch + (a_size + b_size + c_size) * tid;
+    T* bp = ap + a_size;
+    T* cacc = bp + b_size;
     alignas(64) T acc[MR * NR];
     const int64_t bi = t / (mblocks * nblocks);
     const int64_t rest = t % (mblocks * nblocks);
@@ -328,10 +348,10 @@ void run_blocked(const GemmProblem& p, MicroKernel<T> uk, int threads) {
               }
             }
           } else {
-            T* ct = cacc + ir * NC + jr;
+            T* ct = cacc + ir * nc_max + jr;
             for (int64_t i = 0; i < mr; ++i)
               for (int64_t j = 0; j < nr; ++j)
-                ct[i * NC + j] = first ? acc[i * NR + j] : ct[i * NC + j] + acc[i * NR + j];
+                ct[i * nc_max + j] = first ? acc[i * NR + j] : ct[i * nc_max + j] + acc[i * NR + j];
           }
         }
       }
@@ -339,7 +359,7 @@ void run_blocked(const GemmProblem& p, MicroKernel<T> uk, int threads) {
     if constexpr (!kDirect) {
       for (int64_t i = 0; i < mc; ++i)
         for (int64_t j = 0; j < nc; ++j)
-          Cb[i * p.c_rs + j * p.c_cs] = FromCompute<S>::cvt(epilogue(cacc[i * NC + j], j0 + j));
+          Cb[i * p.c_rs + j * p.c_cs] = FromCompute<S>::cvt(epilogue(cacc[i * nc_max + j], j0 + j));
     }
   };
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "xpuruntime/dtype.h"
@@ -57,6 +58,14 @@ struct GemmProblem {
   int64_t flops() const { return 2 * batch * m * n * k; }
 };
 
+// Why a kernel cannot run a problem; kind kNone (false) when it can. The kinds map
+// one-to-one to the registry's reason codes in the registration files.
+struct GemmRejection {
+  enum class Kind : uint8_t { kNone, kDtype, kShape, kLayout, kEpilogue } kind = Kind::kNone;
+  std::string detail;
+  explicit operator bool() const { return kind != Kind::kNone; }
+};
+
 // How a BLAS call sees a row-major rows×cols matrix stored with strides (rs, cs):
 // either as itself (row contiguous, leading dimension rs) or as the transpose of a
 // column-contiguous matrix (leading dimension cs). Strides of size-1 dimensions do
@@ -78,6 +87,60 @@ inline std::optional<BlasLayout> blas_layout(int64_t rows, int64_t cols, int64_t
     return BlasLayout{true, cols <= 1 ? min_col_ld : cs};
   }
   return std::nullopt;
+}
+
+// The problem as a column-major GEMM C' = op(X)·op(Y), the form cuBLAS and cuBLASLt
+// take. A row-major C is computed as Cᵀ = Bᵀ·Aᵀ (X = Bᵀ, Y = Aᵀ, m' = N, n' = M:
+// the classic operand swap, which also makes a per-column bias a per-row vector of
+// C', as cuBLASLt's epilogue wants); a column-major C directly (X = A, Y = B).
+struct ColMajorOperand {
+  const void* data = nullptr;
+  bool transpose = false;  // op T: the stored matrix is the transpose, leading dim ld
+  int64_t ld = 1;
+  int64_t batch_stride = 0;
+};
+
+struct ColMajorGemm {
+  int64_t m = 0, n = 0, k = 0;  // of C' (m×n) and the reduction
+  ColMajorOperand x, y;         // m×k and k×n
+  int64_t ldc = 1;
+  int64_t c_batch_stride = 0;
+  bool swapped = false;  // true: C' = Cᵀ (C row-major)
+};
+
+// nullopt when one of A, B, C has no unit stride (BLAS cannot address it).
+inline std::optional<ColMajorGemm> to_col_major(const GemmProblem& p) {
+  auto c = blas_layout(p.m, p.n, p.c_rs, p.c_cs);
+  if (!c) return std::nullopt;
+  auto operand = [](const void* data, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                    int64_t bs) -> std::optional<ColMajorOperand> {
+    auto l = blas_layout(rows, cols, rs, cs);
+    if (!l) return std::nullopt;
+    // Column-contiguous storage is the matrix itself in column-major terms (op N);
+    // row-contiguous storage is its transpose (op T).
+    return ColMajorOperand{data, !l->transposed, l->ld, bs};
+  };
+  ColMajorGemm g;
+  g.k = p.k;
+  g.ldc = c->ld;
+  g.c_batch_stride = p.c_bs;
+  std::optional<ColMajorOperand> x, y;
+  if (!c->transposed) {
+    g.swapped = true;
+    g.m = p.n;
+    g.n = p.m;
+    x = operand(p.b.data, p.n, p.k, p.b.cs, p.b.rs, p.b.bs);  // Bᵀ: N×K
+    y = operand(p.a.data, p.k, p.m, p.a.cs, p.a.rs, p.a.bs);  // Aᵀ: K×M
+  } else {
+    g.m = p.m;
+    g.n = p.n;
+    x = operand(p.a.data, p.m, p.k, p.a.rs, p.a.cs, p.a.bs);
+    y = operand(p.b.data, p.k, p.n, p.b.rs, p.b.cs, p.b.bs);
+  }
+  if (!x || !y) return std::nullopt;
+  g.x = *x;
+  g.y = *y;
+  return g;
 }
 
 }  // namespace xpuruntime::matmul

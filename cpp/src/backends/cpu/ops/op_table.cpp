@@ -181,8 +181,10 @@ Shape broadcast_shapes(const Node& n, const std::vector<Shape>& shapes) {
 }
 
 int64_t norm_axis(const Node& n, int64_t axis, int64_t rank, bool inclusive) {
-  int64_t lim = inclusive ? rank + 1 : rank;
-  int64_t a = axis < 0 ? axis + lim : axis;
+  // Inclusive axes (Flatten, Unsqueeze-like) range over [-rank, rank]; negatives
+  // count from the back in both cases.
+  const int64_t lim = inclusive ? rank + 1 : rank;
+  const int64_t a = axis < 0 ? axis + rank : axis;
   XRT_CHECK(a >= 0 && a < lim, InvalidModelError, n.where(), ": axis ", axis,
             " is out of range for rank ", rank);
   return a;

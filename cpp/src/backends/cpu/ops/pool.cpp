@@ -51,7 +51,8 @@ void pool_typed(const Node& n, const TensorView& x, TensorView& y, TensorView* i
         for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
           const int64_t b0 = o0 * g.s[0] - g.pb[0], b1 = o1 * g.s[1] - g.pb[1],
                         b2 = o2 * g.s[2] - g.pb[2];
-          C best = -std::numeric_limits<C>::infinity();
+          C best = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
+                                                        : std::numeric_limits<C>::lowest();
           int64_t best_i = -1;
           double sum = 0;
           int64_t cnt = 0, cnt_pad = 0;
@@ -106,6 +107,10 @@ OpDef pool_def(const std::string& type, bool is_max) {
   d.key = op_key(type);
   d.kernel = "cpu";
   d.dtypes = kFloats;
+  if (is_max) {
+    d.dtypes.push_back(DType::kUInt8);
+    d.dtypes.push_back(DType::kInt8);
+  }
   d.description = type + " over 1-3 spatial dimensions";
   d.infer = [is_max](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
     require_inputs(n, in, 1);
@@ -127,7 +132,8 @@ OpDef pool_def(const std::string& type, bool is_max) {
     TensorView* idx = out.size() > 1 && out[1].data ? &out[1] : nullptr;
     visit_dtype(in[0].dtype, [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (kIsFloat<T>) pool_typed<T>(n, in[0], out[0], idx, is_max);
+      if constexpr (kIsFloat<T> || std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t>)
+        pool_typed<T>(n, in[0], out[0], idx, is_max);
     });
   };
   return d;

@@ -151,6 +151,7 @@ OpDef reduce_def(const std::string& type, Red kind) {
   d.kernel = "cpu";
   d.dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
               DType::kInt64,   DType::kInt32,   DType::kInt8,    DType::kUInt8};
+  if (kind == Red::kMax || kind == Red::kMin) d.dtypes.push_back(DType::kBool);
   d.description = type + " over any set of axes";
   d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
     require_inputs(n, in, 1);

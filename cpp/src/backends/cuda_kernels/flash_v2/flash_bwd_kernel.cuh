@@ -15,27 +15,37 @@
 
 #include "backends/cuda_kernels/flash_v2/flash_common.cuh"
 
+// Warps per CTA (16 key rows each). 8 warps (128 key rows) halve the dQ atomics
+// and the Q/dO re-reads per key row compared with 4.
+#ifndef XRT_FLASH_BWD_WARPS
+#define XRT_FLASH_BWD_WARPS 8
+#endif
+
 namespace xpuruntime::cuda_kernels::flash {
 
 template <typename T_, int kD_, bool kExtras_>
 struct BwdConfig {
   using T = T_;
   static constexpr int kD = kD_;
-  static constexpr int kBlockM = 64;  // query rows per step
-  static constexpr int kBlockN = 64;  // key rows per CTA
-  static constexpr int kNWarps = 4;
+  static constexpr int kNWarps = XRT_FLASH_BWD_WARPS;
+  static constexpr int kBlockM = 64;             // query rows per step
+  static constexpr int kBlockN = 16 * kNWarps;  // key rows per CTA: 16 per warp
   static constexpr int kThreads = kNWarps * 32;
+  // dQ = dS K: kQGroups groups of 16 query rows; the warps beyond split the head dim.
+  static constexpr int kQGroups = kBlockM / 16;
+  static constexpr int kDqCols = kD / (kNWarps / kQGroups);
+  static constexpr int kDqPass = kDqCols < 64 ? kDqCols : 64;  // columns per accumulator pass
   static constexpr bool kExtras = kExtras_;
   static constexpr int kMTiles = kBlockM / 8;  // 8-column tiles of S^T per warp
   static constexpr int kDTiles = kD / 8;
   static constexpr int kElems =
       2 * kBlockN * kD + 4 * kBlockM * kD + kBlockN * kBlockM;  // K, V, 2x(Q, dO), dS
   static constexpr int kSmemBytes = kElems * static_cast<int>(sizeof(T)) + 4 * kBlockM * 4;
-  static_assert(kBlockN == 16 * kNWarps && kBlockM == 16 * kNWarps, "one 16-row tile per warp");
+  static_assert(kNWarps % kQGroups == 0 && kDqCols % 32 == 0, "dQ split over the warps");
 };
 
 template <typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 2) flash_bwd_kernel(const __grid_constant__ FlashBwdArgs p) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) flash_bwd_kernel(const __grid_constant__ FlashBwdArgs p) {
   using T = typename Cfg::T;
   constexpr int kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr int kThreads = Cfg::kThreads, kMTiles = Cfg::kMTiles, kDTiles = Cfg::kDTiles;
@@ -122,9 +132,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) flash_bwd_kernel(const __gri
   const uint32_t q_bt_addr0 = swz_lane_addr<kD>(sQ0, bt_row_lane, bt_chunk_lane);
   const uint32_t do_bt_addr0 = swz_lane_addr<kD>(sdO0, bt_row_lane, bt_chunk_lane);
   const uint32_t k_bt_addr = swz_lane_addr<kD>(sK, bt_row_lane, bt_chunk_lane);
+  // dQ step: this warp's 16 query rows (q_row0) and head-dim columns (dq_col0 ..).
+  const int q_row0 = (warp % Cfg::kQGroups) * 16;
+  const int dq_col0 = (warp / Cfg::kQGroups) * Cfg::kDqCols;
   const int quad = lane >> 3;
   const uint32_t ds_at_addr =
-      swz_lane_addr<kBlockM>(sdS, (lane & 7) + (quad >> 1) * 8, warp * 2 + (quad & 1));
+      swz_lane_addr<kBlockM>(sdS, (lane & 7) + (quad >> 1) * 8, (q_row0 >> 3) + (quad & 1));
+  // dq_col0 / 8 only has bits that the per-step chunk offsets never use (see swz_at).
+  const uint32_t k_dq_addr = swz_at<kD>(k_bt_addr, 0, dq_col0 / 8);
   for (int mb = m_begin; mb < m_end; ++mb) {
     const int buf = (mb - m_begin) & 1;
     const int m0 = mb * kBlockM;
@@ -226,13 +241,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) flash_bwd_kernel(const __gri
     }
     __syncthreads();  // dS^T complete in shared memory
 
-    // ---- dQ[m0 + warp*16 .. +16, :] += scale * dS K (k-dim: the kBlockN key rows) ----
-    const int q_row0 = warp * 16;  // this warp's query rows of the block
+    // ---- dQ[m0 + q_row0 .. +16, c0 .. c0 + kDqCols) += scale * dS K -----------------
+    // (k-dim: the kBlockN key rows). Warps split the query rows in 16-row groups and,
+    // with more than kBlockM/16 warps, the head dimension too.
 #pragma unroll
-    for (int dh = 0; dh < kD / 64; ++dh) {
-      float acc_dq[8][4];
+    for (int pass = 0; pass < Cfg::kDqCols / Cfg::kDqPass; ++pass) {
+      constexpr int kTiles = Cfg::kDqPass / 8;
+      float acc_dq[kTiles][4];
 #pragma unroll
-      for (int dt = 0; dt < 8; ++dt) {
+      for (int dt = 0; dt < kTiles; ++dt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_dq[dt][e] = 0.0f;
       }
@@ -241,9 +258,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) flash_bwd_kernel(const __gri
         uint32_t a[4];
         ldmatrix_x4_trans(a, swz_at<kBlockM>(ds_at_addr, ks * 16, 0));
 #pragma unroll
-        for (int dp = 0; dp < 4; ++dp) {
+        for (int dp = 0; dp < kTiles / 2; ++dp) {
           uint32_t bk[4];
-          ldmatrix_x4_trans(bk, swz_at<kD>(k_bt_addr, ks * 16, dh * 8 + 2 * dp));
+          ldmatrix_x4_trans(bk, swz_at<kD>(k_dq_addr, ks * 16, pass * (Cfg::kDqPass / 8) + 2 * dp));
           mma_16816<T>(acc_dq[2 * dp], a, bk[0], bk[1]);
           mma_16816<T>(acc_dq[2 * dp + 1], a, bk[2], bk[3]);
         }
@@ -252,9 +269,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) flash_bwd_kernel(const __gri
       for (int hh = 0; hh < 2; ++hh) {
         const int row = m0 + q_row0 + g + hh * 8;
         if (row < sh.seqlen_q) {
-          float* dst = dq_accum + static_cast<int64_t>(row) * kD + dh * 64 + 2 * t;
+          float* dst = dq_accum + static_cast<int64_t>(row) * kD + dq_col0 + pass * Cfg::kDqPass + 2 * t;
 #pragma unroll
-          for (int dt = 0; dt < 8; ++dt) {
+          for (int dt = 0; dt < kTiles; ++dt) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             atomicAdd(reinterpret_cast<float2*>(dst + dt * 8),
                       make_float2(acc_dq[dt][2 * hh] * p.scale, acc_dq[dt][2 * hh + 1] * p.scale));

@@ -29,9 +29,12 @@ void ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_dev
 }
 
 // Tile shapes per head dimension: 128 query rows per CTA (4 warps x 32 rows);
-// D=128 streams 64 keys per step, D=64 streams 128 (same shared memory per tile).
+// D=128 streams 64 keys per step, D=64 streams XRT_FLASH_FWD_D64_BLOCK_N.
+#ifndef XRT_FLASH_FWD_D64_BLOCK_N
+#define XRT_FLASH_FWD_D64_BLOCK_N 128
+#endif
 template <typename T, int kD, bool kExtras>
-using FwdCfgFor = FwdConfig<T, kD, 128, (kD == 128 ? 64 : 128), 4, kExtras>;
+using FwdCfgFor = FwdConfig<T, kD, 128, (kD == 128 ? 64 : XRT_FLASH_FWD_D64_BLOCK_N), 4, kExtras>;
 
 template <typename Cfg>
 void launch_fwd(const FlashFwdArgs& a) {

@@ -1,0 +1,69 @@
+"""``onnx.backend.base.Backend`` over the native engine, for ONNX's conformance tests.
+
+    import onnx.backend.test
+    from xpuruntime.inference.onnx_backend import NativeBackend
+    tests = onnx.backend.test.BackendTest(NativeBackend, __name__)
+
+``prepare`` compiles the model (CPU) and returns a rep whose ``run`` takes inputs in
+model order and returns outputs in model order, as the ONNX test runner expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep
+
+from .session import InferenceSession
+
+
+class NativeBackendRep(BackendRep):
+    """A compiled model; ``run`` maps positional inputs to the graph's inputs."""
+
+    def __init__(self, session: InferenceSession) -> None:
+        self.session = session
+        self.input_names = [i.name for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        if isinstance(inputs, dict):
+            feed = dict(inputs)
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            feed = dict(zip(self.input_names, list(inputs)))
+        out = self.session.run(feed)
+        return tuple(out[n] for n in self.output_names)
+
+
+class NativeBackend(Backend):
+    """ONNX backend API over ``InferenceSession(engine="native", device="cpu")``."""
+
+    @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        return cls.supports_device(device)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device.upper() == "CPU"
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> NativeBackendRep:
+        super().prepare(model, device, **kwargs)
+        return NativeBackendRep(InferenceSession(model, device="cpu", engine="native"))
+
+    @classmethod
+    def run_model(
+        cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any
+    ) -> tuple[Any, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(
+        cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, ...]:
+        raise NotImplementedError("the native engine runs whole models; use run_model")
