@@ -82,7 +82,9 @@ def _check_op(op: str, registry: Any, new_op: bool) -> None:
         return
     canonical = _core.KernelRegistry.canonical_op_for_alias(op)
     if canonical:
-        raise _core.InvalidArgumentError(f"op '{op}' is a spelling of the canonical key '{canonical}'; use '{canonical}'")
+        raise _core.InvalidArgumentError(
+            f"op '{op}' is a spelling of the canonical key '{canonical}'; use '{canonical}'"
+        )
     if new_op:
         registry.register_known_op(op)
         return
@@ -182,7 +184,9 @@ def is_registered(op: str, name: str, *, registry: Any = None) -> bool:
     return any(k.name == name for k in list_kernels(op, registry=registry))
 
 
-def list_kernels(op: str | None = None, device: str | None = None, *, registry: Any = None) -> list[KernelInfo]:
+def list_kernels(
+    op: str | None = None, device: str | None = None, *, registry: Any = None
+) -> list[KernelInfo]:
     """Registered kernels, optionally of one op and/or device kind, ordered by op,
     then priority (high first), then name."""
     return [KernelInfo._from(d) for d in _registry(registry).list(op, device)]
@@ -220,6 +224,13 @@ def run(
     from .dispatch.explain import dispatch
 
     outs, _ = dispatch(
-        op, inputs, outputs, node=node, attrs=attrs, policy=policy, exec_policy=exec_policy, dispatcher=dispatcher
+        op,
+        inputs,
+        outputs,
+        node=node,
+        attrs=attrs,
+        policy=policy,
+        exec_policy=exec_policy,
+        dispatcher=dispatcher,
     )
     return outs[0] if len(outs) == 1 else outs

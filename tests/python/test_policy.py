@@ -7,10 +7,8 @@ import json
 import sys
 
 import pytest
-
 import xpuruntime as xrt
 from xpuruntime import ExecutionPolicy, KernelPolicy, PolicyError
-
 
 
 def _need_yaml():
@@ -35,7 +33,9 @@ def test_seed_keyword_api():
 
 
 def test_lists_mode_strategy_and_equality():
-    p = KernelPolicy(attention=["flash_v2", "cudnn", "auto"], mode="require", auto_strategy="best_performance")
+    p = KernelPolicy(
+        attention=["flash_v2", "cudnn", "auto"], mode="require", auto_strategy="best_performance"
+    )
     assert p.get("attention") == ["flash_v2", "cudnn", "auto"]
     assert repr(p) == (
         "KernelPolicy(attention=['flash_v2', 'cudnn', 'auto'], mode='require', auto_strategy='best_performance')"
@@ -79,7 +79,12 @@ def test_save_load_round_trip(tmp_path, suffix):
         attention=["flash_v2", "cudnn"],
         mode="require",
         auto_strategy="best_performance",
-        pins={"matmul|cuda:sm90|float16[8,64],float16[64,32]->float16[8,32]|": {"kernel": "cublasLt", "algorithm": "a:7"}},
+        pins={
+            "matmul|cuda:sm90|float16[8,64],float16[64,32]->float16[8,32]|": {
+                "kernel": "cublasLt",
+                "algorithm": "a:7",
+            }
+        },
     )
     path = tmp_path / f"policy{suffix}"
     p.save(path)
@@ -135,7 +140,10 @@ def test_unknown_suffix_and_missing_file(tmp_path):
     "make, pattern",
     [
         (lambda: KernelPolicy(matmull="cublasLt"), r"unknown op key 'matmull'.*did you mean 'matmul'\?"),
-        (lambda: KernelPolicy(matmul="cublasLT2"), r"unknown kernel 'cublasLT2'.*valid choices: auto, .*cublasLt.*did you mean 'cublasLt'\?"),
+        (
+            lambda: KernelPolicy(matmul="cublasLT2"),
+            r"unknown kernel 'cublasLT2'.*valid choices: auto, .*cublasLt.*did you mean 'cublasLt'\?",
+        ),
         (lambda: KernelPolicy(attention="flash"), r"did you mean 'flash_v2'\?"),
         (lambda: KernelPolicy(gemm="cublas"), r"canonical key 'matmul'; use 'matmul'"),
         (lambda: KernelPolicy(MatMul="cublas"), r"use 'matmul'"),
@@ -185,7 +193,11 @@ def test_file_errors(tmp_path):
 def test_seed_format_file_loads(tmp_path):
     # seed 004 §6.3 wrote {"preferences", "auto_strategy": str(enum)} with no version.
     path = tmp_path / "seed.json"
-    path.write_text(json.dumps({"preferences": {"matmul": "cublasLt"}, "auto_strategy": "AutoSelectStrategy.FirstSupported"}))
+    path.write_text(
+        json.dumps(
+            {"preferences": {"matmul": "cublasLt"}, "auto_strategy": "AutoSelectStrategy.FirstSupported"}
+        )
+    )
     assert KernelPolicy.load(path) == KernelPolicy(matmul="cublasLt")
 
 
@@ -206,7 +218,9 @@ def test_declared_names_validate():
 def test_execution_policy_seed_example():
     p = ExecutionPolicy(target="npu", precision="int8", static_shape=True, allow_fallback="cpu")
     assert (p.target, p.precision, p.static_shape, p.allow_fallback) == ("npu", "int8", True, "cpu")
-    assert repr(p) == "ExecutionPolicy(target='npu', precision='int8', static_shape=True, allow_fallback='cpu')"
+    assert (
+        repr(p) == "ExecutionPolicy(target='npu', precision='int8', static_shape=True, allow_fallback='cpu')"
+    )
     q = ExecutionPolicy(precision="int8", static_shape=True)
     assert q.target == "auto" and q.allow_fallback is None
     assert xrt.ExecutionPolicy is ExecutionPolicy
@@ -228,8 +242,15 @@ def test_execution_policy_fields_and_equality():
     assert p.strict == ["no_cpu_fallback", "pinned_only"]
     assert p.has_strict("pinned_only") and not p.has_strict("no_fallback")
     q = ExecutionPolicy(
-        target="cuda", precision="fp16", deterministic=True, cuda_graph=True, workspace_limit_bytes=1 << 20,
-        engine="onnxruntime", allow_tf32=True, threads=2, strict=["no_cpu_fallback", "pinned_only"],
+        target="cuda",
+        precision="fp16",
+        deterministic=True,
+        cuda_graph=True,
+        workspace_limit_bytes=1 << 20,
+        engine="onnxruntime",
+        allow_tf32=True,
+        threads=2,
+        strict=["no_cpu_fallback", "pinned_only"],
     )
     assert p == q and p.fingerprint == q.fingerprint
     q.precision = "bf16"
@@ -242,7 +263,14 @@ def test_execution_policy_fields_and_equality():
 def test_execution_policy_round_trip(tmp_path, suffix):
     if suffix == ".yaml":
         _need_yaml()
-    p = ExecutionPolicy(target="npu", precision="int8", static_shape=True, allow_fallback="cpu", engine="openvino", strict=["pinned_only"])
+    p = ExecutionPolicy(
+        target="npu",
+        precision="int8",
+        static_shape=True,
+        allow_fallback="cpu",
+        engine="openvino",
+        strict=["pinned_only"],
+    )
     path = tmp_path / f"exec{suffix}"
     p.save(path)
     q = ExecutionPolicy.load(path)
@@ -257,7 +285,10 @@ def test_execution_policy_round_trip(tmp_path, suffix):
         (lambda: ExecutionPolicy(precison="int8"), r"unknown field 'precison'.*did you mean 'precision'\?"),
         (lambda: ExecutionPolicy(precision="int4"), r"valid choices: bf16, fp16, fp32, int8"),
         (lambda: ExecutionPolicy(target="npuu"), r"did you mean 'npu'\?"),
-        (lambda: ExecutionPolicy(engine="onnxrunitme"), r"unknown engine 'onnxrunitme'.*did you mean 'onnxruntime'\?"),
+        (
+            lambda: ExecutionPolicy(engine="onnxrunitme"),
+            r"unknown engine 'onnxrunitme'.*did you mean 'onnxruntime'\?",
+        ),
         (lambda: ExecutionPolicy(strict=["no_fallbak"]), r"did you mean 'no_fallback'\?"),
         (lambda: ExecutionPolicy(static_shape="yes"), r"must be True or False"),
         (lambda: ExecutionPolicy(threads=-1), r"integer >= 0"),

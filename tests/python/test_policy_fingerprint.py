@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 import xpuruntime as xrt
 from xpuruntime import ExecutionPolicy, KernelPolicy
 
@@ -66,7 +65,11 @@ def test_fingerprints_equal_across_processes():
     )
     assert a["kernel"] == here.fingerprint
     e = ExecutionPolicy(
-        target="npu", precision="int8", static_shape=True, allow_fallback="cuda", strict=["pinned_only", "no_cpu_fallback"]
+        target="npu",
+        precision="int8",
+        static_shape=True,
+        allow_fallback="cuda",
+        strict=["pinned_only", "no_cpu_fallback"],
     )
     assert a["exec"] == e.fingerprint
 

@@ -20,8 +20,7 @@ def _yaml() -> Any:
         import yaml
     except ImportError as e:
         raise _core.PolicyError(
-            "YAML policy files need PyYAML: pip install xpuruntime[yaml] (or pyyaml); "
-            "JSON files need nothing"
+            "YAML policy files need PyYAML: pip install xpuruntime[yaml] (or pyyaml); JSON files need nothing"
         ) from e
     return yaml
 
@@ -70,7 +69,5 @@ def read(path: str | Path, fmt: str | None) -> str:
     except yaml.YAMLError as e:
         raise _core.PolicyError(f"cannot parse YAML policy file '{p}': {e}") from e
     if not isinstance(data, dict):
-        raise _core.PolicyError(
-            f"policy file '{p}' must hold a mapping, got {type(data).__name__}"
-        )
+        raise _core.PolicyError(f"policy file '{p}' must hold a mapping, got {type(data).__name__}")
     return json.dumps(data)

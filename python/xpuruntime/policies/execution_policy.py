@@ -97,25 +97,25 @@ class ExecutionPolicy:
         **unknown: Any,
     ) -> None:
         if unknown:
-            name = sorted(unknown)[0]
+            name = min(unknown)
             raise _error(
                 _core.policy_util.unknown_choice_message("field", name, "ExecutionPolicy", sorted(_FIELDS))
             )
         p = _core.ExecutionPolicy()
         self._policy = p
-        values = dict(
-            target=target,
-            precision=precision,
-            static_shape=static_shape,
-            allow_fallback=allow_fallback,
-            deterministic=deterministic,
-            cuda_graph=cuda_graph,
-            workspace_limit_bytes=workspace_limit_bytes,
-            engine=engine,
-            allow_tf32=allow_tf32,
-            threads=threads,
-            strict=strict,
-        )
+        values = {
+            "target": target,
+            "precision": precision,
+            "static_shape": static_shape,
+            "allow_fallback": allow_fallback,
+            "deterministic": deterministic,
+            "cuda_graph": cuda_graph,
+            "workspace_limit_bytes": workspace_limit_bytes,
+            "engine": engine,
+            "allow_tf32": allow_tf32,
+            "threads": threads,
+            "strict": strict,
+        }
         for name, value in values.items():
             self._assign(p, name, value)
         p.validate()

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from .. import _core
 from . import _io
 
-__all__ = ["KernelPolicy", "KernelNames"]
+__all__ = ["KernelNames", "KernelPolicy"]
 
 #: A preference: one kernel name, or names in order of preference ("auto" = any).
-KernelNames = Union[str, Sequence[str]]
+KernelNames = str | Sequence[str]
 
 _MODES = ("prefer", "require")
 _STRATEGIES = ("best_performance", "first_supported")
@@ -34,9 +34,7 @@ def _names(op: str, kernel: Any) -> str | list[str]:
         return kernel
     if isinstance(kernel, Sequence) and all(isinstance(k, str) for k in kernel):
         return list(kernel)
-    raise _core.PolicyError(
-        f"kernel for op '{op}' must be a name or a list of names, got {kernel!r}"
-    )
+    raise _core.PolicyError(f"kernel for op '{op}' must be a name or a list of names, got {kernel!r}")
 
 
 def _choice(what: str, value: Any, choices: Sequence[str]) -> str:
