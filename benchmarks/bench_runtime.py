@@ -52,8 +52,24 @@ def make_sequence(pairs: int, seed: int, slots: int, lo: int, hi: int) -> tuple[
     return sizes.tolist(), slot_ids.tolist()
 
 
-def python_loop(sizes: list[int], slots: list[int], num_slots: int,
-                alloc: Callable[[int], int], free: Callable[[int], Any]) -> float:
+def peak_live_bytes(sizes: list[int], slots: list[int], num_slots: int) -> int:
+    """The most bytes the sequence holds live at once (what any allocator must hold)."""
+    live = [0] * num_slots
+    total = peak = 0
+    for size, slot in zip(sizes, slots):
+        total += size - live[slot]
+        live[slot] = size
+        peak = max(peak, total)
+    return peak
+
+
+def python_loop(
+    sizes: list[int],
+    slots: list[int],
+    num_slots: int,
+    alloc: Callable[[int], int],
+    free: Callable[[int], Any],
+) -> float:
     """Seconds for one pass of the sequence driven from Python."""
     live = [0] * num_slots
     t0 = time.perf_counter()
@@ -80,8 +96,14 @@ def load_torch_loop(torch: Any) -> tuple[Any, str]:
         build = Path(os.environ.get("XRT_BENCH_BUILD", "/tmp/xrt_torch_alloc_loop"))
         build.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        mod = load(name="xrt_torch_alloc_loop", sources=[str(HERE / "torch_alloc_loop.cpp")],
-                   extra_cflags=["-O2"], with_cuda=True, build_directory=str(build), verbose=False)
+        mod = load(
+            name="xrt_torch_alloc_loop",
+            sources=[str(HERE / "torch_alloc_loop.cpp")],
+            extra_cflags=["-O2"],
+            with_cuda=True,
+            build_directory=str(build),
+            verbose=False,
+        )
         print(f"  compiled torch_alloc_loop in {time.perf_counter() - t0:.1f} s", flush=True)
         return mod, ""
     except (ImportError, OSError, RuntimeError) as e:  # the JSON says why it is missing
@@ -94,25 +116,39 @@ def bench_allocators(args: argparse.Namespace, core: Any, torch: Any, cupy: Any)
     n = len(sizes)
     out: dict[str, Any] = {
         "sequence": {
-            "pairs": n, "seed": args.seed, "live_slots": args.slots, "min_bytes": args.min_bytes,
-            "max_bytes": args.max_bytes, "distribution": "log-uniform sizes, uniform slot choice",
+            "pairs": n,
+            "seed": args.seed,
+            "live_slots": args.slots,
+            "min_bytes": args.min_bytes,
+            "max_bytes": args.max_bytes,
+            "distribution": "log-uniform sizes, uniform slot choice",
             "mean_bytes": float(np.mean(sizes)),
+            "peak_live_bytes": peak_live_bytes(sizes, slots, args.slots),
         },
         "results": {},
     }
     res = out["results"]
 
     def record(key: str, seconds: list[float], measures: str, **extra: Any) -> None:
-        res[key] = {"pass_seconds": seconds, "ns_per_pair": [ns_per_pair(s, n) for s in seconds],
-                    "measures": measures, **extra}
-        print(f"  {key:<28} " + "  ".join(f"{ns_per_pair(s, n):10.1f}" for s in seconds) + " ns/pair",
-              flush=True)
+        res[key] = {
+            "pass_seconds": seconds,
+            "ns_per_pair": [ns_per_pair(s, n) for s in seconds],
+            "measures": measures,
+            **extra,
+        }
+        print(
+            f"  {key:<28} " + "  ".join(f"{ns_per_pair(s, n):10.1f}" for s in seconds) + " ns/pair",
+            flush=True,
+        )
 
     # --- C++ loops --------------------------------------------------------------------
     r = core.memory._bench_alloc_sequence(sizes, slots, args.slots, "caching", dev, 2)
-    record("cpp.xpuruntime_caching", r["pass_seconds"],
-           "C++ loop over a fresh xpuruntime CachingAllocator (pass 0 cold, pass 1 warm)",
-           stats={k: v for k, v in r.items() if k not in ("pass_seconds", "pairs_per_pass")})
+    record(
+        "cpp.xpuruntime_caching",
+        r["pass_seconds"],
+        "C++ loop over a fresh xpuruntime CachingAllocator (pass 0 cold, pass 1 warm)",
+        stats={k: v for k, v in r.items() if k not in ("pass_seconds", "pairs_per_pass")},
+    )
     raw_sizes, raw_slots = sizes[: args.raw_pairs], slots[: args.raw_pairs]
     r = core.memory._bench_alloc_sequence(raw_sizes, raw_slots, args.slots, "raw", dev, 1)
     res["cpp.cudaMalloc"] = {
@@ -120,56 +156,84 @@ def bench_allocators(args: argparse.Namespace, core: Any, torch: Any, cupy: Any)
         "ns_per_pair": [ns_per_pair(s, len(raw_sizes)) for s in r["pass_seconds"]],
         "pairs": len(raw_sizes),
         "measures": "C++ loop of cudaMalloc/cudaFree through the CUDA backend's raw_alloc/raw_free "
-                    f"(first {len(raw_sizes)} pairs of the sequence)",
+        f"(first {len(raw_sizes)} pairs of the sequence)",
     }
-    print(f"  {'cpp.cudaMalloc':<28} {res['cpp.cudaMalloc']['ns_per_pair'][0]:10.1f} ns/pair "
-          f"({len(raw_sizes)} pairs)", flush=True)
+    print(
+        f"  {'cpp.cudaMalloc':<28} {res['cpp.cudaMalloc']['ns_per_pair'][0]:10.1f} ns/pair "
+        f"({len(raw_sizes)} pairs)",
+        flush=True,
+    )
 
     torch.cuda.empty_cache()
     loop, err = load_torch_loop(torch)
     if loop is not None:
         torch.cuda.empty_cache()
-        record("cpp.torch_caching", loop.bench(sizes, slots, args.slots, 2),
-               "C++ loop of c10::cuda::CUDACachingAllocator::raw_alloc/raw_delete "
-               "(pass 0 cold after empty_cache, pass 1 warm)")
+        torch.cuda.reset_peak_memory_stats()
+        record(
+            "cpp.torch_caching",
+            loop.bench(sizes, slots, args.slots, 2),
+            "C++ loop of c10::cuda::CUDACachingAllocator::raw_alloc/raw_delete "
+            "(pass 0 cold after empty_cache, pass 1 warm)",
+            stats={"peak_reserved_bytes": torch.cuda.max_memory_reserved()},
+        )
         torch.cuda.empty_cache()
     else:
         res["cpp.torch_caching"] = {"error": err}
         print(f"  cpp.torch_caching unavailable: {err}", flush=True)
 
     # --- Python loops ---------------------------------------------------------------------
-    record("py.empty_loop_baseline", [python_loop(sizes, slots, args.slots, lambda s: s + 1,
-                                                  lambda p: None)],
-           "the Python loop with trivial lambdas: interpreter overhead included in every py.* row")
+    record(
+        "py.empty_loop_baseline",
+        [python_loop(sizes, slots, args.slots, lambda s: s + 1, lambda p: None)],
+        "the Python loop with trivial lambdas: interpreter overhead included in every py.* row",
+    )
     raw_alloc, raw_free = core.memory.raw_alloc, core.memory.raw_free
     core.memory.empty_cache(dev)
-    record("py.xpuruntime_caching",
-           [python_loop(sizes, slots, args.slots, lambda s: raw_alloc(s, dev), lambda p: raw_free(p, dev))
-            for _ in range(2)],
-           "Python loop of _core.memory.raw_alloc(n, 'cuda:0')/raw_free (pass 0 cold, 1 warm)")
+    record(
+        "py.xpuruntime_caching",
+        [
+            python_loop(sizes, slots, args.slots, lambda s: raw_alloc(s, dev), lambda p: raw_free(p, dev))
+            for _ in range(2)
+        ],
+        "Python loop of _core.memory.raw_alloc(n, 'cuda:0')/raw_free (pass 0 cold, 1 warm)",
+    )
     core.memory.empty_cache(dev)
     torch.cuda.empty_cache()
-    record("py.torch_caching_api",
-           [python_loop(sizes, slots, args.slots, torch.cuda.caching_allocator_alloc,
-                        torch.cuda.caching_allocator_delete) for _ in range(2)],
-           "Python loop of torch.cuda.caching_allocator_alloc/delete (pass 0 cold, 1 warm)")
+    record(
+        "py.torch_caching_api",
+        [
+            python_loop(
+                sizes,
+                slots,
+                args.slots,
+                torch.cuda.caching_allocator_alloc,
+                torch.cuda.caching_allocator_delete,
+            )
+            for _ in range(2)
+        ],
+        "Python loop of torch.cuda.caching_allocator_alloc/delete (pass 0 cold, 1 warm)",
+    )
     torch.cuda.empty_cache()
     t_alloc = torch._C._cuda_cudaCachingAllocator_raw_alloc
     t_free = torch._C._cuda_cudaCachingAllocator_raw_delete
     stream = torch.cuda.current_stream().cuda_stream
-    record("py.torch_caching_raw_C",
-           [python_loop(sizes, slots, args.slots, lambda s: t_alloc(s, stream), t_free) for _ in range(2)],
-           "Python loop of torch._C._cuda_cudaCachingAllocator_raw_alloc/raw_delete, the thinnest "
-           "Python path into torch's allocator (pass 0 cold, 1 warm)")
+    record(
+        "py.torch_caching_raw_C",
+        [python_loop(sizes, slots, args.slots, lambda s: t_alloc(s, stream), t_free) for _ in range(2)],
+        "Python loop of torch._C._cuda_cudaCachingAllocator_raw_alloc/raw_delete, the thinnest "
+        "Python path into torch's allocator (pass 0 cold, 1 warm)",
+    )
     torch.cuda.empty_cache()
     if cupy is not None:
-        record("py.cudaMalloc_cupy",
-               [python_loop(raw_sizes, raw_slots, args.slots, cupy.cuda.runtime.malloc,
-                            cupy.cuda.runtime.free)],
-               f"Python loop of cupy.cuda.runtime.malloc/free = cudaMalloc/cudaFree "
-               f"(first {len(raw_sizes)} pairs)")
-        res["py.cudaMalloc_cupy"]["ns_per_pair"] = [ns_per_pair(s, len(raw_sizes))
-                                                    for s in res["py.cudaMalloc_cupy"]["pass_seconds"]]
+        record(
+            "py.cudaMalloc_cupy",
+            [python_loop(raw_sizes, raw_slots, args.slots, cupy.cuda.runtime.malloc, cupy.cuda.runtime.free)],
+            f"Python loop of cupy.cuda.runtime.malloc/free = cudaMalloc/cudaFree "
+            f"(first {len(raw_sizes)} pairs)",
+        )
+        res["py.cudaMalloc_cupy"]["ns_per_pair"] = [
+            ns_per_pair(s, len(raw_sizes)) for s in res["py.cudaMalloc_cupy"]["pass_seconds"]
+        ]
 
     # --- ratios ----------------------------------------------------------------------------
     def warm(key: str) -> float | None:
@@ -200,25 +264,39 @@ def bench_dlpack(args: argparse.Namespace, xrt: Any, torch: Any) -> dict[str, An
     assert rt.data_ptr() == ptr, "round trip copied the data"
     ours_tensor = xrt.from_dlpack(t)
     cases: dict[str, tuple[Callable[[], Any], str]] = {
-        "xpuruntime_round_trip": (lambda: torch.from_dlpack(xrt.from_dlpack(t)),
-                                  "torch.from_dlpack(xpuruntime.from_dlpack(t)): import into us, export back"),
+        "xpuruntime_round_trip": (
+            lambda: torch.from_dlpack(xrt.from_dlpack(t)),
+            "torch.from_dlpack(xpuruntime.from_dlpack(t)): import into us, export back",
+        ),
         "xpuruntime_import": (lambda: xrt.from_dlpack(t), "xpuruntime.from_dlpack(torch tensor)"),
         "xpuruntime_export": (lambda: torch.from_dlpack(ours_tensor), "torch.from_dlpack(our tensor)"),
         "torch_utils_dlpack_round_trip": (
             lambda: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t)),
-            "torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t))"),
-        "torch_protocol_round_trip": (lambda: torch.from_dlpack(t),
-                                      "torch.from_dlpack(t) on a torch tensor (__dlpack__ + import)"),
+            "torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t))",
+        ),
+        "torch_protocol_round_trip": (
+            lambda: torch.from_dlpack(t),
+            "torch.from_dlpack(t) on a torch tensor (__dlpack__ + import)",
+        ),
     }
-    out: dict[str, Any] = {"tensor": "float32[1024] on cuda:0", "calls_per_sample": args.dlpack_calls,
-                           "samples": args.dlpack_samples, "results": {}}
+    out: dict[str, Any] = {
+        "tensor": "float32[1024] on cuda:0",
+        "calls_per_sample": args.dlpack_calls,
+        "samples": args.dlpack_samples,
+        "results": {},
+    }
     for name, (fn, what) in cases.items():
         for _ in range(1000):
             fn()
-        samples = [t_ / args.dlpack_calls * 1e6 for t_ in
-                   timeit.repeat(fn, number=args.dlpack_calls, repeat=args.dlpack_samples)]
-        out["results"][name] = {"median_us": statistics.median(samples), "min_us": min(samples),
-                                "measures": what}
+        samples = [
+            t_ / args.dlpack_calls * 1e6
+            for t_ in timeit.repeat(fn, number=args.dlpack_calls, repeat=args.dlpack_samples)
+        ]
+        out["results"][name] = {
+            "median_us": statistics.median(samples),
+            "min_us": min(samples),
+            "measures": what,
+        }
         print(f"  {name:<32} {statistics.median(samples):8.3f} us (min {min(samples):.3f})", flush=True)
     ours = out["results"]["xpuruntime_round_trip"]["median_us"]
     out["ratio_ours_over_torch_utils"] = ours / out["results"]["torch_utils_dlpack_round_trip"]["median_us"]
@@ -258,26 +336,42 @@ def main() -> int:
         cupy = None
 
     info = core.DeviceManager.instance().get_device_info(0)
-    print(f"device: {info.name} (cc {info.compute_capability_major}.{info.compute_capability_minor}, "
-          f"driver {info.driver_version}, runtime {info.runtime_version})", flush=True)
+    print(
+        f"device: {info.name} (cc {info.compute_capability_major}.{info.compute_capability_minor}, "
+        f"driver {info.driver_version}, runtime {info.runtime_version})",
+        flush=True,
+    )
     torch.zeros(1, device="cuda")  # create torch's context before timing anything
     print("allocator (ns per alloc/free pair; passes):", flush=True)
     alloc = bench_allocators(args, core, torch, cupy)
     gc.collect()
     print("dlpack:", flush=True)
-    dlpack = bench_dlpack(args, xrt, torch)
+    try:
+        dlpack = bench_dlpack(args, xrt, torch)
+    except (RuntimeError, TypeError, ValueError, AssertionError, xrt.XpuRuntimeError) as e:
+        dlpack = {"error": f"{type(e).__name__}: {e}", "goal_met": False}  # kept in the JSON
+        print(f"  failed: {dlpack['error']}", flush=True)
 
     result = {
         "benchmark": "runtime foundation: caching allocator and DLPack round trip",
         "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "device": {"name": info.name, "compute_capability": f"{info.compute_capability_major}."
-                   f"{info.compute_capability_minor}", "sm_count": info.sm_count,
-                   "total_memory": info.total_memory, "pci_bus_id": info.pci_bus_id},
-        "versions": {"cuda_driver": info.driver_version, "cuda_runtime": info.runtime_version,
-                     "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                     "cupy": getattr(cupy, "__version__", None),
-                     "xpuruntime": getattr(xrt, "__version__", None), "python": platform.python_version(),
-                     "numpy": np.__version__},
+        "device": {
+            "name": info.name,
+            "compute_capability": f"{info.compute_capability_major}.{info.compute_capability_minor}",
+            "sm_count": info.sm_count,
+            "total_memory": info.total_memory,
+            "pci_bus_id": info.pci_bus_id,
+        },
+        "versions": {
+            "cuda_driver": info.driver_version,
+            "cuda_runtime": info.runtime_version,
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "cupy": getattr(cupy, "__version__", None),
+            "xpuruntime": getattr(xrt, "__version__", None),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+        },
         "host": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "allocator": alloc,
         "dlpack": dlpack,
@@ -289,13 +383,18 @@ def main() -> int:
     r = alloc["ratios"]
     print("\nsummary")
     if "cpp_warm_ours_over_torch" in r:
-        print(f"  allocator, warm C++ loops: ours/torch = {r['cpp_warm_ours_over_torch']:.2f}x "
-              f"(goal <= {GOAL_ALLOC_RATIO}x: {'met' if r['goal_met'] else 'NOT met'})")
+        print(
+            f"  allocator, warm C++ loops: ours/torch = {r['cpp_warm_ours_over_torch']:.2f}x "
+            f"(goal <= {GOAL_ALLOC_RATIO}x: {'met' if r['goal_met'] else 'NOT met'})"
+        )
     if "py_warm_ours_over_torch_raw_C" in r:
         print(f"  allocator, warm Python loops: ours/torch._C = {r['py_warm_ours_over_torch_raw_C']:.2f}x")
-    print(f"  DLPack round trip: {dlpack['results']['xpuruntime_round_trip']['median_us']:.2f} us "
-          f"(goal < {GOAL_DLPACK_US} us: {'met' if dlpack['goal_met'] else 'NOT met'}); "
-          f"ours/torch.utils = {dlpack['ratio_ours_over_torch_utils']:.2f}x")
+    if "results" in dlpack:
+        print(
+            f"  DLPack round trip: {dlpack['results']['xpuruntime_round_trip']['median_us']:.2f} us "
+            f"(goal < {GOAL_DLPACK_US} us: {'met' if dlpack['goal_met'] else 'NOT met'}); "
+            f"ours/torch.utils = {dlpack['ratio_ours_over_torch_utils']:.2f}x"
+        )
     print(f"wrote {out}")
     return 0
 

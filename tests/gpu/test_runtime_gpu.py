@@ -13,18 +13,18 @@ import gc
 
 import numpy as np
 import pytest
-import xpuruntime
+import xpuruntime as xrt
 from xpuruntime import _core
+from xpuruntime.runtime.device import cuda_unavailable_reason
 
 DEVICE = "cuda:0"
 
 
 def _cuda_reason() -> str:
     """Empty when a CUDA device is usable, else why not."""
-    dm = _core.DeviceManager.instance()
-    if dm.get_device_count() > 0:
+    if xrt.get_device_count() > 0:
         return ""
-    return dm.cuda_unavailable_reason() or "no CUDA device"
+    return cuda_unavailable_reason() or "no CUDA device"
 
 
 requires_gpu = pytest.mark.skipif(bool(_cuda_reason()), reason=f"no CUDA device: {_cuda_reason()}")
@@ -57,7 +57,11 @@ class _TestKernels:
         lib.xpuruntime_test_spin.argtypes = [ctypes.c_double, ctypes.c_void_p]
         lib.xpuruntime_test_spin.restype = ctypes.c_int
         lib.xpuruntime_test_axpy.argtypes = [
-            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+            ctypes.c_float,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_void_p,
         ]
         lib.xpuruntime_test_axpy.restype = ctypes.c_int
         lib.xpuruntime_test_error_name.argtypes = [ctypes.c_int]
@@ -79,9 +83,9 @@ def kernels() -> _TestKernels:
     return _TestKernels()
 
 
-def _cuda_tensor_from(array: np.ndarray) -> _core.Tensor:
+def _cuda_tensor_from(array: np.ndarray) -> xrt.Tensor:
     """A CUDA tensor of ours holding a copy of `array`."""
-    t = _core.Tensor.empty(list(array.shape), str(array.dtype), DEVICE)
+    t = xrt.Tensor.empty(list(array.shape), str(array.dtype), DEVICE)
     t.copy_(array)
     return t
 
@@ -92,14 +96,14 @@ def _cuda_tensor_from(array: np.ndarray) -> _core.Tensor:
 def test_without_a_gpu_cuda_reports_zero_devices_and_the_reason() -> None:
     if not _cuda_reason():
         pytest.skip("this machine has a CUDA device")
-    dm = _core.DeviceManager.instance()
-    assert dm.get_device_count() == 0
-    reason = dm.cuda_unavailable_reason()
+    assert xrt.get_device_count() == 0
+    reason = cuda_unavailable_reason()
     assert reason, "CUDA is unavailable but no reason is given"
     # Either the plugin is missing, or it loaded and the runtime said why.
     assert "cudaGetDeviceCount" in reason or "plugin" in reason, reason
-    devices = dm.get_all_devices()
-    assert [d.device_type for d in devices] == ["cpu"]
+    assert [d.type for d in xrt.get_all_devices()] == ["cpu"]
+    with pytest.raises(xrt.InvalidArgumentError, match="cudaGetDeviceCount|plugin"):
+        xrt.memory.raw_alloc(1024, DEVICE)
 
 
 # ---- device info ----------------------------------------------------------------------
@@ -109,10 +113,9 @@ def test_without_a_gpu_cuda_reports_zero_devices_and_the_reason() -> None:
 @requires_gpu
 def test_device_info_agrees_with_torch() -> None:
     torch = _torch()
-    dm = _core.DeviceManager.instance()
-    assert dm.get_device_count() == torch.cuda.device_count()
-    for i in range(dm.get_device_count()):
-        ours = dm.get_device_info(i)
+    assert xrt.get_device_count() == torch.cuda.device_count()
+    for i in range(xrt.get_device_count()):
+        ours = xrt.Device(i).info
         props = torch.cuda.get_device_properties(i)
         assert ours.device_type == "cuda"
         assert ours.name == props.name
@@ -130,7 +133,11 @@ def test_device_info_agrees_with_torch() -> None:
             assert int(device, 16) == props.pci_device_id
             assert int(domain, 16) == props.pci_domain_id
         assert ours.runtime_version.split(".")[0] == torch.version.cuda.split(".")[0]
-        assert float(ours.driver_version) >= float(ours.runtime_version)
+
+        def version(v: str) -> tuple[int, ...]:
+            return tuple(int(part) for part in v.split("."))
+
+        assert version(ours.driver_version) >= version(ours.runtime_version)
 
 
 # ---- DLPack ----------------------------------------------------------------------------
@@ -145,7 +152,7 @@ def test_dlpack_from_torch_is_zero_copy_and_keeps_the_producer_alive(dtype: str)
     src = (torch.rand(855, 37, device="cuda") * 200).to(tdtype)  # >= 0: uint8 too
     expected = src.float().cpu().numpy()
     ptr = src.data_ptr()
-    ours = xpuruntime.from_dlpack(src)
+    ours = xrt.from_dlpack(src)
     assert ours.data_ptr == ptr
     assert ours.shape == (855, 37)
     assert ours.device == DEVICE
@@ -168,7 +175,7 @@ def test_dlpack_from_torch_keeps_strides_of_a_view() -> None:
     torch = _torch()
     base = torch.randn(64, 48, device="cuda")
     view = base.t()[5:, ::2]
-    ours = xpuruntime.from_dlpack(view)
+    ours = xrt.from_dlpack(view)
     assert ours.data_ptr == view.data_ptr()
     assert ours.shape == tuple(view.shape)
     assert ours.strides == tuple(view.stride())
@@ -200,7 +207,7 @@ def test_dlpack_with_cupy_both_ways() -> None:
     src = cupy.arange(12345, dtype=cupy.float64) * 0.5
     expected = cupy.asnumpy(src)
     ptr = src.data.ptr
-    ours = xpuruntime.from_dlpack(src)
+    ours = xrt.from_dlpack(src)
     assert ours.data_ptr == ptr
     assert ours.dtype == "float64"
     del src
@@ -218,58 +225,62 @@ def test_dlpack_with_cupy_both_ways() -> None:
 @pytest.mark.gpu
 @requires_gpu
 def test_caching_allocator_reuses_blocks_and_counts_hits() -> None:
-    mem = _core.memory
+    mem = xrt.memory
+    mem.empty_cache(DEVICE)  # no older cached block of this class competes with p1
     nbytes = 3 * 2**20 + 17
-    before = mem.stats(DEVICE)
+    block = _core.memory.round_size_class(nbytes)
+    before = mem.memory_stats(DEVICE)
     p1 = mem.raw_alloc(nbytes, DEVICE)
     mem.raw_free(p1, DEVICE)
     p2 = mem.raw_alloc(nbytes, DEVICE)  # same size class, same (current) stream
-    after = mem.stats(DEVICE)
+    after = mem.memory_stats(DEVICE)
     assert p2 == p1
     assert after.num_allocs - before.num_allocs == 2
     assert after.num_cache_hits - before.num_cache_hits >= 1
-    assert after.allocated_bytes - before.allocated_bytes == mem.round_size_class(nbytes)
+    assert after.allocated_bytes - before.allocated_bytes == block
+    assert after.requested_bytes - before.requested_bytes == nbytes
     mem.raw_free(p2, DEVICE)
-    assert mem.stats(DEVICE).allocated_bytes == before.allocated_bytes
-    assert mem.stats(DEVICE).peak_allocated_bytes >= mem.round_size_class(nbytes)
+    assert mem.memory_stats(DEVICE).allocated_bytes == before.allocated_bytes
+    assert mem.memory_stats(DEVICE).peak_allocated_bytes >= block
     mem.empty_cache(DEVICE)
-    assert mem.stats(DEVICE).reserved_bytes == mem.stats(DEVICE).allocated_bytes
+    stats = mem.memory_stats(DEVICE)
+    assert stats.reserved_bytes == stats.allocated_bytes
 
 
 @pytest.mark.gpu
 @requires_gpu
 def test_memory_limit_raises_out_of_memory_with_stats_then_recovers() -> None:
-    mem = _core.memory
+    mem = xrt.memory
     mem.empty_cache(DEVICE)
-    base = mem.stats(DEVICE).reserved_bytes
+    base = mem.memory_stats(DEVICE).reserved_bytes
     mem.set_memory_limit(DEVICE, base + 64 * 2**20)
     try:
         p = mem.raw_alloc(48 * 2**20, DEVICE)
-        with pytest.raises(xpuruntime.OutOfMemoryError) as info:
+        with pytest.raises(xrt.OutOfMemoryError) as info:
             mem.raw_alloc(32 * 2**20, DEVICE)
         msg = str(info.value)
         assert "limit" in msg and "allocated" in msg and "reserved" in msg, msg
-        assert isinstance(info.value, xpuruntime.XpuRuntimeError)
+        assert isinstance(info.value, xrt.XpuRuntimeError)
         mem.raw_free(p, DEVICE)
         q = mem.raw_alloc(32 * 2**20, DEVICE)  # usable again once memory is free
         mem.raw_free(q, DEVICE)
     finally:
         mem.set_memory_limit(DEVICE, 0)
-    assert mem.stats(DEVICE).memory_limit == 0
+    assert mem.memory_stats(DEVICE).memory_limit == 0
 
 
 @pytest.mark.gpu
 @requires_gpu
 def test_tensors_go_through_the_caching_allocator() -> None:
-    mem = _core.memory
-    before = mem.stats(DEVICE)
-    t = _core.Tensor.empty([1024, 1024], "float32", DEVICE)
-    mid = mem.stats(DEVICE)
+    mem = xrt.memory
+    before = mem.memory_stats(DEVICE)
+    t = xrt.Tensor.empty([1024, 1024], "float32", DEVICE)
+    mid = mem.memory_stats(DEVICE)
     assert mid.num_allocs == before.num_allocs + 1
-    assert mid.allocated_bytes - before.allocated_bytes == mem.round_size_class(4 * 2**20)
+    assert mid.allocated_bytes - before.allocated_bytes == _core.memory.round_size_class(4 * 2**20)
     del t
     gc.collect()
-    assert mem.stats(DEVICE).allocated_bytes == before.allocated_bytes
+    assert mem.memory_stats(DEVICE).allocated_bytes == before.allocated_bytes
 
 
 # ---- streams and events --------------------------------------------------------------------
@@ -278,8 +289,8 @@ def test_tensors_go_through_the_caching_allocator() -> None:
 @pytest.mark.gpu
 @requires_gpu
 def test_events_time_known_work(kernels: _TestKernels) -> None:
-    s = _core.streams.create_stream(DEVICE)
-    e0, e1, e2 = (_core.Event(DEVICE) for _ in range(3))
+    s = xrt.stream.create_stream(DEVICE)
+    e0, e1, e2 = (xrt.Event(DEVICE) for _ in range(3))
     e0.record(s)
     kernels.spin(50.0, s.handle)
     e1.record(s)
@@ -301,11 +312,11 @@ def test_event_wait_orders_two_streams(kernels: _TestKernels) -> None:
     x = rng.integers(-100, 100, 4099).astype(np.float32)
     y = rng.integers(-100, 100, 4099).astype(np.float32)
     dx, dy = _cuda_tensor_from(x), _cuda_tensor_from(y)
-    _core.DeviceManager.instance().synchronize(0)
-    s1, s2 = _core.streams.create_stream(DEVICE), _core.streams.create_stream(DEVICE)
+    xrt.synchronize(0)
+    s1, s2 = xrt.stream.create_stream(DEVICE), xrt.stream.create_stream(DEVICE)
     kernels.spin(50.0, s1.handle)
     kernels.axpy(3.0, dx.data_ptr, dy.data_ptr, x.size, s1.handle)
-    done = _core.Event(DEVICE, enable_timing=False)
+    done = xrt.Event(DEVICE, enable_timing=False)
     done.record(s1)
     done.wait(s2)
     kernels.axpy(1.0, dx.data_ptr, dy.data_ptr, x.size, s2.handle)  # runs after s1's axpy
@@ -319,32 +330,25 @@ def test_event_wait_orders_two_streams(kernels: _TestKernels) -> None:
 @pytest.mark.gpu
 @requires_gpu
 def test_captured_graph_replays_with_the_right_result(kernels: _TestKernels) -> None:
-    n = 100_003
+    n = 100_003  # odd: the kernel's tail runs
     rng = np.random.default_rng(11)
-    y0 = rng.integers(-1000, 1000, n).astype(np.float32)
+    y0 = rng.integers(-1000, 1000, n).astype(np.float32)  # small integers: exact sums
     src = _cuda_tensor_from(np.zeros(n, np.float32))  # the graph's input, refilled per replay
-    x = _core.Tensor.empty([n], "float32", DEVICE)
+    x = xrt.Tensor.empty([n], "float32", DEVICE)
     y = _cuda_tensor_from(y0)
-    s = _core.streams.create_stream(DEVICE)
-    previous = _core.streams.current_stream(DEVICE)
-    _core.DeviceManager.instance().synchronize(0)
-    _core.streams.set_current_stream(s)  # copy_ runs on the current stream
-    try:
-        capture = _core.GraphCapture(s)
-        capture.begin()
-        assert capture.capturing
-        x.copy_(src)  # d2d copy node
-        kernels.axpy(2.0, x.data_ptr, y.data_ptr, n, s.handle)  # kernel node: y += 2x
-        graph = capture.end()
-    finally:
-        _core.streams.set_current_stream(previous)
-    np.testing.assert_array_equal(y.numpy(), y0)  # capture records, it does not run
+    s = xrt.stream.create_stream(DEVICE)
+    xrt.synchronize(0)
+    with xrt.stream.capture_graph(s) as graph:  # s is the current stream inside
+        assert xrt.stream.current_stream(DEVICE).handle == s.handle
+        x.copy_(src)  # a device-to-device copy node
+        kernels.axpy(2.0, x.data_ptr, y.data_ptr, n, s.handle)  # a kernel node: y += 2x
+    np.testing.assert_array_equal(y.numpy(), y0)  # capture records work, it does not run it
     expected = y0.astype(np.float64)
     for replay in range(3):
         xs = rng.integers(-1000, 1000, n).astype(np.float32)
         src.copy_(xs)
-        _core.DeviceManager.instance().synchronize(0)
-        graph.replay(s)
+        xrt.synchronize(0)
+        graph.replay()
         s.synchronize()
         expected = expected + 2.0 * xs
         np.testing.assert_array_equal(y.numpy(), expected.astype(np.float32), err_msg=f"replay {replay}")
@@ -353,5 +357,5 @@ def test_captured_graph_replays_with_the_right_result(kernels: _TestKernels) -> 
 @pytest.mark.gpu
 @requires_gpu
 def test_capture_on_the_default_stream_is_rejected() -> None:
-    with pytest.raises(xpuruntime.InvalidArgumentError):
-        _core.GraphCapture(_core.streams.default_stream(DEVICE))
+    with pytest.raises(xrt.InvalidArgumentError), xrt.stream.capture_graph(xrt.stream.default_stream(DEVICE)):
+        pass

@@ -178,16 +178,17 @@ void CudaBackend::copy(void* dst, const Device& dst_dev, const void* src, const 
   if (!dst_dev.is_cuda() && !src_dev.is_cuda() && stream == nullptr) {
     std::memcpy(dst, src, bytes);  // host to host with no stream to order against
   } else {
-    // The copy is issued on the stream's device; for the legacy default stream,
-    // on the device that holds the CUDA side of the copy.
-    int index = dst_dev.is_cuda() ? dst_dev.index : src_dev.index;
+    // Issued with the CUDA side's device current (the destination's when both are
+    // CUDA): that selects the right legacy default stream for a null `stream`; a
+    // created stream must belong to that device. (cudaStreamGetDevice would tell,
+    // but it is not permitted on a capturing stream, and copies get captured.)
     if (dst_dev.is_cuda()) check_index(dst_dev.index, "copy");
     if (src_dev.is_cuda()) check_index(src_dev.index, "copy");
-    auto s = static_cast<cudaStream_t>(stream);
-    if (s != nullptr) XRT_CUDA_CHECK(cudaStreamGetDevice(s, &index));
-    check_index(index, "copy");
+    const int index = dst_dev.is_cuda() ? dst_dev.index : src_dev.index;
+    check_index(index, "copy");  // host-to-host on a stream still needs a device
     DeviceGuard guard(index);
-    XRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    XRT_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
   }
   Profiler& profiler = Profiler::instance();
   if (profiler.enabled()) profiler.record_copy(copy_direction(dst_dev, src_dev), bytes);
