@@ -133,3 +133,20 @@ TEST(MemoryManager, PinnedMemoryWithoutCudaIsHostMemory) {
 
 }  // namespace
 }  // namespace xpuruntime
+
+namespace xpuruntime {
+namespace {
+TEST(CachingAllocator, ReusedLargerBlockKeepsItsRealSizeInTheStatistics) {
+  auto a = CachingAllocator(DeviceManager::instance().backend(DeviceType::kCPU), Device::cpu());
+  void* big = a.allocate(20u << 20);  // 20 MiB class
+  a.free(big);
+  void* smaller = a.allocate((20u << 20) - (1u << 20));  // a smaller class, same block reused
+  EXPECT_EQ(smaller, big);
+  EXPECT_EQ(a.stats().allocated_bytes, round_size_class(20u << 20));
+  a.free(smaller);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes, 0u);
+  EXPECT_EQ(a.stats().allocated_bytes, 0u);
+}
+}  // namespace
+}  // namespace xpuruntime

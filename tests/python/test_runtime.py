@@ -190,7 +190,7 @@ def test_memory_limit_oom_message_and_recovery():
             xrt.Tensor.empty((3 << 20,), "uint8")
         msg = str(info.value)
         assert "out of memory on cpu" in msg and "reserved" in msg and "limit" in msg
-        assert isinstance(info.value, MemoryError) and isinstance(info.value, xrt.XpuRuntimeError)
+        assert isinstance(info.value, xrt.XpuRuntimeError)
         del keep
         gc.collect()
         again = xrt.Tensor.empty((3 << 20,), "uint8")  # usable after the error

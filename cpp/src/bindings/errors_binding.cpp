@@ -7,9 +7,9 @@ namespace xpuruntime::bindings {
 void bind_errors(py::module_& m) {
   static py::handle base = py::exception<XpuRuntimeError>(m, "XpuRuntimeError", PyExc_RuntimeError).release();
   static py::handle cuda = py::exception<CudaError>(m, "CudaError", base).release();
-  // OutOfMemoryError is also a MemoryError, so generic handlers catch it.
-  static py::handle oom_bases = py::make_tuple(base, py::handle(PyExc_MemoryError)).release();
-  static py::handle oom = py::exception<OutOfMemoryError>(m, "OutOfMemoryError", oom_bases).release();
+  // Deliberately not a MemoryError subclass: CPython gives MemoryError a free list
+  // and special allocation paths that multiple inheritance does not mix with.
+  static py::handle oom = py::exception<OutOfMemoryError>(m, "OutOfMemoryError", base).release();
   static py::handle unsupported = py::exception<UnsupportedOperationError>(m, "UnsupportedOperationError", base).release();
   static py::handle invalid_bases = py::make_tuple(base, py::handle(PyExc_ValueError)).release();
   static py::handle invalid = py::exception<InvalidArgumentError>(m, "InvalidArgumentError", invalid_bases).release();

@@ -79,13 +79,16 @@ struct CachingAllocator::Impl {
 
   Impl(DeviceBackend& b, Device d) : backend(b), device(d) {}
 
-  void* take_cached(NativeStream stream, std::size_t cls) {
+  // Takes a cached block of at least `cls` bytes (at most 25% more); sets *size to
+  // the block's real size, which is what it keeps reserving while live.
+  void* take_cached(NativeStream stream, std::size_t cls, std::size_t* size) {
     auto it = cached.find(stream);
     if (it == cached.end()) return nullptr;
     auto& pool = it->second;
     auto hit = pool.lower_bound(cls);
     if (hit == pool.end() || hit->first > cls + cls / 4) return nullptr;
     void* p = hit->second;
+    *size = hit->first;
     pool.erase(hit);
     cached_size.erase(p);
     return p;
@@ -151,7 +154,7 @@ void* CachingAllocator::allocate(std::size_t bytes, NativeStream stream) {
   std::size_t cls = round_size_class(bytes);
   std::lock_guard<std::mutex> lock(m.mu);
   if (!m.pending.empty()) m.process_pending(/*wait=*/false);
-  void* p = m.take_cached(stream, cls);
+  void* p = m.take_cached(stream, cls, &cls);
   bool hit = p != nullptr;
   if (hit) {
     ++m.stats.num_cache_hits;
