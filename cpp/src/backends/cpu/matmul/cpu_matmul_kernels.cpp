@@ -1,0 +1,75 @@
+// Registration of the CPU matmul kernels (cpu_blas, cpu_blocked) as KernelDefs.
+// The core calls register_cpu_matmul_kernels once at startup (through
+// ensure_cpu_matmul_kernels_registered, which is idempotent and thread-safe).
+#include "backends/cpu/matmul/cpu_matmul_kernels.h"
+
+#include <memory>
+#include <mutex>
+
+#include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/matmul/matmul_op.h"
+
+namespace xpuruntime {
+namespace {
+
+KernelDef cpu_matmul_def(std::string name, int priority, std::string description) {
+  KernelDef d;
+  d.op = matmul::kOpKey;
+  d.name = std::move(name);
+  d.provider = "cpu";
+  d.device = DeviceType::kCPU;
+  d.dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
+  d.priority = priority;
+  d.deterministic = true;  // fixed blocking and thread split: same bits every run
+  d.description = std::move(description);
+  return d;
+}
+
+// cpu_blas: any layout (operands BLAS cannot address are copied into a scratch
+// matrix first), fp16/bf16 through fp32 blocks.
+class CpuBlasMatmul final : public Kernel {
+ public:
+  CpuBlasMatmul()
+      : Kernel(cpu_matmul_def("cpu_blas", 20,
+                              "CBLAS sgemm/dgemm (" + matmul::cpu_blas_info() +
+                                  "); fp16/bf16 via fp32 blocks; bias and relu/gelu as a pass")) {}
+  Support supports(const OpContext& ctx) const override {
+    if (!matmul::cpu_blas_available()) {
+      return Support::no(reason::kBackendUnavailable, matmul::cpu_blas_info());
+    }
+    matmul::GemmLayout l;
+    return matmul::read_gemm_layout(ctx, &l);
+  }
+  void run(KernelLaunch& launch) const override { matmul::cpu_gemm_blas(matmul::gemm_problem(launch)); }
+};
+
+// cpu_blocked: ours; any strides, every float dtype, OpenMP over tiles.
+class CpuBlockedMatmul final : public Kernel {
+ public:
+  CpuBlockedMatmul()
+      : Kernel(cpu_matmul_def("cpu_blocked", 10,
+                              std::string("cache-blocked packed GEMM, ") +
+                                  std::string(matmul::cpu_isa_name(matmul::CpuIsa::kAuto)) +
+                                  " micro-kernel, OpenMP over tiles; fused bias and relu/gelu")) {}
+  Support supports(const OpContext& ctx) const override {
+    matmul::GemmLayout l;
+    return matmul::read_gemm_layout(ctx, &l);
+  }
+  void run(KernelLaunch& launch) const override {
+    matmul::cpu_gemm_blocked(matmul::gemm_problem(launch));
+  }
+};
+
+}  // namespace
+
+void register_cpu_matmul_kernels(KernelRegistry& registry) {
+  registry.register_kernel(std::make_shared<CpuBlasMatmul>(), /*replace=*/true);
+  registry.register_kernel(std::make_shared<CpuBlockedMatmul>(), /*replace=*/true);
+}
+
+void ensure_cpu_matmul_kernels_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_cpu_matmul_kernels(KernelRegistry::instance()); });
+}
+
+}  // namespace xpuruntime
