@@ -179,7 +179,8 @@ def _tensor(t: Any, where: str) -> np.ndarray:
         arr = numpy_helper.to_array(t)
     except Exception as exc:
         raise InvalidModelError(f"{where}: tensor '{t.name}' cannot be read: {exc}") from exc
-    return np.ascontiguousarray(arr)
+    # (np.ascontiguousarray would turn a 0-d tensor into a 1-d one)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def _attr(a: Any, where: str) -> Any:

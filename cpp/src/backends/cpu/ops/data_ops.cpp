@@ -161,7 +161,8 @@ void register_data_ops(std::vector<OpDef>& defs) {
       o[axis] = 0;
       for (const Meta& m : in) {
         XRT_CHECK(m.rank() == r && m.dtype == in[0].dtype, InvalidModelError, n.where(),
-                  ": inputs must share rank and dtype");
+                  ": inputs must share rank and dtype, got ", dtype_name(m.dtype),
+                  shape_str(*m.shape), " and ", dtype_name(in[0].dtype), shape_str(*in[0].shape));
         for (int64_t i = 0; i < r; ++i)
           XRT_CHECK(i == axis || (*m.shape)[i] == o[i], InvalidModelError, n.where(),
                     ": input shapes ", shape_str(*m.shape), " and ", shape_str(*in[0].shape),
@@ -301,6 +302,54 @@ void register_data_ops(std::vector<OpDef>& defs) {
       for (int64_t ob = 0; ob < outer * ni; ++ob) {
         const int64_t o = ob / ni, j = ob % ni;
         std::memcpy(dst + ob * inner * es, src + (o * dim + idx[j]) * inner * es, inner * es);
+      }
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("GatherElements", "GatherElements along one axis (negative indices allowed)");
+    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+      require_inputs(n, in, 2);
+      XRT_CHECK(in[1].dtype == DType::kInt64 || in[1].dtype == DType::kInt32, InvalidModelError,
+                n.where(), ": indices must be int32 or int64, got ", dtype_name(in[1].dtype));
+      out[0].present = true;
+      out[0].dtype = in[0].dtype;
+      if (!all_known(in)) return false;
+      XRT_CHECK(in[0].rank() == in[1].rank() && in[0].rank() > 0, InvalidModelError, n.where(),
+                ": data ", shape_str(*in[0].shape), " and indices ", shape_str(*in[1].shape),
+                " must have the same rank >= 1");
+      norm_axis(n, n.attr_int("axis", 0), in[0].rank());
+      out[0].shape = in[1].shape;
+      return true;
+    };
+    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const Shape& ds = in[0].shape;
+      const Shape& is = in[1].shape;
+      const int64_t r = in[0].rank();
+      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), r);
+      std::vector<int64_t> idx = in[1].ints();
+      for (int64_t& i : idx) {
+        XRT_CHECK(i >= -ds[axis] && i < ds[axis], InvalidArgumentError, n.where(), ": index ", i,
+                  " is out of range for axis ", axis, " of size ", ds[axis]);
+        if (i < 0) i += ds[axis];
+      }
+      Shape dstr(r, 1);
+      for (int64_t i = r - 2; i >= 0; --i) dstr[i] = dstr[i + 1] * ds[i + 1];
+      for (int64_t i = 0; i < r; ++i)
+        XRT_CHECK(i == axis || is[i] <= ds[i], InvalidArgumentError, n.where(),
+                  ": indices shape ", shape_str(is), " exceeds data shape ", shape_str(ds));
+      const std::size_t es = dtype_size(in[0].dtype);
+      const char* src = static_cast<const char*>(in[0].data);
+      char* dst = static_cast<char*>(out[0].data);
+      const int64_t total = in[1].numel();
+      for (int64_t e = 0; e < total; ++e) {
+        int64_t rem = e, off = 0;
+        for (int64_t i = r - 1; i >= 0; --i) {
+          const int64_t c = rem % is[i];
+          rem /= is[i];
+          off += (i == axis ? idx[e] : c) * dstr[i];
+        }
+        std::memcpy(dst + e * es, src + off * es, es);
       }
     };
     defs.push_back(std::move(d));
