@@ -1,0 +1,265 @@
+"""The seam between torch tensors and our CUDA kernels in ``_core.cuda_kernels``.
+
+Our kernels take raw device pointers, element strides and the current torch
+stream as integers (DESIGN.md §8), so ``_core`` never links torch. This module
+prepares tensors (dtype, contiguous last dimension, 16-byte aligned rows), says
+why a case cannot run (:func:`cuda_kernels_unavailable`) and makes the calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+
+import torch
+
+from ... import _core
+
+FLASH_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+LN_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+FLASH_HEAD_DIMS = (64, 128)
+#: The plugin's kernels are built for sm_90 (machine code plus PTX for newer GPUs).
+MIN_CAPABILITY = (9, 0)
+
+
+def custom_op(name: str, **kwargs) -> Callable:
+    """``torch.library.custom_op`` asking torch.compile for contiguous inputs.
+
+    Our kernels and reference implementations return contiguous outputs; with the
+    ``needs_contiguous_strides`` tag (where this torch has it) inductor also hands
+    the ops contiguous inputs, so the layouts it traced are the ones that run.
+    """
+    if "tags" in inspect.signature(torch.library.custom_op).parameters and hasattr(
+        torch.Tag, "needs_contiguous_strides"
+    ):
+        kwargs["tags"] = (torch.Tag.needs_contiguous_strides,)
+    return torch.library.custom_op(name, **kwargs)
+
+
+@functools.cache
+def cuda_kernels_unavailable() -> str:
+    """Why our CUDA kernels cannot run in this process ("" when they can)."""
+    return str(_core.cuda_kernels.unavailable_reason())
+
+
+@functools.cache
+def capability_problem(device_index: int) -> str:
+    """Why device ``device_index`` cannot run our kernels ("" when it can)."""
+    cap = torch.cuda.get_device_capability(device_index)
+    if cap < MIN_CAPABILITY:
+        return (
+            f"compute capability {cap[0]}.{cap[1]} < {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} "
+            "(the kernels are built for sm_90)"
+        )
+    return ""
+
+
+def stream_handle(t: torch.Tensor) -> int:
+    """The current torch CUDA stream of ``t``'s device, as an integer handle."""
+    return int(torch.cuda.current_stream(t.device).cuda_stream)
+
+
+def rows_aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with a contiguous last dimension and 16-byte aligned rows and base (a copy when needed)."""
+    esize = t.element_size()
+    ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+    ok = ok and all((s * esize) % 16 == 0 for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1)
+    return t if ok else t.contiguous()
+
+
+def strides3(t: torch.Tensor) -> tuple[int, int, int]:
+    """Element strides of dims 0..2 of a 4-D tensor; size-1 dims (never stepped over) get 0."""
+    s = t.stride()
+    return tuple(int(s[i]) if t.shape[i] > 1 else 0 for i in range(3))  # type: ignore[return-value]
+
+
+def mask_args(
+    mask: torch.Tensor | None, shape4: tuple[int, int, int, int]
+) -> tuple[str, torch.Tensor | None, tuple[int, int, int, int]]:
+    """(kind, tensor to keep alive, element strides of the broadcast view) for the kernels."""
+    if mask is None:
+        return "none", None, (0, 0, 0, 0)
+    m = mask if mask.dtype == torch.bool else mask.to(torch.float32)
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    view = m.expand(*shape4)
+    s = view.stride()
+    return ("bool" if m.dtype == torch.bool else "additive"), m, (s[0], s[1], s[2], s[3])
+
+
+def flash_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    causal: bool,
+    scale: float,
+    rng_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs our FlashAttention-2 forward on 4-D CUDA tensors ``[B, H, S, D]``."""
+    q, k, v = rows_aligned(q), rows_aligned(k), rows_aligned(v)
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    out = torch.empty((B, Hq, Sq, D), device=q.device, dtype=q.dtype)
+    lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+    kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
+    with torch.cuda.device(q.device):
+        _core.cuda_kernels.flash_attention_forward(
+            dtype=FLASH_DTYPES[q.dtype],
+            shape=(B, Hq, Hkv, Sq, Sk, D),
+            q=q.data_ptr(),
+            k=k.data_ptr(),
+            v=v.data_ptr(),
+            out=out.data_ptr(),
+            lse=lse.data_ptr(),
+            q_stride=strides3(q),
+            k_stride=strides3(k),
+            v_stride=strides3(v),
+            out_stride=strides3(out),
+            scale=float(scale),
+            causal=bool(causal),
+            mask_kind=kind,
+            mask=m.data_ptr() if m is not None else 0,
+            mask_stride=mstride,
+            dropout_p=float(dropout_p),
+            rng_state=rng_state.data_ptr() if rng_state is not None else 0,
+            stream=stream_handle(q),
+        )
+    return out, lse
+
+
+def flash_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    causal: bool,
+    scale: float,
+    rng_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Runs our FlashAttention-2 backward; returns (dq, dk, dv) shaped like q, k, v."""
+    q, k, v, out, dout = (rows_aligned(t) for t in (q, k, v, out, dout))
+    lse = lse.contiguous()
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    dev, dt = q.device, q.dtype
+    dq = torch.empty((B, Hq, Sq, D), device=dev, dtype=dt)
+    dk = torch.empty((B, Hq, Sk, D), device=dev, dtype=dt)
+    dv = torch.empty((B, Hq, Sk, D), device=dev, dtype=dt)
+    dq_accum = torch.empty((B, Hq, Sq, D), device=dev, dtype=torch.float32)
+    dsum = torch.empty((B, Hq, Sq), device=dev, dtype=torch.float32)
+    kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
+    with torch.cuda.device(dev):
+        _core.cuda_kernels.flash_attention_backward(
+            dtype=FLASH_DTYPES[dt],
+            shape=(B, Hq, Hkv, Sq, Sk, D),
+            q=q.data_ptr(),
+            k=k.data_ptr(),
+            v=v.data_ptr(),
+            out=out.data_ptr(),
+            dout=dout.data_ptr(),
+            lse=lse.data_ptr(),
+            dq=dq.data_ptr(),
+            dk=dk.data_ptr(),
+            dv=dv.data_ptr(),
+            dq_accum=dq_accum.data_ptr(),
+            dsum=dsum.data_ptr(),
+            q_stride=strides3(q),
+            k_stride=strides3(k),
+            v_stride=strides3(v),
+            out_stride=strides3(out),
+            dout_stride=strides3(dout),
+            dq_stride=strides3(dq),
+            dk_stride=strides3(dk),
+            dv_stride=strides3(dv),
+            scale=float(scale),
+            causal=bool(causal),
+            mask_kind=kind,
+            mask=m.data_ptr() if m is not None else 0,
+            mask_stride=mstride,
+            dropout_p=float(dropout_p),
+            rng_state=rng_state.data_ptr() if rng_state is not None else 0,
+            stream=stream_handle(q),
+        )
+    if Hq != Hkv:  # grouped-query attention: each kv head collects its query heads
+        g = Hq // Hkv
+        dk = dk.view(B, Hkv, g, Sk, D).sum(2)
+        dv = dv.view(B, Hkv, g, Sk, D).sum(2)
+    return dq, dk, dv
+
+
+def layernorm_forward(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, cols: int, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused LayerNorm forward over the last ``cols`` elements; returns (y, mean, rstd)."""
+    x = x.contiguous()
+    rows = x.numel() // cols
+    y = torch.empty_like(x)
+    mean = torch.empty(rows, device=x.device, dtype=torch.float32)
+    rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
+    w = weight.contiguous() if weight is not None else None
+    b = bias.contiguous() if bias is not None else None
+    with torch.cuda.device(x.device):
+        _core.cuda_kernels.layernorm_forward(
+            dtype=LN_DTYPES[x.dtype],
+            rows=rows,
+            cols=cols,
+            x=x.data_ptr(),
+            weight=w.data_ptr() if w is not None else 0,
+            bias=b.data_ptr() if b is not None else 0,
+            y=y.data_ptr(),
+            mean=mean.data_ptr(),
+            rstd=rstd.data_ptr(),
+            eps=float(eps),
+            stream=stream_handle(x),
+        )
+    return y, mean, rstd
+
+
+def layernorm_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor | None,
+    cols: int,
+    want_dweight: bool,
+    want_dbias: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Fused LayerNorm backward; returns (dx, dweight or None, dbias or None)."""
+    x, dy = x.contiguous(), dy.contiguous()
+    rows = x.numel() // cols
+    dx = torch.empty_like(x)
+    dw = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dweight else None
+    db = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dbias else None
+    w = weight.contiguous() if weight is not None else None
+    with torch.cuda.device(x.device):
+        nbytes = int(
+            _core.cuda_kernels.layernorm_backward_workspace_bytes(
+                dtype=LN_DTYPES[x.dtype], rows=rows, cols=cols
+            )
+        )
+        ws = torch.empty(max(nbytes // 4, 4), device=x.device, dtype=torch.float32)
+        _core.cuda_kernels.layernorm_backward(
+            dtype=LN_DTYPES[x.dtype],
+            rows=rows,
+            cols=cols,
+            dy=dy.data_ptr(),
+            x=x.data_ptr(),
+            mean=mean.data_ptr(),
+            rstd=rstd.data_ptr(),
+            weight=w.data_ptr() if w is not None else 0,
+            dx=dx.data_ptr(),
+            dweight=dw.data_ptr() if dw is not None else 0,
+            dbias=db.data_ptr() if db is not None else 0,
+            workspace=ws.data_ptr(),
+            workspace_bytes=ws.numel() * 4,
+            stream=stream_handle(x),
+        )
+    return dx, dw, db

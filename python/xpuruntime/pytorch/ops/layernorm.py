@@ -1,0 +1,211 @@
+"""``fused_layernorm`` (seed 002 §5.3): our fused LayerNorm as torch custom ops.
+
+* ``xpuruntime::layer_norm_fwd(x, normalized_shape, weight, bias, eps) -> (y, mean, rstd)``
+* ``xpuruntime::layer_norm_bwd(dy, x, normalized_shape, mean, rstd, weight, bias,
+  need_weight_grad, need_bias_grad) -> (dx, dweight, dbias)``
+
+CUDA: our kernels (one row per thread group in registers, fp32 statistics,
+dweight/dbias by a two-stage reduction). CPU: a reference implementation in
+float32 (float64 for float64 inputs). Fake implementations and an autograd
+formula make the op work under ``torch.compile`` and autograd. ``mean`` and
+``rstd`` are flat ``[rows]`` tensors in fp32 (fp64 for float64 input).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from . import _bridge
+
+__all__ = ["fused_layernorm", "layernorm_support"]
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def layernorm_support(
+    x: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, bias: Tensor | None = None
+) -> tuple[str, str] | None:
+    """Why the ``fused`` kernel cannot run this case: ``(reason_code, detail)``, or None."""
+    shape = tuple(int(s) for s in normalized_shape)
+    if len(shape) == 0 or len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape) :]) != shape:
+        return (
+            "shape_unsupported",
+            f"normalized_shape {shape} is not the trailing shape of input {tuple(x.shape)}",
+        )
+    cols = math.prod(shape)
+    if cols == 0:
+        return "shape_unsupported", "normalized_shape has no elements"
+    if not x.dtype.is_floating_point:
+        return "dtype_unsupported", f"{x.dtype} is not a floating dtype"
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is None:
+            continue
+        if tuple(t.shape) != shape:
+            return "shape_unsupported", f"{name} shape {tuple(t.shape)} != normalized_shape {shape}"
+        if t.dtype != x.dtype:
+            return "dtype_unsupported", f"{name} dtype {t.dtype} != input dtype {x.dtype}"
+        if t.device != x.device:
+            return "device_mismatch", f"{name} is on {t.device}, input on {x.device}"
+    if x.device.type == "cpu":
+        return None
+    if x.device.type != "cuda":
+        return "device_mismatch", f"no fused kernel for device type {x.device.type}"
+    if x.dtype not in _bridge.LN_DTYPES:
+        return "dtype_unsupported", f"CUDA kernels take float32/float16/bfloat16, got {x.dtype}"
+    why = _bridge.cuda_kernels_unavailable()
+    if why:
+        return "backend_unavailable", why
+    why = _bridge.capability_problem(
+        x.device.index if x.device.index is not None else torch.cuda.current_device()
+    )
+    if why:
+        return "capability_too_low", why
+    return None
+
+
+# ---- CPU reference -------------------------------------------------------------------
+def _ln_fwd_cpu(x, normalized_shape, weight, bias, eps):
+    cols = math.prod(normalized_shape)
+    wd = _stat_dtype(x.dtype)
+    xf = x.reshape(-1, cols).to(wd)
+    mean = xf.mean(dim=1)
+    var = ((xf - mean[:, None]) ** 2).mean(dim=1)
+    rstd = torch.rsqrt(var + eps)
+    y = (xf - mean[:, None]) * rstd[:, None]
+    if weight is not None:
+        y = y * weight.reshape(-1).to(wd)
+    if bias is not None:
+        y = y + bias.reshape(-1).to(wd)
+    return y.to(x.dtype).reshape(x.shape).contiguous(), mean, rstd
+
+
+def _ln_bwd_cpu(dy, x, normalized_shape, mean, rstd, weight):
+    cols = math.prod(normalized_shape)
+    wd = _stat_dtype(x.dtype)
+    xf = x.reshape(-1, cols).to(wd)
+    dyf = dy.reshape(-1, cols).to(wd)
+    xhat = (xf - mean.to(wd)[:, None]) * rstd.to(wd)[:, None]
+    g = dyf * weight.reshape(-1).to(wd) if weight is not None else dyf
+    c1 = (g * xhat).mean(dim=1, keepdim=True)
+    c2 = g.mean(dim=1, keepdim=True)
+    dx = (g - xhat * c1 - c2) * rstd.to(wd)[:, None]
+    dw = (dyf * xhat).sum(0)
+    db = dyf.sum(0)
+    return dx.to(x.dtype).reshape(x.shape).contiguous(), dw, db
+
+
+# ---- custom ops --------------------------------------------------------------------------
+@_bridge.custom_op("xpuruntime::layer_norm_fwd", mutates_args=(), device_types="cpu")
+def layer_norm_fwd(
+    x: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fused LayerNorm forward: (y, mean, rstd). CPU: the reference implementation."""
+    return _ln_fwd_cpu(x, normalized_shape, weight, bias, eps)
+
+
+@layer_norm_fwd.register_kernel("cuda")
+def _(x, normalized_shape, weight, bias, eps):
+    y, mean, rstd = _bridge.layernorm_forward(x, weight, bias, math.prod(normalized_shape), eps)
+    return y.reshape(x.shape), mean, rstd
+
+
+@layer_norm_fwd.register_fake
+def _(x, normalized_shape, weight, bias, eps):
+    rows = x.numel() // max(1, math.prod(normalized_shape))
+    st = _stat_dtype(x.dtype)
+    return x.new_empty(x.shape), x.new_empty((rows,), dtype=st), x.new_empty((rows,), dtype=st)
+
+
+@_bridge.custom_op("xpuruntime::layer_norm_bwd", mutates_args=(), device_types="cpu")
+def layer_norm_bwd(
+    dy: Tensor,
+    x: Tensor,
+    normalized_shape: list[int],
+    mean: Tensor,
+    rstd: Tensor,
+    weight: Tensor | None,
+    need_weight_grad: bool,
+    need_bias_grad: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fused LayerNorm backward: (dx, dweight, dbias); a grad not asked for is an empty tensor."""
+    dx, dw, db = _ln_bwd_cpu(dy, x, normalized_shape, mean, rstd, weight)
+    shape = tuple(normalized_shape)
+    dw = dw.to(x.dtype).reshape(shape) if need_weight_grad else x.new_empty((0,))
+    db = db.to(x.dtype).reshape(shape) if need_bias_grad else x.new_empty((0,))
+    return dx, dw, db
+
+
+@layer_norm_bwd.register_kernel("cuda")
+def _(dy, x, normalized_shape, mean, rstd, weight, need_weight_grad, need_bias_grad):
+    shape = tuple(normalized_shape)
+    dx, dw, db = _bridge.layernorm_backward(
+        dy, x, mean, rstd, weight, math.prod(shape), need_weight_grad, need_bias_grad
+    )
+    dw = dw.reshape(shape) if dw is not None else x.new_empty((0,))
+    db = db.reshape(shape) if db is not None else x.new_empty((0,))
+    return dx.reshape(x.shape), dw, db
+
+
+@layer_norm_bwd.register_fake
+def _(dy, x, normalized_shape, mean, rstd, weight, need_weight_grad, need_bias_grad):
+    shape = tuple(normalized_shape)
+    dw = x.new_empty(shape) if need_weight_grad else x.new_empty((0,))
+    db = x.new_empty(shape) if need_bias_grad else x.new_empty((0,))
+    return x.new_empty(x.shape), dw, db
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, normalized_shape, weight, bias, _eps = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, mean, rstd, weight)
+    ctx.normalized_shape = list(normalized_shape)
+    ctx.has_weight = weight is not None
+    ctx.has_bias = bias is not None
+
+
+def _backward(ctx, grad_y, grad_mean, grad_rstd):
+    # mean and rstd are saved statistics; their gradients are not propagated.
+    x, mean, rstd, weight = ctx.saved_tensors
+    need_w = ctx.has_weight and ctx.needs_input_grad[2]
+    need_b = ctx.has_bias and ctx.needs_input_grad[3]
+    dx, dw, db = layer_norm_bwd(
+        grad_y.contiguous(), x, ctx.normalized_shape, mean, rstd, weight, need_w, need_b
+    )
+    return dx, None, dw if need_w else None, db if need_b else None, None
+
+
+layer_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def fused_layernorm(
+    input: Tensor,
+    normalized_shape: Sequence[int] | int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Fused Layer Normalization over the trailing ``normalized_shape`` dimensions.
+
+    One kernel computes mean and variance (fp32 statistics for every dtype),
+    normalises, scales and shifts; the backward pass fuses dx with the
+    dweight/dbias reductions. float32, float16 and bfloat16 run on CUDA; other
+    cases run ``torch.nn.functional.layer_norm`` and the reason is recorded in the
+    decision log.
+    """
+    shape = (
+        [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
+    )
+    why = layernorm_support(input, shape, weight, bias)
+    if why is not None:
+        from ..policy import record_direct_fallback
+
+        record_direct_fallback("layernorm", "fused", why, (input,))
+        return torch.nn.functional.layer_norm(input, shape, weight, bias, eps)
+    y, _, _ = layer_norm_fwd(input, shape, weight, bias, float(eps))
+    return y

@@ -1,0 +1,120 @@
+"""``xpuruntime::matmul``: torch matmuls on our cuBLASLt / cuBLAS kernels.
+
+The matmul kernels live in ``_core.ops`` (``matmul_with_kernel``: NumPy matmul
+semantics, an optional bias fused as a cuBLASLt epilogue). This custom op wraps
+them for torch: it runs them on torch's current stream (our runtime's current
+stream is set to a borrowed handle of it for the call), writes into a tensor
+torch allocated, and carries an autograd formula whose gradient products use
+the same kernel. The CPU implementation is the float reference (so CI tests the
+dispatch and autograd paths); the kernels themselves are CUDA-only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ... import _core
+from . import _bridge
+
+__all__ = ["matmul_support", "xrt_matmul"]
+
+MATMUL_KERNELS = ("cublasLt", "cublas")
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _out_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
+    batch = torch.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    return (*batch, a.shape[-2], b.shape[-1])
+
+
+def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None) -> tuple[str, str] | None:
+    """Why ``kernel`` (cublasLt or cublas) cannot run ``a @ b (+ bias)``, or None."""
+    if a.device.type != "cuda" or b.device != a.device or (bias is not None and bias.device != a.device):
+        return "device_mismatch", f"{kernel} runs CUDA tensors (got {a.device})"
+    if a.dim() < 2 or b.dim() < 2:
+        return "shape_unsupported", "operands must have at least 2 dimensions (torch handles vectors)"
+    if a.shape[-1] != b.shape[-2]:
+        return "shape_unsupported", f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}"
+    try:
+        _out_shape(a, b)
+    except RuntimeError:
+        return "shape_unsupported", "batch dimensions do not broadcast"
+    if a.dtype != b.dtype or (bias is not None and bias.dtype != a.dtype):
+        return "dtype_unsupported", "operands (and bias) must share one dtype"
+    if a.dtype not in _DTYPES:
+        return "dtype_unsupported", f"{kernel} takes float16/bfloat16/float32, got {a.dtype}"
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != b.shape[-1]):
+        return "shape_unsupported", "bias must be 1-D with one value per output column"
+    ops = getattr(_core, "ops", None)
+    if ops is None or not hasattr(ops, "matmul_with_kernel"):
+        return (
+            "backend_unavailable",
+            "this build of _core has no matmul kernels (_core.ops.matmul_with_kernel)",
+        )
+    return None
+
+
+def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
+    from ...runtime.stream import use_stream
+
+    out = torch.empty(_out_shape(a, b), device=a.device, dtype=a.dtype)
+    dev = f"cuda:{a.device.index if a.device.index is not None else torch.cuda.current_device()}"
+    handle = int(torch.cuda.current_stream(a.device).cuda_stream)
+    with torch.cuda.device(a.device), use_stream(_core.Stream.wrap(dev, handle)):
+        _core.ops.matmul_with_kernel(kernel, a, b, bias=bias, out=out)
+    return out
+
+
+@_bridge.custom_op("xpuruntime::matmul", mutates_args=(), device_types="cpu")
+def xrt_matmul(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
+    """``a @ b (+ bias)`` on ``kernel``. CPU: the float reference (no CUDA kernel runs)."""
+    out = torch.matmul(a, b)
+    return out + bias if bias is not None else out
+
+
+@xrt_matmul.register_kernel("cuda")
+def _(a, b, bias, kernel):
+    return _run_cuda(a, b, bias, kernel)
+
+
+@xrt_matmul.register_fake
+def _(a, b, bias, kernel):
+    return a.new_empty(_out_shape(a, b))
+
+
+def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
+    """Sums a broadcast gradient back to ``shape``."""
+    while t.dim() > len(shape):
+        t = t.sum(0)
+    for i, n in enumerate(shape):
+        if n == 1 and t.shape[i] != 1:
+            t = t.sum(i, keepdim=True)
+    return t
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, b, bias, kernel = inputs
+    ctx.save_for_backward(a, b)
+    ctx.kernel = kernel
+    ctx.has_bias = bias is not None
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad = grad.contiguous()
+    da = db = dbias = None
+    if ctx.needs_input_grad[0]:
+        da = _sum_to(xrt_matmul(grad, b.transpose(-1, -2), None, ctx.kernel), a.shape)
+    if ctx.needs_input_grad[1]:
+        if b.dim() == 2:  # the linear case: one GEMM over all leading dimensions
+            k, n = b.shape
+            db = xrt_matmul(a.reshape(-1, k).transpose(0, 1), grad.reshape(-1, n), None, ctx.kernel)
+        else:
+            db = _sum_to(xrt_matmul(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        dbias = grad.reshape(-1, grad.shape[-1]).sum(0)
+    return da, db, dbias, None
+
+
+xrt_matmul.register_autograd(_backward, setup_context=_setup_context)
