@@ -4,7 +4,7 @@ ResNet-18, MobileNetV3-Small, a ViT, BERT and GPT-2, exported to ONNX by torch.
 No weights are downloaded: every model is built from its architecture with a fixed
 seed, so the exported file is the same on every machine with the same torch. The
 exports are cached (atomically written) under ``$XRT_TEST_MODEL_DIR`` or
-``~/.cache/xpuruntime/test_models/<torch version>/``.
+``~/.cache/xpuruntime/test_models/zoo-v<ZOO_VERSION>-torch-<version>/``.
 
 Usage::
 
@@ -27,6 +27,8 @@ import numpy as np
 
 MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny", "bert_tiny", "gpt2_tiny")
 OPSET = 17
+#: Bump when a model definition or the export changes: the on-disk cache is keyed on it.
+ZOO_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ class _TensorsOnly:
     """Wraps a transformers model so forward returns a plain tensor (exportable)."""
 
     @staticmethod
-    def wrap(model: Any, key: str) -> Any:
+    def wrap(model: Any, key: str, token_types: bool = False) -> Any:
         import torch
 
         class Wrapper(torch.nn.Module):
@@ -124,6 +126,10 @@ class _TensorsOnly:
                 # An explicit all-ones mask keeps transformers off its packed-sequence
                 # detection (torch.diff), which has no ONNX export.
                 kwargs.setdefault("attention_mask", torch.ones_like(kwargs["input_ids"]))
+                if token_types:
+                    # explicit segment ids: BERT otherwise gathers them from a buffer
+                    # (GatherElements), an op with no role in the model itself
+                    kwargs["token_type_ids"] = torch.zeros_like(kwargs["input_ids"])
                 return self.model(**kwargs, return_dict=True)[key]
 
         return Wrapper()
@@ -141,7 +147,7 @@ def _bert() -> Any:
         max_position_embeddings=64,
         attn_implementation="eager",
     )
-    return _TensorsOnly.wrap(BertModel(cfg), "last_hidden_state")
+    return _TensorsOnly.wrap(BertModel(cfg), "last_hidden_state", token_types=True)
 
 
 def _gpt2() -> Any:
@@ -213,7 +219,7 @@ def cache_dir() -> Path:
 
     base = os.environ.get("XRT_TEST_MODEL_DIR")
     root = Path(base) if base else Path.home() / ".cache" / "xpuruntime" / "test_models"
-    return root / f"torch-{torch.__version__.split('+')[0]}"
+    return root / f"zoo-v{ZOO_VERSION}-torch-{torch.__version__.split('+')[0]}"
 
 
 @functools.cache
