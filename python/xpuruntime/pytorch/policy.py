@@ -143,9 +143,10 @@ class _PolicyMode(TorchFunctionMode):
             _state.counts[f"{call.op}:{kernel}"] += 1
         try:
             return _routing.run(kernel, call, func, args, kwargs)
-        except _core.UnsupportedOperationError as e:
-            # A kernel may only find out when it runs (e.g. no cuBLASLt algorithm for
-            # this problem): under 'prefer' that is a fallback like any other, recorded.
+        except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
+            # A kernel may only find out when it runs (no cuBLASLt algorithm for this
+            # problem, a layout it refuses): under 'prefer' that is a fallback like
+            # any other, recorded with the kernel's message. CUDA errors propagate.
             if kernel == "torch" or view.mode == "require" or torch.compiler.is_compiling():
                 raise
             _state.cache[key] = "torch"

@@ -31,7 +31,7 @@ void ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_dev
 // Tile shapes per head dimension: 128 query rows per CTA (4 warps x 32 rows);
 // D=128 streams 64 keys per step, D=64 streams XRT_FLASH_FWD_D64_BLOCK_N.
 #ifndef XRT_FLASH_FWD_D64_BLOCK_N
-#define XRT_FLASH_FWD_D64_BLOCK_N 128
+#define XRT_FLASH_FWD_D64_BLOCK_N 64  // measured on an H200: 4-9% faster than 128 (fewer registers, no spills)
 #endif
 template <typename T, int kD, bool kExtras>
 using FwdCfgFor = FwdConfig<T, kD, 128, (kD == 128 ? 64 : XRT_FLASH_FWD_D64_BLOCK_N), 4, kExtras>;
