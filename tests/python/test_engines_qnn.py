@@ -142,20 +142,23 @@ def test_cpu_fallback_of_nodes_only_when_allowed() -> None:
 @needs_htp
 def test_strict_no_cpu_fallback(qdq_model: tuple[onnx.ModelProto, onnx.ModelProto]) -> None:
     _, qdq = qdq_model
-    try:
-        strict_int8 = exec_policy(**INT8, strict=["no_cpu_fallback"])
-        strict_fp16 = exec_policy(
-            precision="fp16", static_shape=True, allow_fallback="cpu", strict=["no_cpu_fallback"]
-        )
-    except xrt.PolicyError as exc:  # pragma: no cover - depends on the policy module
-        pytest.skip(f"policy refuses the assertion: {exc}")
     # With CPU fallback disabled, QNN takes the QDQ model's host-side Quantize/Dequantize too.
-    eng = build("qnn", qdq, device="npu", policy=strict_int8)
+    eng = build("qnn", qdq, device="npu", policy=exec_policy(**INT8, strict=["no_cpu_fallback"]))
     placed = {d.chosen for d in eng.decisions() if d.rule in ("engine.placement", "fallback")}
     assert placed == {"QNNExecutionProvider"}
-    # Erf has no QNN kernel: the assertion beats allow_fallback, at build time.
+    # Erf has no QNN kernel: the build fails, naming the assertion.
     with pytest.raises(xrt.UnsupportedOperationError, match="no_cpu_fallback"):
-        build("qnn", _model_with_erf(), device="npu", policy=strict_fp16)
+        policy = exec_policy(precision="fp16", static_shape=True, strict=["no_cpu_fallback"])
+        build("qnn", _model_with_erf(), device="npu", policy=policy)
+
+
+def test_allow_fallback_with_strict_no_cpu_fallback_is_refused() -> None:
+    # contradictory: refused by the policy itself, or at the latest by the build
+    with pytest.raises(xrt.XpuRuntimeError, match="no_cpu_fallback"):
+        policy = exec_policy(
+            precision="fp16", static_shape=True, allow_fallback="cpu", strict=["no_cpu_fallback"]
+        )
+        build("qnn", _model_with_erf(), device="npu", policy=policy)
 
 
 def test_cpu_backend_absence_is_explained(tmp_path: Path) -> None:
