@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "backends/cpu/ops/cpu_op.h"
+#include "graph/passes.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
 #include "xpuruntime/profiler.h"
@@ -243,6 +244,7 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
           XRT_CHECK(om[k].shape.has_value(), InvalidModelError, n.where(),
                     ": could not determine the output shape at run time");
           out_shapes[k] = *om[k].shape;
+          passes::check_tensor_size(n, plan.values[n.outputs[k]].name, om[k].dtype, out_shapes[k]);
         }
     } else {
       for (std::size_t k = 0; k < n.outputs.size(); ++k)

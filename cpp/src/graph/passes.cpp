@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/ops/cpu_op.h"
@@ -34,11 +35,36 @@ Meta meta_of(const Graph& g, int v) {
   return m;
 }
 
+// The largest tensor a model may ask for (XRT_MAX_TENSOR_BYTES, default 16 GiB): a
+// corrupt or hostile model must fail with an error, not exhaust the machine.
+std::size_t max_tensor_bytes() {
+  const char* env = std::getenv("XRT_MAX_TENSOR_BYTES");
+  if (env && *env) {
+    const long long v = std::atoll(env);
+    if (v > 0) return static_cast<std::size_t>(v);
+  }
+  return std::size_t{16} << 30;
+}
+
 bool is_graph_output(const Graph& g, int v) {
   return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
 }
 
 }  // namespace
+
+void check_tensor_size(const Node& n, const std::string& value, DType dtype, const Shape& shape) {
+  const std::size_t limit = max_tensor_bytes();
+  long double bytes = static_cast<long double>(dtype_size(dtype));
+  for (int64_t d : shape) {
+    XRT_CHECK(d >= 0, InvalidModelError, n.where(), ": inferred a negative dimension for '", value,
+              "' (", shape_str(shape), ")");
+    bytes *= static_cast<long double>(d);
+  }
+  XRT_CHECK(bytes <= static_cast<long double>(limit), InvalidModelError, n.where(), ": value '",
+            value, "' would need ", static_cast<double>(bytes), " bytes (", dtype_name(dtype),
+            shape_str(shape), "), above the limit of ", limit,
+            " bytes; the model is corrupt or too large (raise XRT_MAX_TENSOR_BYTES to allow it)");
+}
 
 std::string fresh_name(const Graph& g, const std::string& prefix) {
   for (int i = 0;; ++i) {
@@ -88,9 +114,7 @@ int infer_and_fold(Graph& g, bool fold) {
       v.dtype = out[j].dtype;
       v.dtype_known = true;
       if (out[j].shape) {
-        for (int64_t d : *out[j].shape)
-          XRT_CHECK(d >= 0, InvalidModelError, n.where(), ": inferred a negative dimension for '",
-                    v.name, "'");
+        check_tensor_size(n, v.name, out[j].dtype, *out[j].shape);
         v.shape = out[j].shape;
       } else {
         v.shape.reset();

@@ -25,6 +25,8 @@ int eliminate_dead_code(Graph& g);
 void compact(Graph& g);
 // consumers[v] = node indices reading value v (each node once per value).
 std::vector<std::vector<int>> consumers(const Graph& g);
+// Throws InvalidModelError for negative dims or a tensor above XRT_MAX_TENSOR_BYTES.
+void check_tensor_size(const Node& n, const std::string& value, DType dtype, const Shape& shape);
 // A fresh, unused value name with the given prefix.
 std::string fresh_name(const Graph& g, const std::string& prefix);
 

@@ -148,6 +148,7 @@ std::string ExecutionPlan::serialize() const {
     off += (c.nbytes() + 63) / 64 * 64;
   }
   h["constants"] = std::move(consts);
+  h["blob_bytes"] = off;
   const std::string hs = h.dump();
   std::string out(kMagic, sizeof(kMagic));
   uint64_t hl = hs.size();
@@ -277,6 +278,9 @@ ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectatio
     // Constants: views into one shared buffer holding the file bytes.
     auto buf = std::make_shared<std::string>(std::move(bytes));
     const std::size_t blob = (16 + hl + 63) / 64 * 64;
+    const uint64_t blob_bytes = h.at("blob_bytes").get<uint64_t>();
+    XRT_CHECK(buf->size() == blob + blob_bytes, InvalidModelError, "plan file is truncated or has ",
+              "trailing bytes: ", buf->size(), " bytes, expected ", blob + blob_bytes);
     for (const json& c : h.at("constants")) {
       const uint64_t off = c.at("offset").get<uint64_t>(), nb = c.at("nbytes").get<uint64_t>();
       XRT_CHECK(blob + off + nb <= buf->size() && off + nb >= off, InvalidModelError,

@@ -100,6 +100,7 @@ def load(model: Any) -> LoadedModel:
     model_hash = hashlib.sha256(data).hexdigest()
     if not proto.HasField("graph") or len(proto.graph.output) == 0:
         raise InvalidModelError("the ONNX model has no graph or no graph outputs (corrupt model?)")
+    _precheck(proto)
     try:
         onnx.checker.check_model(proto)
     except Exception as exc:
@@ -112,6 +113,68 @@ def load(model: Any) -> LoadedModel:
     except Exception as exc:
         raise InvalidModelError(f"ONNX shape inference failed on the model: {exc}") from exc
     return LoadedModel(proto, model_hash, source, _default_opset(proto), original)
+
+
+def _node_name(n: Any, i: int) -> str:
+    return n.name or f"{n.op_type}_{i}"
+
+
+def _precheck(proto: Any) -> None:
+    """Errors the ONNX checker reports poorly: unknown ops, missing values, cycles."""
+    from onnx import defs
+
+    g = proto.graph
+    for i, n in enumerate(g.node):
+        if n.domain in ("", "ai.onnx") and not defs.has(n.op_type):
+            raise UnsupportedOperationError(
+                f"node '{_node_name(n, i)}' uses op '{n.op_type}', which is not an ONNX operator of the "
+                "default domain (a custom op?); the native engine cannot run it"
+            )
+    available = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {""}
+    producer: dict[str, int] = {}
+    for i, n in enumerate(g.node):
+        for o in n.output:
+            if not o:
+                continue
+            if o in producer or o in available - {""}:
+                raise InvalidModelError(
+                    f"value '{o}' is produced twice (node '{_node_name(n, i)}'); ONNX graphs are in SSA form"
+                )
+            producer[o] = i
+    for i, n in enumerate(g.node):
+        for v in n.input:
+            if v not in available and v not in producer:
+                raise InvalidModelError(
+                    f"node '{_node_name(n, i)}' ({n.op_type}) reads '{v}', which is no graph input, "
+                    "initializer or node output (a missing initializer?)"
+                )
+    for o in g.output:
+        if o.name not in available and o.name not in producer:
+            raise InvalidModelError(f"graph output '{o.name}' is not produced by any node")
+    # Cycles: depth-first search over producer edges.
+    state = [0] * len(g.node)  # 0 new, 1 on the stack, 2 done
+    for start in range(len(g.node)):
+        if state[start]:
+            continue
+        stack = [(start, iter(g.node[start].input))]
+        state[start] = 1
+        path = [start]
+        while stack:
+            k, it = stack[-1]
+            nxt = next((producer[v] for v in it if v in producer), None)
+            if nxt is None:
+                state[k] = 2
+                stack.pop()
+                path.pop()
+                continue
+            if state[nxt] == 1:
+                cyc = path[path.index(nxt):] + [nxt]
+                names = " -> ".join(f"'{_node_name(g.node[j], j)}'" for j in reversed(cyc))
+                raise InvalidModelError(f"the graph has a cycle: {names}; ONNX graphs must be acyclic")
+            if state[nxt] == 0:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, iter(g.node[nxt].input)))
 
 
 def _default_opset(proto: Any) -> int:
