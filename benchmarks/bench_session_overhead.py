@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -157,6 +158,17 @@ def bench_engine(
     return result
 
 
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _policy(**fields: Any) -> Any:
     try:
         from xpuruntime.policies import ExecutionPolicy
@@ -188,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         "calls_per_round": args.calls,
         "machine": {
             "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
+            "cpu": _cpu_name(),
+            "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
             "numpy": np.__version__,
         },
