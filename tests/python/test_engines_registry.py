@@ -145,12 +145,16 @@ def test_simulated_npu_is_never_chosen_automatically() -> None:
 
 
 def test_precision_refusals_are_unsupported_not_unavailable() -> None:
-    if _has("native", "cpu"):
-        pytest.skip("the native engine may accept fp16 on the CPU")
-    ov_caps = registry.get_engine_class("openvino")._core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    if "FP16" in ov_caps:
-        pytest.skip("this CPU runs fp16 natively in OpenVINO")
+    policy = exec_policy(precision="fp16")
+    usable = [n for n in registry.AUTO_ORDER["cpu"] if _has(n, "cpu")]
+    accepting = [n for n in usable if registry.get_engine_class(n).supports("cpu", policy) is None]
+    if accepting:
+        cls, _, (d,) = registry.select_engine("auto", "cpu", policy)
+        assert cls.name == accepting[0]
+        for name in usable[: usable.index(accepting[0])]:
+            assert d.candidate(f"{name}@cpu").reason_code == "dtype_unsupported"
+        return
     with pytest.raises(xrt.UnsupportedOperationError) as info:
-        registry.select_engine("auto", "cpu", exec_policy(precision="fp16"))
-    text = str(info.value)
-    assert "onnxruntime@cpu: dtype_unsupported" in text and "openvino@cpu: dtype_unsupported" in text
+        registry.select_engine("auto", "cpu", policy)
+    for name in usable:
+        assert f"{name}@cpu: dtype_unsupported" in str(info.value)
