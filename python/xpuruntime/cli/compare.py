@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -136,6 +137,7 @@ def compare(
     order = [ref] + [s for s in specs if s[2] != ref[2]]
     ref_name = ref[2]
     src = load_model(model)
+    model_arg = model if isinstance(model, (str, bytes, os.PathLike)) else src.proto
     if inputs is None:
         infos, _ = onnx_io(src.proto)
         inputs = make_inputs(infos, dims or {}, seed, int_high)
@@ -144,7 +146,9 @@ def compare(
     rows: list[EngineResult] = []
     for engine_name, engine_device, name in order:
         try:
-            eng, dev = _build(engine_name, src, engine_device, exec_policy, extra or {})
+            # every engine gets the model as the caller gave it (a path keeps external data
+            # resolvable for vendors that read files themselves)
+            eng, dev = _build(engine_name, model_arg, engine_device, exec_policy, extra or {})
             out = {k: _to_numpy(v) for k, v in eng.run(inputs).items()}
             for _ in range(warmup):
                 eng.run(inputs)
@@ -195,15 +199,18 @@ def format_table(rows: Sequence[EngineResult], reference: str) -> str:
         if r.status != "ok":
             lines.append([label, r.device, "-", "-", "-", "-", lat[0], lat[1], r.error[:160]])
             continue
-        for key, d in (r.diffs or {"-": {}}).items():
+        if not r.diffs:  # the reference engine failed: nothing to compare against
+            lines.append([label, r.device, "-", "-", "-", "-", lat[0], lat[1], "ok (no reference output)"])
+            continue
+        for key, d in r.diffs.items():
             lines.append(
                 [
                     label,
                     r.device,
                     key,
-                    f"{d.get('max_abs', 0):.3e}",
-                    f"{d.get('max_rel', 0):.3e}",
-                    f"{d.get('cosine', 1):.6f}",
+                    f"{d['max_abs']:.3e}",
+                    f"{d['max_rel']:.3e}",
+                    f"{d['cosine']:.6f}",
                     lat[0],
                     lat[1],
                     "ok",
