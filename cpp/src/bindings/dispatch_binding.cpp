@@ -128,7 +128,9 @@ class PyKernel final : public Kernel {
         fn_(std::move(fn)),
         supports_(std::move(supports)),
         algorithms_(std::move(algorithms)),
-        numpy_io_(numpy_io) {}
+        numpy_io_(numpy_io),
+        has_supports_(!supports_.is_none()),
+        has_algorithms_(!algorithms_.is_none()) {}
 
   ~PyKernel() override {
     if (!python_alive()) {  // the interpreter is gone: leak rather than touch it
@@ -144,9 +146,9 @@ class PyKernel final : public Kernel {
   }
 
   Support supports(const OpContext& ctx) const override {
+    if (!has_supports_) return Support::yes();  // no GIL needed: most kernels take everything
     if (!python_alive()) return Support::no(reason::kBackendUnavailable, "Python is finalizing");
     py::gil_scoped_acquire gil;
-    if (supports_.is_none()) return Support::yes();
     try {
       py::object r = supports_(ctx);
       // True / False / (False, "why") / a string naming why not.
@@ -165,9 +167,8 @@ class PyKernel final : public Kernel {
   }
 
   std::vector<std::string> algorithms(const OpContext& ctx) const override {
-    if (!python_alive()) return {};
+    if (!has_algorithms_ || !python_alive()) return {};
     py::gil_scoped_acquire gil;
-    if (algorithms_.is_none()) return {};
     if (PyCallable_Check(algorithms_.ptr())) return algorithms_(ctx).cast<std::vector<std::string>>();
     return algorithms_.cast<std::vector<std::string>>();
   }
@@ -184,7 +185,7 @@ class PyKernel final : public Kernel {
     if (l.ctx) {
       for (const auto& [k, v] : l.ctx->attrs) kwargs[py::str(k)] = attr_value(v);
     }
-    if (!algorithms_.is_none()) kwargs["algorithm"] = l.algorithm;
+    if (has_algorithms_) kwargs["algorithm"] = l.algorithm;
     py::object r;
     try {
       r = fn_(*py::tuple(args), **kwargs);
@@ -222,6 +223,8 @@ class PyKernel final : public Kernel {
   py::object supports_;
   py::object algorithms_;
   bool numpy_io_;
+  bool has_supports_;  // fixed at construction, so checks need no GIL
+  bool has_algorithms_;
 };
 
 // Python handle of a ScopedPolicy, so a context manager can end it deterministically.
