@@ -25,13 +25,22 @@ TensorSpec spec_of(const Value& v) {
   return s;
 }
 
+// Text for the decision log: bytes outside printable ASCII become '?' (a model's
+// names need not be valid UTF-8, and the log is JSON).
+std::string printable(const std::string& s) {
+  std::string o = s;
+  for (char& c : o)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return o;
+}
+
 // Attributes as text for the dispatcher's OpContext (internal "_" ones too: they
 // describe the fused epilogue, which is part of the case).
 std::map<std::string, std::string> attr_text(const Node& n) {
   std::map<std::string, std::string> m;
   for (const auto& [k, a] : n.attrs) {
     if (k == "_gemm" || a.kind == Attr::Kind::kTensor) continue;
-    m[k] = a.text();
+    m[printable(k)] = printable(a.text());
   }
   return m;
 }
@@ -204,7 +213,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     const cpu::OpDef* def0 = cpu::op_defs(n.op_type).front();
     OpContext ctx;
     ctx.op = def0->key;
-    ctx.node = n.name.empty() ? n.op_type + "_" + std::to_string(k) : n.name;
+    ctx.node = printable(n.name.empty() ? n.op_type + "_" + std::to_string(k) : n.name);
     ctx.device = Device::cpu();
     if (def0->uses_gemm) {
       // The matmul op as the matmul kernels read it: [a, b, (bias)] -> [c], strides

@@ -149,7 +149,8 @@ std::string ExecutionPlan::serialize() const {
   }
   h["constants"] = std::move(consts);
   h["blob_bytes"] = off;
-  const std::string hs = h.dump();
+  // Model names need not be valid UTF-8: replace bad bytes rather than fail.
+  const std::string hs = h.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string out(kMagic, sizeof(kMagic));
   uint64_t hl = hs.size();
   out.append(reinterpret_cast<const char*>(&hl), sizeof(hl));

@@ -184,31 +184,50 @@ class NativeEngine(Engine):
     def _executor_for(self, arrays: Mapping[str, np.ndarray]) -> Any:
         if self._desc is None or self._plan is not None and self._static_plan():
             return self._executor
-        names = [i.name for i in self._inputs]
-        missing = [n for n in names if n not in arrays]
-        unknown = [n for n in arrays if n not in names]
-        if missing or unknown:
-            expect = ", ".join(f"{i.name}: {i.dtype}{list(i.shape)}" for i in self._inputs)
-            what = f"missing input(s) {missing}" if missing else f"unknown input name(s) {unknown}"
-            raise InvalidArgumentError(f"{what}; the model's inputs are: {expect}")
-        key = tuple(tuple(arrays[n].shape) for n in names)
+        infos = self._desc_inputs()
+        key = self._check_inputs(infos, arrays)
         with self._lock:
             hit = self._plans.get(key)
             if hit is None:
-                for info in self._inputs:
-                    a = arrays[info.name]
-                    if a.ndim != len(info.shape):
-                        raise InvalidArgumentError(
-                            f"input '{info.name}' has rank {a.ndim} (shape {list(a.shape)}) but the model expects "
-                            f"{info.dtype}{list(info.shape)}"
-                        )
-                plan = self._compile({n: list(arrays[n].shape) for n in names})
+                plan = self._compile({i.name: list(arrays[i.name].shape) for i in infos})
                 if len(self._plans) >= 8:  # keep a few specializations
                     self._plans.pop(next(iter(self._plans)))
                 hit = (plan, _core.graph.Executor(plan))
                 self._plans[key] = hit
             self._plan = hit[0]
             return hit[1]
+
+    @staticmethod
+    def _check_inputs(infos: Sequence[TensorInfo], arrays: Mapping[str, np.ndarray]) -> tuple[Any, ...]:
+        """Validates names, dtypes, ranks and fixed dims (same messages as the executor)."""
+
+        def decl(i: TensorInfo) -> str:
+            return f"{i.dtype}[{', '.join('?' if d is None else str(d) for d in i.shape)}]"
+
+        expect = ", ".join(f"{i.name}: {decl(i)}" for i in infos)
+        names = [i.name for i in infos]
+        for n in arrays:
+            if n not in names:
+                raise InvalidArgumentError(f"unknown input name '{n}'; the model's inputs are: {expect}")
+        for i in infos:
+            if i.name not in arrays:
+                raise InvalidArgumentError(f"missing input '{i.name}'; the model's inputs are: {expect}")
+            a = arrays[i.name]
+            if str(a.dtype) != i.dtype:
+                raise InvalidArgumentError(
+                    f"input '{i.name}' has dtype {a.dtype} but the model expects {decl(i)}"
+                )
+            if a.ndim != len(i.shape):
+                raise InvalidArgumentError(
+                    f"input '{i.name}' has rank {a.ndim} (shape {list(a.shape)}) but the model expects {decl(i)}"
+                )
+            for k, (got, want) in enumerate(zip(a.shape, i.shape)):
+                if isinstance(want, int) and got != want:
+                    raise InvalidArgumentError(
+                        f"input '{i.name}' has shape {list(a.shape)} but the model expects {decl(i)}: "
+                        f"dimension {k} must be {want}"
+                    )
+        return tuple(tuple(arrays[n].shape) for n in names)
 
     def _static_plan(self) -> bool:
         return all(all(isinstance(d, int) for d in i.shape) for i in self._desc_inputs())

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import InvalidModelError, UnsupportedOperationError
+from .._core import InvalidModelError, UnsupportedOperationError, XpuRuntimeError
 
 #: Opsets of the default domain the kernels implement (older models are converted up).
 OPSET_MIN = 13
@@ -98,6 +98,16 @@ def load(model: Any) -> LoadedModel:
             f"model must be a path, bytes or an onnx.ModelProto, got {type(model).__name__}"
         )
     model_hash = hashlib.sha256(data).hexdigest()
+    try:
+        return _prepare(proto, model_hash, source)
+    except XpuRuntimeError:
+        raise
+    except Exception as exc:  # onnx raised something untyped on a malformed model
+        raise InvalidModelError(f"the model is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _prepare(proto: Any, model_hash: str, source: str) -> LoadedModel:
+    onnx = _import_onnx()
     if not proto.HasField("graph") or len(proto.graph.output) == 0:
         raise InvalidModelError("the ONNX model has no graph or no graph outputs (corrupt model?)")
     _precheck(proto)
@@ -125,7 +135,11 @@ def _precheck(proto: Any) -> None:
 
     g = proto.graph
     for i, n in enumerate(g.node):
-        if n.domain in ("", "ai.onnx") and not defs.has(n.op_type):
+        try:
+            known = defs.has(n.op_type)
+        except Exception:  # e.g. an op type that is not valid text
+            known = False
+        if n.domain in ("", "ai.onnx") and not known:
             raise UnsupportedOperationError(
                 f"node '{_node_name(n, i)}' uses op '{n.op_type}', which is not an ONNX operator of the "
                 "default domain (a custom op?); the native engine cannot run it"
@@ -269,6 +283,15 @@ def _attr(a: Any, where: str) -> Any:
 
 def describe(loaded: LoadedModel) -> dict[str, Any]:
     """The graph as plain Python data for ``_core.graph.compile`` (initializers zero-copy)."""
+    try:
+        return _describe(loaded)
+    except XpuRuntimeError:
+        raise
+    except Exception as exc:  # a malformed proto field the checker let through
+        raise InvalidModelError(f"cannot read the model graph: {type(exc).__name__}: {exc}") from exc
+
+
+def _describe(loaded: LoadedModel) -> dict[str, Any]:
     g = loaded.proto.graph
     inits = [(t.name, _tensor(t, "initializer")) for t in g.initializer]
     init_names = {t.name for t in g.initializer}

@@ -26,13 +26,13 @@ from .. import _core
 from ..dispatch.decision import Decision
 
 __all__ = [
-    "matmul",
+    "ACTIVATIONS",
     "bmm",
-    "matmul_with_kernel",
-    "last_decision",
     "clear_cache",
     "cpu_gemm_info",
-    "ACTIVATIONS",
+    "last_decision",
+    "matmul",
+    "matmul_with_kernel",
 ]
 
 #: Activations the matmul epilogue applies after the bias. ``"gelu"`` is the tanh

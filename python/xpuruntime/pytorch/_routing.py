@@ -145,6 +145,13 @@ _FUNCS: dict[Callable, str] = {
 }
 
 
+#: torch function -> the op key it is routed under.
+FUNC_OPS: dict[Callable, str] = {
+    f: ("attention" if k == "attention" else "layernorm" if k == "layernorm" else "matmul")
+    for f, k in _FUNCS.items()
+}
+
+
 def routed_functions() -> tuple[Callable, ...]:
     """The torch functions a kernel policy routes."""
     return tuple(_FUNCS)
@@ -248,19 +255,52 @@ def autocast_view(call: Call) -> Call:
     return Call(call.op, call.name, tensors, f, call.extra_key)
 
 
-def run(kernel: str, call: Call, func: Callable, args: tuple, kwargs: dict) -> Any:
+_SDP_FLAGS = (  # (getter, setter, kernel) of torch's global SDPA backend switches
+    ("_get_flash_sdp_enabled", "_set_sdp_use_flash", "torch_flash"),
+    ("_get_mem_efficient_sdp_enabled", "_set_sdp_use_mem_efficient", "efficient"),
+    ("_get_math_sdp_enabled", "_set_sdp_use_math", "math"),
+    ("_get_cudnn_sdp_enabled", "_set_sdp_use_cudnn", "cudnn"),
+)
+_HAVE_SDP_FLAGS = all(hasattr(torch._C, g) and hasattr(torch._C, s) for g, s, _ in _SDP_FLAGS)
+
+
+def _run_sdpa_backend(kernel: str, func: Callable, args: tuple, kwargs: dict) -> Any:
+    """torch's SDPA restricted to one backend (what ``sdpa_kernel([backend])`` does).
+
+    Outside torch.compile the backend switches are flipped directly: the context
+    manager costs tens of microseconds per call, a visible share of a
+    sub-millisecond attention kernel.
+    """
+    if not _HAVE_SDP_FLAGS or torch.compiler.is_compiling():
+        from torch.nn.attention import sdpa_kernel
+
+        with sdpa_kernel([_sdpa_backend(kernel)]):
+            return func(*args, **kwargs)
+    c = torch._C
+    saved = [getattr(c, g)() for g, _, _ in _SDP_FLAGS]
+    try:
+        for _, setter, name in _SDP_FLAGS:
+            getattr(c, setter)(name == kernel)
+        return func(*args, **kwargs)
+    finally:
+        for (_, setter, _), v in zip(_SDP_FLAGS, saved):
+            getattr(c, setter)(v)
+
+
+def run(
+    kernel: str, call: Call, func: Callable, args: tuple, kwargs: dict, autocast: tuple | None = None
+) -> Any:
     """Runs ``call`` on ``kernel``; ``torch`` replays the original function untouched."""
     if kernel == "torch":
         return func(*args, **kwargs)
-    f = autocast_view(call).fields
+    if call.op == "attention" and kernel != "flash_v2":
+        return _run_sdpa_backend(kernel, func, args, kwargs)
+    if autocast is None or autocast[0]:
+        call = autocast_view(call)
+    f = call.fields
     if call.op == "matmul":
         return xrt_matmul(f["a"], f["b"], f["bias"], kernel)
     if call.op == "attention":
-        if kernel != "flash_v2":
-            from torch.nn.attention import sdpa_kernel
-
-            with sdpa_kernel([_sdpa_backend(kernel)]):
-                return func(*args, **kwargs)
         q, k, v = f["query"], f["key"], f["value"]
         scale = f["scale"] if f["scale"] is not None else q.shape[-1] ** -0.5
         p = float(f["dropout_p"])

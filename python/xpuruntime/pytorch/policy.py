@@ -94,8 +94,9 @@ _state = _State()
 
 
 def _tensor_key(t: Any) -> Any:
+    # Cheap and hashable: this runs on every routed call.
     if isinstance(t, torch.Tensor):
-        return (str(t.device), t.dtype, tuple(t.shape), t.requires_grad)
+        return (t.get_device(), t.dtype, t.shape, t.requires_grad)  # get_device: -1 on CPU
     return repr(t) if isinstance(t, (int, float, bool, str, type(None))) else type(t).__name__
 
 
@@ -105,18 +106,21 @@ class _PolicyMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         view = _state.view
-        if view is None or func not in _FUNC_SET:
+        # Cheap checks first: most calls through the mode are not routed at all.
+        op = _routing.FUNC_OPS.get(func) if view is not None else None
+        if op is None or op not in view.prefs:
             return func(*args, **kwargs)
         call = _routing.parse_call(func, args, kwargs)
-        if call is None or call.op not in view.prefs:
+        if call is None:
             return func(*args, **kwargs)
+        autocast = _routing.autocast_state(call)
+        # The cache is cleared whenever the policy changes, so the key needs neither
+        # the policy nor its fingerprint; the precision hint is recorded, so it is in.
         key = (
-            call.op,
-            call.name,
+            func,
             tuple(_tensor_key(t) for t in call.tensors),
             call.extra_key,
-            _routing.autocast_state(call),
-            view.fingerprint,
+            autocast,
             _state.precision_hint,
         )
         kernel = _state.cache.get(key)
@@ -135,14 +139,14 @@ class _PolicyMode(TorchFunctionMode):
             except _routing.PolicyViolation as e:
                 raise _core.UnsupportedOperationError(str(e)) from None
             kernel = decision.chosen
-            decision.key = repr(key[:4])
+            decision.key = repr((call.op, call.name, key[1], call.extra_key))
             if not torch.compiler.is_compiling():
                 _state.cache[key] = kernel
                 _state.log.append(decision)
         if not torch.compiler.is_compiling():
             _state.counts[f"{call.op}:{kernel}"] += 1
         try:
-            return _routing.run(kernel, call, func, args, kwargs)
+            return _routing.run(kernel, call, func, args, kwargs, autocast)
         except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
             # A kernel may only find out when it runs (no cuBLASLt algorithm for this
             # problem, a layout it refuses): under 'prefer' that is a fallback like
@@ -152,9 +156,6 @@ class _PolicyMode(TorchFunctionMode):
             _state.cache[key] = "torch"
             record_direct_fallback(call.op, kernel, ("python_supports_error", str(e)), call.tensors)
             return func(*args, **kwargs)
-
-
-_FUNC_SET = frozenset(_routing.routed_functions())
 
 
 def _make_policy(kwargs: dict[str, Any]) -> Any:

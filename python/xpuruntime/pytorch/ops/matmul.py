@@ -62,7 +62,10 @@ def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     dev = f"cuda:{a.device.index if a.device.index is not None else torch.cuda.current_device()}"
     handle = int(torch.cuda.current_stream(a.device).cuda_stream)
     with torch.cuda.device(a.device), use_stream(_core.Stream.wrap(dev, handle)):
-        _core.ops.matmul_with_kernel(kernel, a, b, bias=bias, out=out)
+        # detached views: DLPack refuses tensors that require grad (autograd is ours, above)
+        _core.ops.matmul_with_kernel(
+            kernel, a.detach(), b.detach(), bias=bias.detach() if bias is not None else None, out=out
+        )
     return out
 
 
