@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import xpuruntime as xrt
 from xpuruntime import ops
 
@@ -35,12 +34,10 @@ DTYPES = {
 U_OUT = {"float32": 2.0**-24, "float64": 2.0**-53, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
-def _policy(kernel: str | None) -> xrt.KernelPolicy | None:
+def _policy(kernel: str | None, validate: bool = True) -> xrt.KernelPolicy | None:
     if kernel is None:
         return None
-    return xrt._core.KernelPolicy.from_json(
-        '{"schema_version": 1, "mode": "require", "preferences": {"matmul": ["%s"]}}' % kernel
-    )
+    return xrt.KernelPolicy(matmul=kernel, mode="require", validate=validate)
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
@@ -202,9 +199,7 @@ def test_require_a_gpu_kernel_on_cpu_tensors_raises_with_reason():
 
 def test_prefer_policy_falls_back_and_says_why():
     a, b = _rand((3, 4), "float32"), _rand((4, 5), "float32")
-    policy = xrt._core.KernelPolicy.from_json(
-        '{"schema_version": 1, "mode": "prefer", "preferences": {"matmul": ["cublas"]}}'
-    )
+    policy = xrt.KernelPolicy(matmul="cublas", mode="prefer")
     _check(ops.matmul(a, b, policy=policy), a, b, "float32")
     d = ops.last_decision()
     assert d.rule == "fallback" and d.chosen in CPU_KERNELS
@@ -213,14 +208,12 @@ def test_prefer_policy_falls_back_and_says_why():
 
 def test_best_performance_times_the_cpu_kernels_and_pins_the_winner():
     a, b = _rand((64, 48), "float32"), _rand((48, 80), "float32")
-    policy = xrt._core.KernelPolicy.from_json(
-        '{"schema_version": 1, "auto_strategy": "best_performance"}'
-    )
+    policy = xrt.KernelPolicy(auto_strategy="best_performance")
     _check(ops.matmul(a, b, policy=policy), a, b, "float32")
     d = ops.last_decision()
     assert d.rule == "auto.best_performance" and d.pin is not None
     assert set(d.timings) >= set(CPU_KERNELS)
-    pinned = xrt._core.Dispatcher.instance().export_pins(policy)
+    pinned = xrt.dispatch.export_pins(policy)
     _check(ops.matmul(a, b, policy=pinned), a, b, "float32")
     d2 = ops.last_decision()
     assert d2.rule == "pinned" and d2.chosen == d.chosen
@@ -244,8 +237,8 @@ def test_bad_inputs_raise_typed_errors_naming_the_problem():
         ops.matmul(_rand((2, 3, 4), "float32"), _rand((3, 4, 2), "float32"))
     with pytest.raises(xrt.UnsupportedOperationError, match="dtype_unsupported"):
         ops.matmul(np.ones((2, 2), np.int32), np.ones((2, 2), np.int32))
-    with pytest.raises(xrt.PolicyError, match="did you mean"):
-        ops.matmul(f32, _rand((4, 2), "float32"), policy=_policy("cpu_blokced"))
+    with pytest.raises(xrt.PolicyError, match="did you mean"):  # an unvalidated policy is checked here
+        ops.matmul(f32, _rand((4, 2), "float32"), policy=_policy("cpu_blokced", validate=False))
     with pytest.raises(TypeError, match="KernelPolicy"):
         ops.matmul(f32, _rand((4, 2), "float32"), policy="cpu_blas")
 

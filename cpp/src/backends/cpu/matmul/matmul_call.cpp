@@ -15,6 +15,7 @@
 #include "backends/cpu/matmul/matmul_op.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/plugin.h"
 #include "xpuruntime/profiler.h"
 #include "xpuruntime/stream.h"
 
@@ -291,6 +292,23 @@ void run_kernel(const Kernel& kernel, const OpContext& ctx, Prepared& p,
   kernel.run(launch);
 }
 
+// The CUDA plugin's kernels (cublas, cublasLt) register through its
+// xpuruntime_register_kernels entry point when the core loads it. If this process
+// has not registered them yet when a CUDA matmul arrives, do it once here, so
+// ops.matmul does not depend on which subsystem touched CUDA first.
+void ensure_cuda_matmul_kernels_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    KernelRegistry& registry = KernelRegistry::instance();
+    if (registry.find(kOpKey, "cublas") && registry.find(kOpKey, "cublasLt")) return;
+    if (!load_plugin("cuda").loaded) return;
+    using RegisterFn = void (*)(void*);
+    if (auto fn = reinterpret_cast<RegisterFn>(plugin_symbol("cuda", "xpuruntime_register_kernels"))) {
+      fn(&registry);
+    }
+  });
+}
+
 OpContext make_context(const Prepared& p, const MatmulArgs& args) {
   OpContext ctx = OpContext::from_tensors(kOpKey, p.inputs, {p.out}, args.node);
   if (args.activation != Activation::kNone) {
@@ -305,6 +323,7 @@ OpContext make_context(const Prepared& p, const MatmulArgs& args) {
 Tensor matmul(const MatmulArgs& args) {
   ensure_cpu_matmul_kernels_registered();
   Prepared p = prepare(args);
+  if (p.out.device().is_cuda()) ensure_cuda_matmul_kernels_registered();
   Dispatcher& dispatcher = Dispatcher::instance();
   const KernelPolicy policy = args.policy ? *args.policy : dispatcher.effective_policy();
   const uint64_t generation = dispatcher.registry().generation();
@@ -350,6 +369,7 @@ Tensor matmul(const MatmulArgs& args) {
 Tensor matmul_with_kernel(const std::string& kernel, const MatmulArgs& args,
                           const std::string& algorithm) {
   ensure_cpu_matmul_kernels_registered();
+  if (args.a.defined() && args.a.device().is_cuda()) ensure_cuda_matmul_kernels_registered();
   KernelPtr k = KernelRegistry::instance().find(kOpKey, kernel);
   if (!k) {
     std::string names;
@@ -370,6 +390,7 @@ Tensor matmul_with_kernel(const std::string& kernel, const MatmulArgs& args,
 
 double time_kernel_runs(const std::string& kernel, const MatmulArgs& args, int iterations) {
   ensure_cpu_matmul_kernels_registered();
+  if (args.a.defined() && args.a.device().is_cuda()) ensure_cuda_matmul_kernels_registered();
   KernelPtr k = KernelRegistry::instance().find(kOpKey, kernel);
   XRT_CHECK(k != nullptr, UnsupportedOperationError, "matmul: no kernel '", kernel, "' is registered");
   Prepared p = prepare(args);
