@@ -35,9 +35,13 @@ TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 
 def _rel(a, b):
+    """||a - b|| / ||b||, with an RMS floor of 1e-2 per element for the denominator:
+    gradients that are exactly zero in exact arithmetic (one visible key) come out
+    as rounding residue (~1e-7) and have no meaningful relative error."""
     a, b = a.double(), b.double()
     assert torch.isfinite(a).all(), "non-finite values in the kernel output"
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+    floor = 1e-2 * b.numel() ** 0.5
+    return ((a - b).norm() / b.norm().clamp_min(floor)).item()
 
 
 def _inputs(B, Hq, Hkv, Sq, Sk, D, dtype, seed):

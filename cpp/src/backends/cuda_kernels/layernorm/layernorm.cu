@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 
@@ -55,11 +56,39 @@ Plan make_plan(LnDType dtype, int64_t cols, int32_t tpr_hint, bool pointers_alig
   return plan;
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
+int current_device() {
+  int device = 0;
   XRT_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// Multiprocessor count of the current device, cached: the launch path must stay
+// cheap for small problems (and free of extra driver calls under graph capture).
+int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  const int device = current_device();
+  if (device < kMaxDevices) {
+    if (const int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int sms = 0;
   XRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device < kMaxDevices) cache[device].store(sms, std::memory_order_relaxed);
   return sms;
+}
+
+// Resident CTAs per multiprocessor of one kernel, cached per device.
+template <typename Kernel>
+int occupancy(Kernel kernel, int threads, std::atomic<int> (&cache)[64]) {
+  const int device = current_device();
+  if (device < 64) {
+    if (const int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int per_sm = 0;
+  XRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  per_sm = std::max(per_sm, 1);
+  if (device < 64) cache[device].store(per_sm, std::memory_order_relaxed);
+  return per_sm;
 }
 
 // Row groups of the backward pass (also the number of dweight/dbias partial sums):
@@ -67,8 +96,8 @@ int sm_count() {
 template <typename T, int kTPR, int kVPT>
 struct BwdOccupancy {
   static void run(int* per_sm) {
-    XRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        per_sm, ln::ln_bwd_kernel<T, kTPR, kVPT>, ln::RowGroups<kTPR>::kThreads, 0));
+    static std::atomic<int> occ_cache[64] = {};
+    *per_sm = occupancy(ln::ln_bwd_kernel<T, kTPR, kVPT>, ln::RowGroups<kTPR>::kThreads, occ_cache);
   }
 };
 
@@ -76,10 +105,10 @@ template <typename T, int kTPR, int kVPT>
 void launch_fwd_vec(const LayerNormFwdArgs& a, cudaStream_t stream) {
   using G = ln::RowGroups<kTPR>;
   auto kernel = ln::ln_fwd_kernel<T, kTPR, kVPT>;
-  int per_sm = 0;
-  XRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, G::kThreads, 0));
+  static std::atomic<int> occ_cache[64] = {};
+  const int per_sm = occupancy(kernel, G::kThreads, occ_cache);
   const int64_t groups = (a.rows + G::kRowsPerCta - 1) / G::kRowsPerCta;
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(groups, static_cast<int64_t>(sm_count()) * std::max(per_sm, 1)));
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(groups, static_cast<int64_t>(sm_count()) * per_sm));
   kernel<<<static_cast<unsigned>(grid), G::kThreads, 0, stream>>>(a);
   XRT_CUDA_CHECK(cudaGetLastError());
 }
