@@ -65,7 +65,7 @@ def test_gpt2_small_loss_curve_under_policy_follows_torch():
     ours = _run(50, POLICY)
     assert ref[-1] < ref[0] - 1.0, f"the reference run did not learn: {ref[0]:.3f} -> {ref[-1]:.3f}"
     for i, (a, b) in enumerate(zip(ours, ref)):
-        assert abs(a - b) <= 0.05 + 0.02 * abs(b), f"step {i}: policy loss {a:.4f} vs torch {b:.4f}"
+        assert abs(a - b) <= 0.05 + 0.03 * abs(b), f"step {i}: policy loss {a:.4f} vs torch {b:.4f}"
     chosen = {(d.op, d.chosen) for d in xrt_torch.decision_log()}
     assert ("attention", "flash_v2") in chosen
     assert ("layernorm", "fused") in chosen
@@ -86,15 +86,20 @@ def test_captured_training_step_replays_like_eager():
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     finally:
         xrt_torch.clear_kernel_policy()
-    # The same 3 + 1 + 5 steps eagerly, from the same start.
+    # Executed steps: 3 warm-ups, then the 5 replays (capture records, it does not
+    # run) = steps 4..8; the same steps eagerly from the same start.
     model2, opt2, idx2, tgt2 = _setup(seed=3, n_layer=4)
     xrt_torch.set_kernel_policy(**POLICY)
     try:
         step2 = make_step(model2, opt2, idx2, tgt2, lambda: xrt_torch.autocast(dtype=torch.bfloat16))
-        eager = [step2().item() for _ in range(9)][4:]
+        eager = [step2().item() for _ in range(8)][3:]
     finally:
         xrt_torch.clear_kernel_policy()
     assert replayed[-1] < replayed[0], "the replayed steps must keep training"
+    captured = [
+        d for d in xrt_torch.decision_log() if d.op == "matmul" and "capture-safe" in str(d.to_dict())
+    ]
+    assert captured, "matmul decisions made during capture must record why cublasLt was not used"
     for a, b in zip(replayed, eager):
         assert abs(a - b) <= 2e-2 * abs(b) + 1e-2, f"replayed loss {a:.4f} vs eager {b:.4f}"
     for k, v in model2.state_dict().items():

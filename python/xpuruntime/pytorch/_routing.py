@@ -71,7 +71,10 @@ _LN_DEFAULTS = {"weight": None, "bias": None, "eps": 1e-5}
 
 def _matmul_call(name: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, ok: bool) -> Call:
     tensors = (a, b) if bias is None else (a, b, bias)
-    return Call("matmul", name, tensors, {"a": a, "b": b, "bias": bias, "plain": ok}, (bias is not None, ok))
+    # Capture is part of the case: our matmul kernels are not capture-safe (see matmul_support).
+    capturing = a.is_cuda and torch.cuda.is_current_stream_capturing()
+    fields = {"a": a, "b": b, "bias": bias, "plain": ok}
+    return Call("matmul", name, tensors, fields, (bias is not None, ok, capturing))
 
 
 def parse_call(func: Callable, args: tuple, kwargs: dict) -> Call | None:
