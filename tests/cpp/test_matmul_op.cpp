@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/matmul/cpu_matmul_kernels.h"
 #include "backends/cpu/matmul/matmul_call.h"
 #include "backends/cpu/matmul/matmul_op.h"
@@ -200,9 +201,10 @@ TEST(MatmulCall, DispatchesRecordsAndReusesTheChoice) {
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 5; ++j) EXPECT_EQ(c.data<float>()[i * 5 + j], (1.0f + i) * (i * 5 + j));
   // Another policy is another cache entry, and its own decision.
+  policy.mode = KernelPolicy::Mode::Prefer;
   policy.set(kOpKey, "cpu_blas");
   matmul(args);
-  EXPECT_EQ(last_matmul_decision().chosen, "cpu_blas");
+  EXPECT_EQ(last_matmul_decision().chosen, cpu_blas_available() ? "cpu_blas" : "cpu_blocked");
   EXPECT_EQ(matmul_call_cache_size(), 2u);
 }
 

@@ -220,9 +220,13 @@ def test_best_performance_winner_pin_reproduces_bits_across_runs_and_processes(t
 def test_workspace_limit_reaches_the_kernels():
     a = torch.randn(16, 4096, device="cuda", dtype=torch.float16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    ep = xrt.ExecutionPolicy(workspace_limit_bytes=1)
+    tiny = xrt.ExecutionPolicy(workspace_limit_bytes=1)
+    _check(_torch(ops.matmul(a, b, policy=(_require("cublasLt"), tiny))), a, b)
+    with pytest.raises(xrt.UnsupportedOperationError, match="workspace_exceeded"):
+        ops.matmul(a, b, policy=(_require("cublas"), tiny))
+    small = xrt.ExecutionPolicy(workspace_limit_bytes=64 << 10)
     for kernel in ("cublas", "cublasLt"):
-        _check(_torch(ops.matmul(a, b, policy=(_require(kernel), ep))), a, b)
+        _check(_torch(ops.matmul(a, b, policy=(_require(kernel), small))), a, b)
 
 
 def test_mismatched_devices_and_unsupported_dtype_raise():

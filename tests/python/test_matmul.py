@@ -20,7 +20,10 @@ from xpuruntime import ops
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (pip install ml-dtypes)")
 
-CPU_KERNELS = ["cpu_blas", "cpu_blocked"]
+# cpu_blas exists where the build found a CBLAS (OpenBLAS in CI); elsewhere it is
+# registered but refuses with backend_unavailable (tested below).
+BLAS = ops.cpu_gemm_info()["blas_available"]
+CPU_KERNELS = ["cpu_blas", "cpu_blocked"] if BLAS else ["cpu_blocked"]
 RNG = np.random.default_rng()  # fresh inputs every run; the seed is printed on failure
 SEED = int(RNG.integers(0, 2**31))
 RNG = np.random.default_rng(SEED)
@@ -249,6 +252,13 @@ def test_direct_kernel_call_matches_and_reports_unknown_kernels():
         _check(ops.matmul_with_kernel(kernel, a, b), a, b, "float32")
     with pytest.raises(xrt.UnsupportedOperationError, match="registered"):
         ops.matmul_with_kernel("nope", a, b)
+
+
+@pytest.mark.skipif(BLAS, reason="this build has a CBLAS, so cpu_blas runs")
+def test_cpu_blas_without_cblas_refuses_with_the_reason():
+    a = _rand((3, 4), "float32")
+    with pytest.raises(xrt.UnsupportedOperationError, match="backend_unavailable"):
+        ops.matmul(a, a.T.copy(), policy=_policy("cpu_blas"))
 
 
 def test_cpu_gemm_info_reports_the_build():

@@ -263,9 +263,17 @@ TEST_F(GemmCuda, MalformedAndMisfittingAlgorithmIdsAreTypedErrors) {
 TEST_F(GemmCuda, WorkspaceLimitIsHonoured) {
   Case c{DType::kFloat16, 1, 16, 4096, 4096};
   ExecutionPolicy ep;
-  ep.workspace_limit_bytes = 1;  // only algorithms that need no workspace
+  ep.workspace_limit_bytes = 1;  // cuBLASLt: only algorithms that need no workspace
   run_and_check(*this, "cublasLt", c, &ep);
+  try {  // cuBLAS cannot run every routine below 16 KiB: refused with the reason
+    run_and_check(*this, "cublas", c, &ep);
+    FAIL() << "cublas accepted a 1-byte workspace";
+  } catch (const UnsupportedOperationError& e) {
+    EXPECT_NE(std::string(e.what()).find("workspace_exceeded"), std::string::npos) << e.what();
+  }
+  ep.workspace_limit_bytes = 64 << 10;
   run_and_check(*this, "cublas", c, &ep);
+  run_and_check(*this, "cublasLt", c, &ep);
 }
 
 TEST_F(GemmCuda, RunsOnTheCallersStream) {

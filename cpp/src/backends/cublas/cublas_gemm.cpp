@@ -93,9 +93,15 @@ void cublas_gemm(const GemmProblem& p, void* stream, int device, void* workspace
   cuda::DeviceGuard guard(device);
   HandleLease lease(device);
   cublasHandle_t h = lease.get();
+  // cublasSetStream also resets the handle to its own default workspace pool, so a
+  // pooled handle never keeps a workspace freed after an earlier call.
   XRT_CUBLAS_CHECK(cublasSetStream(h, static_cast<cudaStream_t>(stream)));
-  // Always set: a pooled handle must not keep a workspace freed after an earlier call.
-  XRT_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, workspace ? workspace_bytes : 0));
+  if (workspace != nullptr) {
+    XRT_CHECK(workspace_bytes >= kCublasMinWorkspace, InvalidArgumentError, "cublas matmul: a ",
+              workspace_bytes, "-byte workspace is below the ", kCublasMinWorkspace,
+              " bytes cuBLAS needs to run every routine");
+    XRT_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, workspace_bytes));
+  }
   const bool tf32 = p.dtype == DType::kFloat32 && p.allow_tf32;
   XRT_CUBLAS_CHECK(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   const cudaDataType t = cuda_data_type(p.dtype);

@@ -13,12 +13,17 @@
 
 namespace xpuruntime::matmul {
 
+// Below this, cuBLAS routines may fail with CUBLAS_STATUS_ALLOC_FAILED (cuBLAS docs,
+// cublasSetWorkspace).
+inline constexpr std::size_t kCublasMinWorkspace = std::size_t{16} << 10;
+
 // Why cublas_gemm cannot run p (empty when it can): dtype, layout, epilogue.
 GemmRejection cublas_rejection(const GemmProblem& p);
 
 // Enqueues C = A·B on `stream` (a cudaStream_t; nullptr = legacy default stream) of
-// CUDA device `device`. `workspace` (device memory, may be null) becomes the
-// handle's workspace for this call. Throws InvalidArgumentError for a problem
+// CUDA device `device`. `workspace` (256-byte aligned device memory of at least
+// kCublasMinWorkspace bytes) becomes the handle's workspace for this call; null
+// uses the handle's own default pool. Throws InvalidArgumentError for a problem
 // cublas_rejection rejects, CudaError when cuBLAS fails.
 void cublas_gemm(const GemmProblem& p, void* stream, int device, void* workspace,
                  std::size_t workspace_bytes);

@@ -26,6 +26,12 @@ class CublasMatmul final : public Kernel {
       return Support::no(reason::kCapabilityTooLow, "bfloat16 GEMM needs sm_80 or newer, this is sm_" +
                                                         std::to_string(ctx.capability));
     }
+    if (ctx.workspace_limit_bytes != 0 && ctx.workspace_limit_bytes < matmul::kCublasMinWorkspace) {
+      return Support::no(reason::kWorkspaceExceeded,
+                         "cuBLAS needs a workspace of at least " +
+                             std::to_string(matmul::kCublasMinWorkspace) + " bytes; the policy allows " +
+                             std::to_string(ctx.workspace_limit_bytes));
+    }
     return matmul::to_support(matmul::cublas_rejection(matmul::shape_only_problem(l, ctx.allow_tf32)));
   }
 
