@@ -31,12 +31,56 @@ Spatial pool_geometry(const Node& n, const Shape& in) {
   return make_spatial(n, in, k, n.attr_int("ceil_mode", 0) != 0);
 }
 
+// 2-D max pooling without indices: per output row/column the valid kernel window
+// is computed once, so the inner loops carry no bounds checks.
+template <typename T>
+void maxpool2d(const Spatial& g, const T* px, T* py, int64_t planes) {
+  using N = Num<T>;
+  using C = typename N::C;
+  const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2];
+  const int64_t KH = g.k[1], KW = g.k[2], SH = g.s[1], SW = g.s[2], DH = g.d[1], DW = g.d[2];
+  const int64_t PH = g.pb[1], PW = g.pb[2];
+  std::vector<int64_t> kw0(OW), kw1(OW);
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const int64_t b = ow * SW - PW;
+    kw0[ow] = b >= 0 ? 0 : (-b + DW - 1) / DW;
+    kw1[ow] = std::min(KW, b + (KW - 1) * DW < W ? KW : (W - 1 - b) / DW + 1);
+  }
+#pragma omp parallel for schedule(static) if (planes * OH * OW * KH * KW >= kParallelGrain)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = px + p * H * W;
+    T* yp = py + p * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t bh = oh * SH - PH;
+      const int64_t kh0 = bh >= 0 ? 0 : (-bh + DH - 1) / DH;
+      const int64_t kh1 = std::min(KH, bh + (KH - 1) * DH < H ? KH : (H - 1 - bh) / DH + 1);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t bw = ow * SW - PW;
+        C best = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
+                                                      : std::numeric_limits<C>::lowest();
+        for (int64_t kh = kh0; kh < kh1; ++kh) {
+          const T* xr = xp + (bh + kh * DH) * W + bw;
+          for (int64_t kw = kw0[ow]; kw < kw1[ow]; ++kw) {
+            const C v = N::load(xr[kw * DW]);
+            best = v > best ? v : best;
+          }
+        }
+        yp[oh * OW + ow] = N::store(best);
+      }
+    }
+  }
+}
+
 template <typename T>
 void pool_typed(const Node& n, const TensorView& x, TensorView& y, TensorView* idx, bool is_max) {
   using N = Num<T>;
   using C = typename N::C;
   const Spatial g = as3d(pool_geometry(n, x.shape));
   const int64_t planes = x.shape[0] * x.shape[1];
+  if (is_max && !idx && g.in[0] == 1 && g.k[0] == 1 && g.pb[0] == 0) {
+    maxpool2d<T>(g, x.ptr<const T>(), y.ptr<T>(), planes);
+    return;
+  }
   const int64_t in_sz = g.in_size(), out_sz = g.out_size();
   const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
   const bool col_major = n.attr_int("storage_order", 0) != 0;
