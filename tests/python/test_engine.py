@@ -18,10 +18,9 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-import xpuruntime as xrt  # noqa: E402
-from xpuruntime.models import demo_model_path  # noqa: E402
+import xpuruntime as xrt
+from onnx import TensorProto, helper, numpy_helper
+from xpuruntime.models import demo_model_path
 
 DEMO = str(demo_model_path())
 
@@ -47,7 +46,8 @@ def mlp_model(batch: int | str = "N") -> onnx.ModelProto:
         helper.make_node("Softmax", ["y0"], ["y"], name="softmax", axis=-1),
     ]
     g = helper.make_graph(
-        nodes, "mlp",
+        nodes,
+        "mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
         [w1, b1, w2],
@@ -85,8 +85,10 @@ def test_model_from_bytes_proto_and_path_agree(tmp_path: Path) -> None:
     path = tmp_path / "mlp.onnx"
     onnx.save(proto, path)
     x = np.random.default_rng(3).standard_normal((5, 8), dtype=np.float32)
-    outs = [xrt.InferenceSession(m, device="cpu").run({"x": x})["y"]
-            for m in (proto, proto.SerializeToString(), str(path), path)]
+    outs = [
+        xrt.InferenceSession(m, device="cpu").run({"x": x})["y"]
+        for m in (proto, proto.SerializeToString(), str(path), path)
+    ]
     (ref,) = ort_run(proto.SerializeToString(), {"x": x})
     for o in outs:
         np.testing.assert_array_equal(o, outs[0])
@@ -95,8 +97,14 @@ def test_model_from_bytes_proto_and_path_agree(tmp_path: Path) -> None:
 
 def test_external_data_is_loaded(tmp_path: Path) -> None:
     proto = mlp_model()
-    onnx.save(proto, tmp_path / "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
-              location="weights.bin", size_threshold=0)
+    onnx.save(
+        proto,
+        tmp_path / "ext.onnx",
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
     assert (tmp_path / "weights.bin").stat().st_size > 0
     x = np.random.default_rng(4).standard_normal((2, 8), dtype=np.float32)
     out = xrt.InferenceSession(str(tmp_path / "ext.onnx"), device="cpu").run({"x": x})["y"]
@@ -184,6 +192,7 @@ def test_saved_plan_runs_identically(tmp_path: Path) -> None:
     x = image(2, 11)
     loaded = xrt.InferenceSession.load_plan(path)
     np.testing.assert_array_equal(loaded.run({"image": x})["logits"], sess.run({"image": x})["logits"])
+
     def plain(log):  # type: ignore[no-untyped-def]
         return [{k: v for k, v in d.to_dict().items() if k != "seq"} for d in list(log)[1:]]
 
@@ -200,8 +209,8 @@ import sys
 sys.modules["onnx"] = None  # any import of onnx now fails
 import numpy as np
 import xpuruntime as xrt
-s = xrt.InferenceSession.load_plan({str(tmp_path / 'p.xrtplan')!r})
-np.save({str(tmp_path / 'y.npy')!r}, s.run({{"image": np.load({str(tmp_path / 'x.npy')!r})}})["logits"])
+s = xrt.InferenceSession.load_plan({str(tmp_path / "p.xrtplan")!r})
+np.save({str(tmp_path / "y.npy")!r}, s.run({{"image": np.load({str(tmp_path / "x.npy")!r})}})["logits"])
 assert sys.modules["onnx"] is None
 """
     env = dict(os.environ)
@@ -212,9 +221,9 @@ assert sys.modules["onnx"] is None
 def _patch_plan(data: bytes, **fields: object) -> bytes:
     """The plan bytes with header fields replaced (keeps the constants blob intact)."""
     hl = int.from_bytes(data[8:16], "little")
-    header = json.loads(data[16:16 + hl])
+    header = json.loads(data[16 : 16 + hl])
     header.update(fields)
-    blob = data[(16 + hl + 63) // 64 * 64:]
+    blob = data[(16 + hl + 63) // 64 * 64 :]
     new = json.dumps(header).encode()
     out = data[:8] + len(new).to_bytes(8, "little") + new
     out += b"\0" * ((-len(out)) % 64)
@@ -231,7 +240,9 @@ def test_plans_from_another_version_device_or_policy_are_refused(tmp_path: Path)
     with pytest.raises(xrt.InvalidModelError, match="device 'cuda:0'"):
         xrt.InferenceSession.load_plan(_patch_plan(data, device="cuda:0"))
     with pytest.raises(xrt.InvalidModelError, match="another policy"):
-        xrt.InferenceSession.load_plan(tmp_path / "p.xrtplan", kernel_policy=xrt.KernelPolicy(matmul="cpu_blocked"))
+        xrt.InferenceSession.load_plan(
+            tmp_path / "p.xrtplan", kernel_policy=xrt.KernelPolicy(matmul="cpu_blocked")
+        )
     for cut in (10, 100, len(data) // 2, len(data) - 7):
         with pytest.raises(xrt.InvalidModelError):
             xrt.InferenceSession.load_plan(data[:cut])

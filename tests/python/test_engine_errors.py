@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-import xpuruntime as xrt  # noqa: E402
-from xpuruntime.models import demo_model_path  # noqa: E402
+import xpuruntime as xrt
+from onnx import TensorProto, helper, numpy_helper
+from xpuruntime.models import demo_model_path
 
 DEMO = demo_model_path()
 
@@ -48,39 +47,53 @@ def test_corrupt_model_bytes() -> None:
 
 
 def test_unknown_op_names_node_and_op() -> None:
-    m = model([helper.make_node("FrobnicateAll", ["x"], ["y"], name="mystery")],
-              [fvi("x", [2])], [fvi("y", [2])], check=False)
+    m = model(
+        [helper.make_node("FrobnicateAll", ["x"], ["y"], name="mystery")],
+        [fvi("x", [2])],
+        [fvi("y", [2])],
+        check=False,
+    )
     with pytest.raises(xrt.UnsupportedOperationError, match="mystery.*FrobnicateAll"):
         xrt.InferenceSession(m, device="cpu")
 
 
 def test_onnx_op_without_a_cpu_kernel_names_node_and_op() -> None:
-    m = model([helper.make_node("Det", ["x"], ["y"], name="determinant")],
-              [fvi("x", [3, 3])], [fvi("y", [])])
+    m = model([helper.make_node("Det", ["x"], ["y"], name="determinant")], [fvi("x", [3, 3])], [fvi("y", [])])
     with pytest.raises(xrt.UnsupportedOperationError, match="determinant.*Det.*not supported"):
         xrt.InferenceSession(m, device="cpu")
 
 
 def test_graph_cycle() -> None:
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"),
-             helper.make_node("Relu", ["a"], ["b"], name="second"),
-             helper.make_node("Identity", ["a"], ["y"], name="out")]
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+        helper.make_node("Relu", ["a"], ["b"], name="second"),
+        helper.make_node("Identity", ["a"], ["y"], name="out"),
+    ]
     m = model(nodes, [fvi("x", [2])], [fvi("y", [2])], check=False)
     with pytest.raises(xrt.InvalidModelError, match="cycle.*first.*second|cycle.*second.*first"):
         xrt.InferenceSession(m, device="cpu")
 
 
 def test_missing_initializer() -> None:
-    m = model([helper.make_node("MatMul", ["x", "weights"], ["y"], name="fc")],
-              [fvi("x", [2, 3])], [fvi("y", [2, 4])], check=False)
+    m = model(
+        [helper.make_node("MatMul", ["x", "weights"], ["y"], name="fc")],
+        [fvi("x", [2, 3])],
+        [fvi("y", [2, 4])],
+        check=False,
+    )
     with pytest.raises(xrt.InvalidModelError, match="'fc'.*'weights'.*missing initializer"):
         xrt.InferenceSession(m, device="cpu")
 
 
 def test_inconsistent_shapes_name_the_node() -> None:
     w = numpy_helper.from_array(np.ones((5, 4), np.float32), "w")
-    m = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
-              [fvi("x", [2, 3])], [fvi("y", [2, 4])], [w], check=False)
+    m = model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
+        [fvi("x", [2, 3])],
+        [fvi("y", [2, 4])],
+        [w],
+        check=False,
+    )
     with pytest.raises(xrt.XpuRuntimeError, match="fc"):
         xrt.InferenceSession(m, device="cpu")
 
@@ -128,8 +141,11 @@ class TestRunInputs:
 
 
 def test_symbolic_dims_must_agree_across_inputs() -> None:
-    m = model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
-              [fvi("a", ["n", 2]), fvi("b", ["n", 2])], [fvi("y", ["n", 2])])
+    m = model(
+        [helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+        [fvi("a", ["n", 2]), fvi("b", ["n", 2])],
+        [fvi("y", ["n", 2])],
+    )
     sess = xrt.InferenceSession(m, device="cpu")
     with pytest.raises(xrt.XpuRuntimeError):
         sess.run({"a": np.zeros((2, 2), np.float32), "b": np.zeros((3, 2), np.float32)})
@@ -137,8 +153,12 @@ def test_symbolic_dims_must_agree_across_inputs() -> None:
 
 def test_out_of_range_gather_index_is_an_error() -> None:
     data = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "data")
-    m = model([helper.make_node("Gather", ["data", "idx"], ["y"], name="lookup", axis=0)],
-              [helper.make_tensor_value_info("idx", TensorProto.INT64, [2])], [fvi("y", [2, 3])], [data])
+    m = model(
+        [helper.make_node("Gather", ["data", "idx"], ["y"], name="lookup", axis=0)],
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [fvi("y", [2, 3])],
+        [data],
+    )
     sess = xrt.InferenceSession(m, device="cpu")
     np.testing.assert_array_equal(sess.run({"idx": np.array([3, -4])})["y"], [[9, 10, 11], [0, 1, 2]])
     with pytest.raises(xrt.InvalidArgumentError, match="lookup.*index 7 is out of range"):
@@ -157,8 +177,11 @@ def test_other_engines_and_devices_report_clearly() -> None:
 def test_huge_tensor_request_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XRT_MAX_TENSOR_BYTES", str(1 << 20))
     shape = numpy_helper.from_array(np.array([1024, 1024], np.int64), "shape")
-    m = model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")],
-              [helper.make_tensor_value_info("s", TensorProto.INT64, [2])], [fvi("y", ["a", "b"])])
+    m = model(
+        [helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [fvi("y", ["a", "b"])],
+    )
     del shape
     sess = xrt.InferenceSession(m, device="cpu")
     with pytest.raises(xrt.XpuRuntimeError, match="above the limit"):

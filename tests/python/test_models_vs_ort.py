@@ -25,9 +25,8 @@ pytest.importorskip("transformers")
 ort = pytest.importorskip("onnxruntime")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import model_zoo  # noqa: E402
-
-import xpuruntime as xrt  # noqa: E402
+import model_zoo
+import xpuruntime as xrt
 
 REL_TOL = 1e-4
 OPSETS = (17, 18)

@@ -14,11 +14,11 @@ import warnings
 import pytest
 
 onnx = pytest.importorskip("onnx")
-import onnx.backend.test  # noqa: E402
-from onnx.backend.test.loader import load_model_tests  # noqa: E402
-
-import xpuruntime as xrt  # noqa: E402
-from xpuruntime.inference.onnx_backend import NativeBackend  # noqa: E402
+pytest.importorskip("onnx.backend.test")
+import onnx.backend.test  # noqa: F811 - a submodule of the module imported above
+import xpuruntime as xrt
+from onnx.backend.test.loader import load_model_tests
+from xpuruntime.inference.onnx_backend import NativeBackend
 
 _F8 = "element type {} is outside xpuruntime's dtypes"
 _BF16 = "bfloat16 model inputs/outputs: numpy has no bfloat16 at the I/O boundary"
@@ -216,8 +216,10 @@ def test_node_test_counts() -> None:
     """Prints how many node tests run, are excluded (with reasons) and are out of scope."""
     stale = sorted(set(EXCLUDED) - set(IN_SCOPE))
     assert not stale, f"EXCLUDED lists tests that are not in scope any more: {stale}"
-    print(f"\nONNX node tests: {len(RUN)} run (all must pass), {len(EXCLUDED)} excluded, "
-          f"{len(OUT_OF_SCOPE)} out of scope (ops the native engine does not implement)")
+    print(
+        f"\nONNX node tests: {len(RUN)} run (all must pass), {len(EXCLUDED)} excluded, "
+        f"{len(OUT_OF_SCOPE)} out of scope (ops the native engine does not implement)"
+    )
     for name, reason in sorted(EXCLUDED.items()):
         print(f"  excluded {name}: {reason}")
     assert len(RUN) >= 650

@@ -94,8 +94,9 @@ def _session(args: argparse.Namespace) -> Any:
     from ..inference import InferenceSession
 
     kp, ep = _policies(args)
-    return InferenceSession(_model_arg(args.model), device=args.device, engine=args.engine,
-                            kernel_policy=kp, exec_policy=ep)
+    return InferenceSession(
+        _model_arg(args.model), device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep
+    )
 
 
 def _inputs(sess: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
@@ -111,8 +112,13 @@ def _summary(a: np.ndarray) -> list[str]:
     a = np.asarray(a)
     if a.size and a.dtype.kind in "fiub":
         f = a.astype(np.float64)
-        return [f"{a.dtype}{list(a.shape)}", f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}",
-                f"{f.std():.4g}"]
+        return [
+            f"{a.dtype}{list(a.shape)}",
+            f"{f.min():.4g}",
+            f"{f.max():.4g}",
+            f"{f.mean():.4g}",
+            f"{f.std():.4g}",
+        ]
     return [f"{a.dtype}{list(a.shape)}", "-", "-", "-", "-"]
 
 
@@ -137,13 +143,27 @@ def cmd_devices(args: argparse.Namespace) -> int:
     rows = []
     for d in get_all_devices():
         info = d.info
-        rows.append([str(getattr(info, "device_type", d.type)).split(".")[-1].lower(), d.id, d.name,
-                     f"{d.total_memory_gb:.1f} GiB", getattr(info, "sm_count", "-")])
+        rows.append(
+            [
+                str(getattr(info, "device_type", d.type)).split(".")[-1].lower(),
+                d.id,
+                d.name,
+                f"{d.total_memory_gb:.1f} GiB",
+                getattr(info, "sm_count", "-"),
+            ]
+        )
     print_table("devices", ["type", "id", "name", "memory", "cores/SMs"], rows)
     erows = []
     for name, av in engine_table():
-        erows.append([name, "yes" if av.available else "no", ",".join(av.devices) or "-",
-                      av.reason or "-", av.install_hint or "-"])
+        erows.append(
+            [
+                name,
+                "yes" if av.available else "no",
+                ",".join(av.devices) or "-",
+                av.reason or "-",
+                av.install_hint or "-",
+            ]
+        )
     print_table("engines", ["engine", "available", "devices", "reason", "install"], erows)
     return 0
 
@@ -158,8 +178,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     sess.run(feeds)
     second = (time.perf_counter() - t0) * 1e3
     print(f"model: {_model_arg(args.model)}  engine: {sess.engine}  device: {sess.device}")
-    print_table("outputs", ["name", "array", "min", "max", "mean", "std"],
-                [[k, *_summary(v)] for k, v in outs.items()])
+    print_table(
+        "outputs",
+        ["name", "array", "min", "max", "mean", "std"],
+        [[k, *_summary(v)] for k, v in outs.items()],
+    )
     print(f"latency: first run {first:.2f} ms, second run {second:.2f} ms")
     _print_decisions(sess)
     if args.save_outputs:
@@ -216,9 +239,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "mean_ms": float(arr.mean()),
         "throughput_per_s": float(1e3 * batch / arr.mean()),
     }
-    print_table("latency", ["engine", "device", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s"],
-                [[sess.engine, sess.device, f"{result['p50_ms']:.3f}", f"{result['p90_ms']:.3f}",
-                  f"{result['p99_ms']:.3f}", f"{result['mean_ms']:.3f}", f"{result['throughput_per_s']:.1f}"]])
+    print_table(
+        "latency",
+        ["engine", "device", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s"],
+        [
+            [
+                sess.engine,
+                sess.device,
+                f"{result['p50_ms']:.3f}",
+                f"{result['p90_ms']:.3f}",
+                f"{result['p99_ms']:.3f}",
+                f"{result['mean_ms']:.3f}",
+                f"{result['throughput_per_s']:.1f}",
+            ]
+        ],
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
@@ -247,8 +282,10 @@ def cmd_policy_validate(args: argparse.Namespace) -> int:
         return 1
     fp = getattr(pol, "fingerprint", "-")
     fp = fp() if callable(fp) else fp
-    print(f"ok: {args.file} is a valid {'KernelPolicy' if kind == 'kernel' else 'ExecutionPolicy'} "
-          f"(fingerprint {fp})")
+    print(
+        f"ok: {args.file} is a valid {'KernelPolicy' if kind == 'kernel' else 'ExecutionPolicy'} "
+        f"(fingerprint {fp})"
+    )
     return 0
 
 
@@ -264,15 +301,21 @@ def _common(p: argparse.ArgumentParser, model_required: bool) -> None:
     p.add_argument("--exec-policy", default=None, help="ExecutionPolicy file (JSON or YAML)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (ExecutionPolicy.threads)")
     p.add_argument("--inputs", default=None, help=".npz file with the inputs (default: random)")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="value of a symbolic dimension (repeatable; default 1)")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="value of a symbolic dimension (repeatable; default 1)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--int-high", type=int, default=10, help="integer inputs are drawn from [0, INT_HIGH)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xpuruntime", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="xpuruntime", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("devices", help="devices and engines on this machine")
     p.set_defaults(func=cmd_devices)

@@ -63,7 +63,9 @@ def core_exec_policy(policy: Any) -> Any:
     to_json = getattr(policy, "to_json", None)
     if callable(to_json):
         return _core.ExecutionPolicy.from_json(to_json())
-    raise InvalidArgumentError(f"exec_policy must be an ExecutionPolicy or a dict, got {type(policy).__name__}")
+    raise InvalidArgumentError(
+        f"exec_policy must be an ExecutionPolicy or a dict, got {type(policy).__name__}"
+    )
 
 
 def is_plan(model: Any) -> bool:
@@ -92,10 +94,10 @@ def as_numpy(name: str, value: Any) -> np.ndarray:
     elif hasattr(value, "__dlpack__"):
         try:
             arr = np.from_dlpack(value)
-        except Exception as exc:  # a CUDA tensor or an unknown producer
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:  # a CUDA tensor, say
             try:
                 arr = np.asarray(value)
-            except Exception:
+            except (TypeError, ValueError, RuntimeError):
                 raise InvalidArgumentError(
                     f"input '{name}': cannot view {type(value).__name__} on the CPU through DLPack ({exc}); "
                     "pass a CPU array"
@@ -126,8 +128,11 @@ class NativeEngine(Engine):
             return ("device_unavailable", "the native engine runs on the CPU in this build")
         prec = _precision(exec_policy)
         if prec not in ("fp32", "float32"):
-            return ("dtype_unsupported", f"the native CPU engine runs fp32 models as exported; precision={prec!r} "
-                    "is not implemented (use engine='onnxruntime' for int8, or precision='fp32')")
+            detail = (
+                f"the native CPU engine runs fp32 models as exported; precision={prec!r} "
+                "is not implemented (use engine='onnxruntime' for int8, or precision='fp32')"
+            )
+            return ("dtype_unsupported", detail)
         return None
 
     def __init__(self, model: Any, options: EngineOptions) -> None:

@@ -87,7 +87,9 @@ def load(model: Any) -> LoadedModel:
         try:
             proto = onnx.load_from_string(data)
         except Exception as exc:
-            raise InvalidModelError(f"model bytes are not a valid ONNX model (truncated or corrupt?): {exc}") from exc
+            raise InvalidModelError(
+                f"model bytes are not a valid ONNX model (truncated or corrupt?): {exc}"
+            ) from exc
         source = "bytes"
     elif isinstance(model, onnx.ModelProto):
         proto = model
@@ -137,7 +139,7 @@ def _precheck(proto: Any) -> None:
     for i, n in enumerate(g.node):
         try:
             known = defs.has(n.op_type)
-        except Exception:  # e.g. an op type that is not valid text
+        except (TypeError, ValueError):  # e.g. an op type that is not valid text
             known = False
         if n.domain in ("", "ai.onnx") and not known:
             raise UnsupportedOperationError(
@@ -182,7 +184,7 @@ def _precheck(proto: Any) -> None:
                 path.pop()
                 continue
             if state[nxt] == 1:
-                cyc = path[path.index(nxt):] + [nxt]
+                cyc = path[path.index(nxt) :] + [nxt]
                 names = " -> ".join(f"'{_node_name(g.node[j], j)}'" for j in reversed(cyc))
                 raise InvalidModelError(f"the graph has a cycle: {names}; ONNX graphs must be acyclic")
             if state[nxt] == 0:
@@ -270,9 +272,16 @@ def _attr(a: Any, where: str) -> Any:
             f"{where}: attribute '{a.name}' holds a subgraph; control flow (If/Loop/Scan) is not supported "
             "by the native engine"
         )
-    if a.type in (AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS, AttributeProto.TENSORS,
-                  AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
-        raise UnsupportedOperationError(f"{where}: attribute '{a.name}' has a type the native engine does not support")
+    if a.type in (
+        AttributeProto.SPARSE_TENSOR,
+        AttributeProto.SPARSE_TENSORS,
+        AttributeProto.TENSORS,
+        AttributeProto.TYPE_PROTO,
+        AttributeProto.TYPE_PROTOS,
+    ):
+        raise UnsupportedOperationError(
+            f"{where}: attribute '{a.name}' has a type the native engine does not support"
+        )
     v = helper.get_attribute_value(a)
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
@@ -296,12 +305,16 @@ def _describe(loaded: LoadedModel) -> dict[str, Any]:
     inits = [(t.name, _tensor(t, "initializer")) for t in g.initializer]
     init_names = {t.name for t in g.initializer}
     inputs = [(vi.name, _dtype(vi, "input"), _dims(vi)) for vi in g.input if vi.name not in init_names]
-    outputs = [(vi.name, _dtype(vi, "output") if vi.type.tensor_type.elem_type else "float32", _dims(vi))
-               for vi in g.output]
+    outputs = [
+        (vi.name, _dtype(vi, "output") if vi.type.tensor_type.elem_type else "float32", _dims(vi))
+        for vi in g.output
+    ]
     nodes = []
     for i, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{i}"
         where = f"node '{name}' ({n.op_type})"
         attrs = {a.name: _attr(a, where) for a in n.attribute}
-        nodes.append((name, n.op_type, n.domain if n.domain != "ai.onnx" else "", list(n.input), list(n.output), attrs))
+        nodes.append(
+            (name, n.op_type, n.domain if n.domain != "ai.onnx" else "", list(n.input), list(n.output), attrs)
+        )
     return {"name": g.name, "inputs": inputs, "outputs": outputs, "initializers": inits, "nodes": nodes}

@@ -63,7 +63,11 @@ class NativeBackend(Backend):
 
     @classmethod
     def run_node(
-        cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info: Sequence[Any] | None = None,
+        cls,
+        node: onnx.NodeProto,
+        inputs: Any,
+        device: str = "CPU",
+        outputs_info: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> tuple[Any, ...]:
         raise NotImplementedError("the native engine runs whole models; use run_model")

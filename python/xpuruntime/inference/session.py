@@ -59,7 +59,9 @@ class InferenceSession:
         if fp16:
             exec_policy = _with_fp16(exec_policy)
         if model is None:
-            raise InvalidArgumentError("model is required (a path, bytes, an onnx.ModelProto or a saved plan)")
+            raise InvalidArgumentError(
+                "model is required (a path, bytes, an onnx.ModelProto or a saved plan)"
+            )
         cls, dev, decisions = select_engine(engine, device, exec_policy)
         self._decisions: list[Any] = list(decisions)
         self._device = dev
@@ -123,7 +125,9 @@ class InferenceSession:
         """Native engine: arena (peak) bytes next to the sum of all intermediates."""
         fn = getattr(self._engine, "memory", None)
         if fn is None:
-            raise UnsupportedOperationError(f"memory() is reported by the native engine, not by {self.engine}")
+            raise UnsupportedOperationError(
+                f"memory() is reported by the native engine, not by {self.engine}"
+            )
         return dict(fn())
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:

@@ -53,24 +53,40 @@ def build() -> object:
 
     d, heads, hd, tokens = 32, 2, 16, 64
     # --- convolutional stem
-    x = node("Conv", ["image", w("stem1.w", (16, 3, 3, 3)), w("stem1.b", (16,), 0.1)], "stem1",
-             strides=[2, 2], pads=[1, 1, 1, 1])
-    bn = [const("bn.scale", (1 + 0.1 * rng.standard_normal(16)).astype(np.float32)),
-          const("bn.bias", (0.1 * rng.standard_normal(16)).astype(np.float32)),
-          const("bn.mean", (0.1 * rng.standard_normal(16)).astype(np.float32)),
-          const("bn.var", (1 + 0.1 * np.abs(rng.standard_normal(16))).astype(np.float32))]
+    x = node(
+        "Conv",
+        ["image", w("stem1.w", (16, 3, 3, 3)), w("stem1.b", (16,), 0.1)],
+        "stem1",
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+    )
+    bn = [
+        const("bn.scale", (1 + 0.1 * rng.standard_normal(16)).astype(np.float32)),
+        const("bn.bias", (0.1 * rng.standard_normal(16)).astype(np.float32)),
+        const("bn.mean", (0.1 * rng.standard_normal(16)).astype(np.float32)),
+        const("bn.var", (1 + 0.1 * np.abs(rng.standard_normal(16))).astype(np.float32)),
+    ]
     x = node("BatchNormalization", [x, *bn], "stem1.bn", epsilon=1e-5)
     x = node("Relu", [x], "stem1.relu")
-    x = node("Conv", [x, w("stem2.w", (32, 16, 3, 3)), w("stem2.b", (32,), 0.1)], "stem2",
-             strides=[2, 2], pads=[1, 1, 1, 1])
+    x = node(
+        "Conv",
+        [x, w("stem2.w", (32, 16, 3, 3)), w("stem2.b", (32,), 0.1)],
+        "stem2",
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+    )
     x = node("Relu", [x], "stem2.relu")
     # [B, 32, 8, 8] -> [B, 64, 32] tokens
     x = node("Reshape", [x, const("tok.shape", np.array([0, d, tokens], np.int64))], "tokens.flat")
     x = node("Transpose", [x], "tokens", perm=[0, 2, 1])
     x = node("Add", [x, w("pos", (1, tokens, d), 0.02)], "tokens.pos")
     # --- transformer encoder block (pre-norm)
-    h = node("LayerNormalization", [x, const("ln1.g", np.ones(d, np.float32)),
-                                    const("ln1.b", np.zeros(d, np.float32))], "ln1", axis=-1)
+    h = node(
+        "LayerNormalization",
+        [x, const("ln1.g", np.ones(d, np.float32)), const("ln1.b", np.zeros(d, np.float32))],
+        "ln1",
+        axis=-1,
+    )
     split_heads = const("heads.shape", np.array([0, tokens, heads, hd], np.int64))
     qkv = []
     for t in ("q", "k", "v"):
@@ -89,8 +105,12 @@ def build() -> object:
     o = node("MatMul", [o, w("attn.o.w", (d, d))], "attn.o")
     o = node("Add", [o, w("attn.o.b", (d,), 0.02)], "attn.o.bias")
     x = node("Add", [x, o], "res1")
-    h = node("LayerNormalization", [x, const("ln2.g", np.ones(d, np.float32)),
-                                    const("ln2.b", np.zeros(d, np.float32))], "ln2", axis=-1)
+    h = node(
+        "LayerNormalization",
+        [x, const("ln2.g", np.ones(d, np.float32)), const("ln2.b", np.zeros(d, np.float32))],
+        "ln2",
+        axis=-1,
+    )
     h = node("MatMul", [h, w("mlp.fc1.w", (d, 2 * d))], "mlp.fc1")
     h = node("Add", [h, w("mlp.fc1.b", (2 * d,), 0.02)], "mlp.fc1.bias")
     # erf-GELU: 0.5 * h * (1 + erf(h / sqrt(2)))
@@ -114,8 +134,9 @@ def build() -> object:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="xpuruntime.models.build_demo")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="xpuruntime.models.build_demo"
+    )
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
