@@ -71,8 +71,10 @@ _LN_DEFAULTS = {"weight": None, "bias": None, "eps": 1e-5}
 
 def _matmul_call(name: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, ok: bool) -> Call:
     tensors = (a, b) if bias is None else (a, b, bias)
-    # Capture is part of the case: our matmul kernels are not capture-safe (see matmul_support).
-    capturing = a.is_cuda and torch.cuda.is_current_stream_capturing()
+    # Capture and side streams are part of the case (see matmul_support).
+    capturing = a.is_cuda and (
+        torch.cuda.is_current_stream_capturing() or torch.cuda.current_stream(a.device).cuda_stream != 0
+    )
     fields = {"a": a, "b": b, "bias": bias, "plain": ok}
     return Call("matmul", name, tensors, fields, (bias is not None, ok, capturing))
 

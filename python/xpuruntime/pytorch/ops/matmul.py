@@ -52,6 +52,17 @@ def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None
             "backend_unavailable",
             "this build of _core has no matmul kernels (_core.ops.matmul_with_kernel)",
         )
+    if torch.cuda.is_current_stream_capturing():
+        # Their workspace comes from xpuruntime's caching allocator, which has no
+        # CUDA-graph memory pool: a block reused after capture would alias memory
+        # the graph still uses on replay.
+        return "attribute_unsupported", f"{kernel} is not capture-safe (workspace outside torch's graph pool)"
+    if torch.cuda.current_stream(a.device).cuda_stream != 0:
+        # Seen on an H200 (2026-11-22): _core.ops.matmul_with_kernel segfaulted when
+        # torch's current stream was a side stream (the warm-up of a CUDA-graph
+        # capture), while 50 GPT-2 training steps on the default stream ran. Until
+        # that is fixed in the matmul kernels, they are routed on the default stream only.
+        return "backend_unavailable", f"{kernel} via _core.ops is only routed on torch's default stream"
     return None
 
 
