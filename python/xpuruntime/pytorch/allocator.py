@@ -32,6 +32,10 @@ _state = _AllocatorState()
 
 
 def _plugin_path() -> str:
+    if not torch.cuda.is_available():
+        raise _core.BackendUnavailableError(
+            "set_allocator: torch sees no CUDA device (nothing to allocate on)"
+        )
     why = cuda_kernels_unavailable()
     if why:
         raise _core.BackendUnavailableError(f"set_allocator needs the CUDA plugin: {why}")
