@@ -302,3 +302,36 @@ def test_matmul_op_autograd_formula_gradcheck(a_shape, b_shape, bias):
 
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
     torch.library.opcheck(xrt_matmul, (a.detach().float(), b.detach().float(), None, "cublas"))
+
+
+# ---- _core.cuda_kernels: the binding exists in every build --------------------------------
+def test_cuda_kernels_binding_validates_and_names_why_it_cannot_run():
+    import xpuruntime
+    from xpuruntime import _core
+
+    k = _core.cuda_kernels
+    args = {
+        "shape": (1, 1, 1, 8, 8, 64),
+        "q": 0,
+        "k": 0,
+        "v": 0,
+        "out": 0,
+        "lse": 0,
+        "q_stride": (0, 0, 64),
+        "k_stride": (0, 0, 64),
+        "v_stride": (0, 0, 64),
+        "out_stride": (0, 0, 64),
+        "scale": 0.125,
+        "causal": False,
+    }
+    with pytest.raises(xpuruntime.InvalidArgumentError, match="float16"):
+        k.flash_attention_forward(dtype="float32", **args)
+    why = k.unavailable_reason()
+    if why:  # a CPU-only build: the same functions, refusing with the reason
+        with pytest.raises(xpuruntime.BackendUnavailableError, match="CUDA"):
+            k.flash_attention_forward(dtype="bfloat16", **args)
+        with pytest.raises(xpuruntime.BackendUnavailableError):
+            k.layernorm_backward_workspace_bytes(dtype="float32", rows=4, cols=8)
+    else:  # the plugin is here: its own validation answers (null pointers)
+        with pytest.raises(xpuruntime.InvalidArgumentError, match="null"):
+            k.flash_attention_forward(dtype="bfloat16", **args)
