@@ -7,6 +7,10 @@
 //                 im2col there (im2col would run C GEMMs with M = 1).
 // Fused epilogue attributes: "_sum" (input 3 is added before the activation, the
 // ResNet residual) and "_act" (epilogue.h).
+// Branch-free float code (clamps, selects) vectorizes only when comparisons may be
+// speculated; results are identical, only FP exception flags could differ. Before
+// every include so inline helpers share these options and stay inlinable.
+#pragma GCC optimize("no-trapping-math")
 #include <algorithm>
 #include <cstring>
 
@@ -89,7 +93,9 @@ void conv_epilogue(const Node& n, const std::vector<TensorView>& in, TensorView&
       if (k == Unary::kRelu) {
         for (int64_t i = 0; i < plane; ++i) yp[i] = yp[i] > T(0) ? yp[i] : T(0);
       } else {
-        for (int64_t i = 0; i < plane; ++i) yp[i] = apply_unary<T>(k, yp[i], p);
+        // The vectorized activation loops (one instantiation per kind); nested in
+        // this parallel loop they run on the calling thread.
+        run_unary(k, p, y.dtype, yp, yp, plane);
       }
     }
   }

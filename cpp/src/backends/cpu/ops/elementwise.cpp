@@ -1,6 +1,10 @@
 // Binary and variadic elementwise ops with numpy broadcasting: arithmetic (Add,
 // Sub, Mul, Div, Pow, Mod), comparisons, logic, Min/Max/Sum/Mean and Where; plus
 // the dtype conversion shared with Cast.
+// Branch-free float code (clamps, selects) vectorizes only when comparisons may be
+// speculated; results are identical, only FP exception flags could differ. Before
+// every include so inline helpers share these options and stay inlinable.
+#pragma GCC optimize("no-trapping-math")
 #include <cmath>
 #include <cstring>
 
@@ -46,12 +50,42 @@ void binary_loop(const TensorView& a, const TensorView& b, TensorView& o, F f) {
       });
 }
 
+// Integer +, -, * wrap around like numpy (two's complement) instead of being UB.
+template <typename C>
+C wrap_add(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    using U = std::make_unsigned_t<C>;
+    return static_cast<C>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return static_cast<C>(a + b);
+  }
+}
+template <typename C>
+C wrap_sub(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    using U = std::make_unsigned_t<C>;
+    return static_cast<C>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+  } else {
+    return static_cast<C>(a - b);
+  }
+}
+template <typename C>
+C wrap_mul(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    using U = std::make_unsigned_t<C>;
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;  // no int promotion
+    return static_cast<C>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
+  } else {
+    return static_cast<C>(a * b);
+  }
+}
+
 template <typename C>
 C safe_div(C a, C b) {
   if constexpr (std::is_integral_v<C>) {
     if (b == 0) return 0;  // integer division by zero: defined as 0, never a trap
     if constexpr (std::is_signed_v<C>) {
-      if (b == -1) return static_cast<C>(-a);  // avoids INT_MIN / -1 overflow traps
+      if (b == -1) return wrap_sub<C>(C(0), a);  // avoids the INT_MIN / -1 overflow trap
     }
     return static_cast<C>(a / b);
   } else {
@@ -113,9 +147,9 @@ void run_binary(Bin kind, const TensorView& a, const TensorView& b, TensorView& 
     using T = decltype(tag);
     using C = typename Num<T>::C;
     switch (kind) {
-      case Bin::kAdd: return binary_loop<T, T>(a, b, o, [](C x, C y) { return static_cast<C>(x + y); });
-      case Bin::kSub: return binary_loop<T, T>(a, b, o, [](C x, C y) { return static_cast<C>(x - y); });
-      case Bin::kMul: return binary_loop<T, T>(a, b, o, [](C x, C y) { return static_cast<C>(x * y); });
+      case Bin::kAdd: return binary_loop<T, T>(a, b, o, [](C x, C y) { return wrap_add<C>(x, y); });
+      case Bin::kSub: return binary_loop<T, T>(a, b, o, [](C x, C y) { return wrap_sub<C>(x, y); });
+      case Bin::kMul: return binary_loop<T, T>(a, b, o, [](C x, C y) { return wrap_mul<C>(x, y); });
       case Bin::kDiv: return binary_loop<T, T>(a, b, o, [](C x, C y) { return safe_div<C>(x, y); });
       case Bin::kPow: return binary_loop<T, T>(a, b, o, [](C x, C y) { return pow_of<C>(x, y); });
       case Bin::kMin: return binary_loop<T, T>(a, b, o, [](C x, C y) { return nan_min<C>(x, y); });

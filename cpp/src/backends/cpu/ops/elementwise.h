@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
@@ -33,13 +34,21 @@ struct UnaryParams {
   double hi = INFINITY;
 };
 
-template <typename C>
-inline C apply_unary(Unary k, C x, const UnaryParams& p) {
+template <Unary K, typename C>
+inline __attribute__((always_inline)) C apply_unary_k(C x, const UnaryParams& p) {
   constexpr bool kF32 = std::is_same_v<C, float>;
-  switch (k) {
+  switch (K) {
     case Unary::kIdentity: return x;
-    case Unary::kNeg: return static_cast<C>(-x);
-    case Unary::kAbs: return x < C(0) ? static_cast<C>(-x) : x;
+    case Unary::kNeg:
+    case Unary::kAbs:
+      if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+        // Two's complement wrap (INT_MIN stays INT_MIN, as in numpy), never UB.
+        using U = std::make_unsigned_t<C>;
+        const C neg = static_cast<C>(static_cast<U>(U(0) - static_cast<U>(x)));
+        return K == Unary::kNeg || x < C(0) ? neg : x;
+      } else {
+        return K == Unary::kNeg || x < C(0) ? static_cast<C>(-x) : x;
+      }
     case Unary::kSqrt: return static_cast<C>(std::sqrt(x));
     case Unary::kExp:
       if constexpr (kF32) return fast_exp(x);
@@ -95,6 +104,26 @@ inline C apply_unary(Unary k, C x, const UnaryParams& p) {
     case Unary::kElu:
       return x >= C(0) ? x : static_cast<C>(p.alpha * (std::exp(static_cast<double>(x)) - 1.0));
     case Unary::kNot: return static_cast<C>(!x);
+  }
+  return x;
+}
+
+// The same with the kind chosen at run time (one switch per element: use the
+// template above in loops).
+template <typename C>
+inline C apply_unary(Unary k, C x, const UnaryParams& p) {
+  switch (k) {
+#define XRT_UNARY_APPLY(K) \
+  case Unary::K: return apply_unary_k<Unary::K, C>(x, p);
+    XRT_UNARY_APPLY(kIdentity) XRT_UNARY_APPLY(kNeg) XRT_UNARY_APPLY(kAbs) XRT_UNARY_APPLY(kSqrt)
+    XRT_UNARY_APPLY(kExp) XRT_UNARY_APPLY(kLog) XRT_UNARY_APPLY(kErf) XRT_UNARY_APPLY(kTanh)
+    XRT_UNARY_APPLY(kSigmoid) XRT_UNARY_APPLY(kRelu) XRT_UNARY_APPLY(kLeakyRelu)
+    XRT_UNARY_APPLY(kHardSigmoid) XRT_UNARY_APPLY(kHardSwish) XRT_UNARY_APPLY(kGelu)
+    XRT_UNARY_APPLY(kGeluTanh) XRT_UNARY_APPLY(kReciprocal) XRT_UNARY_APPLY(kClip)
+    XRT_UNARY_APPLY(kFloor) XRT_UNARY_APPLY(kCeil) XRT_UNARY_APPLY(kRound) XRT_UNARY_APPLY(kSin)
+    XRT_UNARY_APPLY(kCos) XRT_UNARY_APPLY(kSoftplus) XRT_UNARY_APPLY(kSign) XRT_UNARY_APPLY(kElu)
+    XRT_UNARY_APPLY(kNot)
+#undef XRT_UNARY_APPLY
   }
   return x;
 }

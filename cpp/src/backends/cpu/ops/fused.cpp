@@ -7,6 +7,10 @@
 // left), code (Unary or FusedBin), operand input index (binary only); "_params"
 // holds 4 doubles per instruction (alpha, beta, lo, hi). Operands are full-shape,
 // scalars, or suffix-broadcast rows (bias); float32 only.
+// Branch-free float code (clamps, selects) vectorizes only when comparisons may be
+// speculated; results are identical, only FP exception flags could differ. Before
+// every include so inline helpers share these options and stay inlinable.
+#pragma GCC optimize("no-trapping-math")
 #include <cmath>
 
 #include "backends/cpu/ops/elementwise.h"
@@ -63,7 +67,7 @@ inline float bin(int code, float a, float b) {
 template <Unary K>
 void unary_block(float* acc, int64_t n, const UnaryParams& p) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) acc[i] = apply_unary<float>(K, acc[i], p);
+  for (int64_t i = 0; i < n; ++i) acc[i] = apply_unary_k<K, float>(acc[i], p);
 }
 
 void apply_unary_block(Unary k, float* acc, int64_t n, const UnaryParams& p) {
@@ -74,6 +78,11 @@ void apply_unary_block(Unary k, float* acc, int64_t n, const UnaryParams& p) {
     case Unary::kSigmoid: return unary_block<Unary::kSigmoid>(acc, n, p);
     case Unary::kRelu: return unary_block<Unary::kRelu>(acc, n, p);
     case Unary::kSqrt: return unary_block<Unary::kSqrt>(acc, n, p);
+    case Unary::kGelu: return unary_block<Unary::kGelu>(acc, n, p);
+    case Unary::kGeluTanh: return unary_block<Unary::kGeluTanh>(acc, n, p);
+    case Unary::kHardSwish: return unary_block<Unary::kHardSwish>(acc, n, p);
+    case Unary::kHardSigmoid: return unary_block<Unary::kHardSigmoid>(acc, n, p);
+    case Unary::kClip: return unary_block<Unary::kClip>(acc, n, p);
     default:
       for (int64_t i = 0; i < n; ++i) acc[i] = apply_unary<float>(k, acc[i], p);
   }

@@ -1,5 +1,9 @@
 // Normalization and softmax: Softmax, LogSoftmax, LayerNormalization,
 // BatchNormalization (inference form).
+// Branch-free float code (clamps, selects) vectorizes only when comparisons may be
+// speculated; results are identical, only FP exception flags could differ. Before
+// every include so inline helpers share these options and stay inlinable.
+#pragma GCC optimize("no-trapping-math")
 #include <cmath>
 #include <vector>
 

@@ -1,5 +1,9 @@
 // Pooling: MaxPool (with optional Indices), AveragePool, GlobalAveragePool,
 // GlobalMaxPool over 1-3 spatial dimensions (computed as 3-D with unit leading dims).
+// Branch-free float code (clamps, selects) vectorizes only when comparisons may be
+// speculated; results are identical, only FP exception flags could differ. Before
+// every include so inline helpers share these options and stay inlinable.
+#pragma GCC optimize("no-trapping-math")
 #include <cmath>
 #include <limits>
 

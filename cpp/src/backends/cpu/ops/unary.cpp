@@ -1,4 +1,8 @@
 // Unary elementwise ops (activations and math functions), Clip, Identity, Dropout.
+// Branch-free float code (clamps, selects) vectorizes only when comparisons may be
+// speculated; results are identical, only FP exception flags could differ. Before
+// every include so inline helpers share these options and stay inlinable.
+#pragma GCC optimize("no-trapping-math")
 #include <cstring>
 #include <limits>
 
@@ -17,7 +21,7 @@ template <Unary K, typename T>
 void unary_loop(const UnaryParams& p, const T* x, T* y, int64_t n) {
   using N = Num<T>;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) y[i] = N::store(apply_unary<typename N::C>(K, N::load(x[i]), p));
+  for (int64_t i = 0; i < n; ++i) y[i] = N::store(apply_unary_k<K, typename N::C>(N::load(x[i]), p));
 }
 
 template <Unary K>

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The native engine against ONNX Runtime's CPU execution provider, in one process,
+at the same thread count: ResNet-18 bs1 (224×224), MobileNetV3-Large bs1 (224×224),
+BERT-base seq128 bs1 and GPT-2 small seq128 bs1 (random weights, the standard
+configurations, exported by ``torch.onnx.export(dynamo=False)`` at opset 17).
+
+For each model it records: native plan compile time (the C++ compiler, from the
+plan's pass log) and session build time (front end included); p50/p90 latency of
+both engines (interleaved runs, so machine load hits both alike); the native plan's
+arena (peak activation bytes) next to the sum of all intermediates; and each
+engine's peak resident-memory growth during a run, measured in its own child process
+(VmHWM after the run minus RSS before it), the comparable "peak activation memory".
+
+    python benchmarks/bench_native_cpu.py --threads 2 --out benchmarks/results/native_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODELS = ("resnet18", "mobilenet_v3_large", "bert_base", "gpt2_small")
+
+
+def export(name: str, out_dir: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """Export ``name`` (cached in out_dir) and return its path and inputs."""
+    import torch
+
+    torch.manual_seed(0)
+    path = out_dir / f"{name}.onnx"
+    rng = np.random.default_rng(0)
+    if name in ("resnet18", "mobilenet_v3_large"):
+        feeds = {"input": rng.standard_normal((1, 3, 224, 224), dtype=np.float32)}
+    else:
+        vocab = 30522 if name == "bert_base" else 50257
+        feeds = {"input_ids": rng.integers(0, vocab, (1, 128), dtype=np.int64)}
+        if name == "bert_base":
+            feeds["attention_mask"] = np.ones((1, 128), np.int64)
+    if path.is_file():
+        return path, feeds
+    if name == "resnet18":
+        import torchvision
+
+        module = torchvision.models.resnet18(weights=None)
+    elif name == "mobilenet_v3_large":
+        import torchvision
+
+        module = torchvision.models.mobilenet_v3_large(weights=None)
+    elif name == "bert_base":
+        from transformers import BertConfig, BertModel
+
+        bert = BertModel(BertConfig(attn_implementation="eager"))
+
+        class Bert(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.m = bert
+
+            def forward(self, ids: Any, mask: Any) -> Any:
+                return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+        module = Bert()
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        gpt = GPT2LMHeadModel(GPT2Config(use_cache=False, attn_implementation="eager"))
+
+        class Gpt(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.m = gpt
+
+            def forward(self, ids: Any) -> Any:
+                return self.m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+
+        module = Gpt()
+    module.eval()
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, str(path), dynamo=False, opset_version=17,
+                          input_names=list(feeds), output_names=["output"])
+    return path, feeds
+
+
+def _rss_kb() -> tuple[int, int]:
+    rss = hwm = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            elif line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    return rss, hwm
+
+
+def peak_memory_child(engine: str, path: str, feeds_path: str, threads: int) -> None:
+    """Child process: build one engine, run once, print the peak RSS growth (bytes)."""
+    with np.load(feeds_path) as z:
+        feeds = {k: z[k] for k in z.files}
+    if engine == "native":
+        import xpuruntime as xrt
+
+        sess = xrt.InferenceSession(path, device="cpu", engine="native")
+        run = lambda: sess.run(feeds)  # noqa: E731
+    else:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        run = lambda: s.run(None, feeds)  # noqa: E731
+    # Reset the high-water mark to the current RSS, then run.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before, _ = _rss_kb()
+    run()
+    _, hwm = _rss_kb()
+    print(json.dumps({"peak_rss_growth_bytes": (hwm - before) * 1024}))
+
+
+def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    import xpuruntime as xrt
+
+    path, feeds = export(name, out_dir)
+    t0 = time.perf_counter()
+    sess = xrt.InferenceSession(str(path), device="cpu", engine="native")
+    build_s = time.perf_counter() - t0
+    compile_ms = float(next(line for line in sess.plan.pass_log if line.startswith("compile time")).split(":")[1])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    ours = sess.run(feeds)["output"]
+    theirs = ref.run(None, feeds)[0]
+    rel = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
+    for _ in range(3):
+        sess.run(feeds)
+        ref.run(None, feeds)
+    tn, to = [], []
+    for _ in range(iters):  # interleaved: load on the machine hits both engines alike
+        a = time.perf_counter()
+        sess.run(feeds)
+        tn.append((time.perf_counter() - a) * 1e3)
+        a = time.perf_counter()
+        ref.run(None, feeds)
+        to.append((time.perf_counter() - a) * 1e3)
+    feeds_path = out_dir / f"{name}_feeds.npz"
+    np.savez(feeds_path, **feeds)
+    peaks = {}
+    for engine in ("native", "onnxruntime"):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--peak-child", engine, str(path), str(feeds_path), str(threads)],
+            capture_output=True, text=True, check=True, env=dict(os.environ),
+        )
+        peaks[engine] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_growth_bytes"]
+    mem = sess.memory()
+    res = {
+        "model": name,
+        "native_p50_ms": float(np.percentile(tn, 50)),
+        "native_p90_ms": float(np.percentile(tn, 90)),
+        "ort_p50_ms": float(np.percentile(to, 50)),
+        "ort_p90_ms": float(np.percentile(to, 90)),
+        "ratio_native_over_ort_p50": float(np.percentile(tn, 50) / np.percentile(to, 50)),
+        "plan_compile_ms": compile_ms,
+        "session_build_s": build_s,
+        "arena_bytes": mem["arena_bytes"],
+        "sum_intermediate_bytes": mem["intermediate_bytes"],
+        "native_peak_rss_growth_bytes": peaks["native"],
+        "ort_peak_rss_growth_bytes": peaks["onnxruntime"],
+        "max_rel_error_vs_ort": rel,
+        "steps": len(sess.plan.steps),
+    }
+    print(json.dumps(res), flush=True)
+    return res
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--peak-child":
+        _, _, engine, path, feeds, threads = sys.argv
+        peak_memory_child(engine, path, feeds, int(threads))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "xpuruntime" / "bench_models"))
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "native_cpu.json"))
+    args = ap.parse_args()
+    # Same thread count for both engines: OpenMP (our kernels) and OpenBLAS (cpu_blas).
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    rows = [measure(m, cache, args.threads, args.iterations) for m in args.models.split(",")]
+    import onnxruntime as ort
+    import torch
+
+    out = {
+        "benchmark": "native engine vs ONNX Runtime CPU EP, one process, same thread count",
+        "threads": args.threads,
+        "iterations": args.iterations,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "load_average_at_end": os.getloadavg()},
+        "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
+        "goals": {"latency_ratio_max": 1.5, "compile_s_max": 2.0, "peak_activation": "<= ort"},
+        "results": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
