@@ -286,3 +286,23 @@ def test_thousand_runs_keep_resident_memory_flat() -> None:
         sess.run({"image": x})
     growth = _rss_bytes() - before
     assert growth < 2 * 1024 * 1024, f"RSS grew by {growth} bytes over 1000 runs"
+
+
+def test_profiler_records_one_range_per_step() -> None:
+    from xpuruntime.runtime import profiler
+
+    sess = xrt.InferenceSession(DEMO, device="cpu", input_shapes={"image": [1, 3, 32, 32]})
+    x = image(1, 21)
+    sess.run({"image": x})
+    with profiler.profile() as prof:
+        sess.run({"image": x})
+    names = [e["name"] for e in prof.events() if e["category"] == "range"]
+    steps = [s for s in sess.plan.steps if not s["view"]]
+    for s in steps:
+        assert f"{s['op_type']}:{s['name']}" in names
+    assert "Conv:stem1" in names
+
+
+def test_fp16_request_is_refused_by_the_native_engine_with_the_reason() -> None:
+    with pytest.raises((xrt.UnsupportedOperationError, xrt.BackendUnavailableError), match="fp16"):
+        xrt.InferenceSession(DEMO, device="cpu", engine="native", fp16=True)
