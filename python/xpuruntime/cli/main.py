@@ -295,8 +295,8 @@ def _common(p: argparse.ArgumentParser, model_required: bool) -> None:
         p.add_argument("model", help="path to an .onnx model or a saved plan")
     else:
         p.add_argument("model", nargs="?", default=None, help="model (default: the bundled demo model)")
-    p.add_argument("--engine", default="native", help="engine name or 'auto' (default native)")
-    p.add_argument("--device", default="cpu", help="device (default cpu)")
+    p.add_argument("--engine", default="auto", help="engine name or 'auto' (default: the registry's choice)")
+    p.add_argument("--device", default="auto", help="device: cpu, cuda[:N], npu, gpu or auto (default auto)")
     p.add_argument("--policy", default=None, help="KernelPolicy file (JSON or YAML)")
     p.add_argument("--exec-policy", default=None, help="ExecutionPolicy file (JSON or YAML)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (ExecutionPolicy.threads)")
