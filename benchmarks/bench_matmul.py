@@ -131,7 +131,7 @@ def gpu_cases(quick: bool) -> list[dict[str, Any]]:
     return cases[3:4] + cases[4:] if quick else cases
 
 
-def run_gpu_case(torch: Any, case: dict[str, Any]) -> dict[str, Any]:
+def run_gpu_case(torch: Any, case: dict[str, Any], via: str = "ops") -> dict[str, Any]:
     F = torch.nn.functional
     dt = getattr(torch, case["dtype"])
     m, n, k = case["m"], case["n"], case["k"]
@@ -160,29 +160,47 @@ def run_gpu_case(torch: Any, case: dict[str, Any]) -> dict[str, Any]:
         def torch_fn() -> Any:
             return torch.matmul(a, b, out=out_t)
 
-    def ours(policy: Any) -> Callable[[], Any]:
-        return lambda: ops.matmul(xa, xb, bias=xbias, activation=act, out=xo, policy=policy)
-
     lt = xrt.KernelPolicy(matmul="cublasLt", mode="require")
     best = xrt.KernelPolicy(auto_strategy="best_performance")
     disp = xrt._core.Dispatcher.instance()
     disp.set_tuning_options(warmup=3, iterations=15)
-    ours(best)()  # tunes (CUDA events over cuBLAS and cuBLASLt's top algorithms)
-    tuned = ops.last_decision()
+
+    def ours(policy: Any) -> Callable[[], Any]:
+        return lambda: ops.matmul(xa, xb, bias=xbias, activation=act, out=xo, policy=policy)
+
+    if via == "ops":
+        ours(best)()  # tunes (CUDA events over cuBLAS and cuBLASLt's top algorithms)
+        tuned = ops.last_decision()
+    else:  # tuning through the dispatcher's own Python entry
+        inputs = [xa, xb] + ([xbias] if xbias is not None else [])
+        attrs = {"activation": act} if act else None
+        tuned = xrt.dispatch.dispatch("matmul", inputs, [xo], policy=best, attrs=attrs)[1]
     pinned = xrt.dispatch.export_pins(best)
     lt_algo = tuned.algorithm if tuned.chosen == "cublasLt" else tuned.candidate("cublasLt").algorithm
     lt_tuned = xrt.KernelPolicy(
         matmul="cublasLt", mode="require", pins={tuned.key: {"kernel": "cublasLt", "algorithm": lt_algo}}
     )
 
-    variants: dict[str, Callable[[], Any]] = {"cublasLt": ours(lt), "cublasLt_tuned": ours(lt_tuned)}
-    if not epilogue:
-        variants["cublas"] = ours(xrt.KernelPolicy(matmul="cublas", mode="require"))
-    variants["best"] = ours(pinned)
+    if via == "ops":
+        variants: dict[str, Callable[[], Any]] = {"cublasLt": ours(lt), "cublasLt_tuned": ours(lt_tuned)}
+        if not epilogue:
+            variants["cublas"] = ours(xrt.KernelPolicy(matmul="cublas", mode="require"))
+        variants["best"] = ours(pinned)
+    else:  # the same kernels and algorithms, called directly (no per-call dispatch)
+
+        def kern(name: str, algo: str = "") -> Callable[[], Any]:
+            return lambda: ops.matmul_with_kernel(
+                name, xa, xb, bias=xbias, activation=act, out=xo, algorithm=algo
+            )
+
+        variants = {"cublasLt": kern("cublasLt"), "cublasLt_tuned": kern("cublasLt", lt_algo)}
+        if not epilogue:
+            variants["cublas"] = kern("cublas")
+        variants["best"] = kern(tuned.chosen, tuned.algorithm)
 
     # Correctness of what is timed: ours vs torch on these inputs.
     ref = torch_fn().float()
-    ours(pinned)()
+    variants["best"]()
     torch.cuda.synchronize()
     rel_err = ((out_x.float() - ref).norm() / ref.norm()).item()
 
@@ -208,6 +226,9 @@ def run_gpu_case(torch: Any, case: dict[str, Any]) -> dict[str, Any]:
             "timings_ms": tuned.timings,
         },
         "rel_err_vs_torch": rel_err,
+        "called_via": "xpuruntime.ops.matmul"
+        if via == "ops"
+        else "tuned by xpuruntime.dispatch.dispatch, timed through ops.matmul_with_kernel",
     }
     return res
 
@@ -249,12 +270,23 @@ def goals(cases: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_table(result: dict[str, Any]) -> None:
     ov = result["overhead"]
+    if ov is None:
+        print("\nper-call overhead: not measured (--no-overhead)")
+    else:
+        _print_overhead(ov)
+    _print_gpu(result)
+
+
+def _print_overhead(ov: dict[str, Any]) -> None:
     print(f"\nper-call overhead (CPU, 1x1 fp32, kernel {ov['kernel']}):")
     print(
         f"  ops.matmul {ov['ops_matmul_us']:.2f} us, kernel alone {ov['kernel_only_cpp_loop_us']:.2f} us, "
         f"direct call {ov['direct_kernel_call_us']:.2f} us -> overhead {ov['overhead_vs_kernel_us']:.2f} us "
         f"(goal < 5: {'met' if ov['meets_goal'] else 'NOT met'})"
     )
+
+
+def _print_gpu(result: dict[str, Any]) -> None:
     if not result.get("gpu"):
         print("GPU:", result.get("gpu_skipped", "not run"))
         return
@@ -282,6 +314,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="only the decode and epilogue cases")
     ap.add_argument("--cpu-only", action="store_true")
+    ap.add_argument(
+        "--via",
+        choices=("ops", "dispatch"),
+        default="ops",
+        help="ops: everything through ops.matmul (default); dispatch: tune through "
+        "xpuruntime.dispatch.dispatch and time the chosen kernels with ops.matmul_with_kernel",
+    )
+    ap.add_argument("--no-overhead", action="store_true", help="skip the CPU overhead measurement")
     args = ap.parse_args()
 
     result: dict[str, Any] = {
@@ -292,7 +332,7 @@ def main() -> None:
         "cpu_gemm": ops.cpu_gemm_info(),
         "xpuruntime": xrt.__version__,
     }
-    result["overhead"] = measure_overhead()
+    result["overhead"] = None if args.no_overhead else measure_overhead()
     device_tag = "cpu"
     torch = None
     if not args.cpu_only:
@@ -314,7 +354,7 @@ def main() -> None:
         result["gpu"] = gpu_info(torch)
         result["cases"] = []
         for case in gpu_cases(args.quick):
-            r = run_gpu_case(torch, case)
+            r = run_gpu_case(torch, case, args.via)
             result["cases"].append(r)
             print(
                 f"{r['case']}: torch {r['tflops']['torch']:.1f} TFLOP/s, "

@@ -1,7 +1,7 @@
 // cpu_blas: GEMM through the CBLAS the build found (OpenBLAS from Debian in CI).
-// Compiled to a "not available" stub-free shape without XRT_HAVE_CBLAS: the
-// functions exist, cpu_blas_available() is false and the registration file keeps
-// the kernel out of the registry's supported set with reason backend_unavailable.
+// Without XRT_HAVE_CBLAS only the availability functions are compiled:
+// cpu_blas_available() is false and the registered kernel refuses every case with
+// reason backend_unavailable and the install hint.
 #include <algorithm>
 #include <vector>
 
