@@ -14,7 +14,9 @@
    cudaMallocs that fill it) and 'warm' (the steady state that matters).
 2. DLPack: a CUDA torch tensor -> xpuruntime.from_dlpack -> torch.from_dlpack round
    trip, against torch's own round trips (torch.utils.dlpack to/from and
-   torch.from_dlpack of a torch tensor); median per call over many calls.
+   torch.from_dlpack of a torch tensor); median per call over many calls, with the
+   DLPack paths our side took per call (C exchange API or Python protocol).
+   `--dlpack-cpu` runs only this section with CPU tensors (no GPU needed).
 
 Writes benchmarks/results/runtime_<device>.json and prints a table.
 Usage: python benchmarks/bench_runtime.py [--pairs 100000] [--out PATH]
@@ -257,11 +259,19 @@ def bench_allocators(args: argparse.Namespace, core: Any, torch: Any, cupy: Any)
     return out
 
 
-def bench_dlpack(args: argparse.Namespace, xrt: Any, torch: Any) -> dict[str, Any]:
-    t = torch.randn(1024, device="cuda")
+def bench_dlpack(args: argparse.Namespace, xrt: Any, torch: Any, device: str = "cuda") -> dict[str, Any]:
+    """Median us per call of the DLPack round trip and its halves, against torch's own.
+
+    The goal row is the public API: ``torch.from_dlpack(xpuruntime.from_dlpack(t))``.
+    Each row also records the DLPack paths our side took per call
+    (``_core._dlpack_stats``), so the JSON shows whether the C exchange API was used.
+    """
+    core = xrt._core
+    t = torch.randn(1024, device=device)
     ptr = t.data_ptr()
     rt = torch.from_dlpack(xrt.from_dlpack(t))
     assert rt.data_ptr() == ptr, "round trip copied the data"
+    assert xrt.from_dlpack(t).to_torch().data_ptr() == ptr, "to_torch copied the data"
     ours_tensor = xrt.from_dlpack(t)
     cases: dict[str, tuple[Callable[[], Any], str]] = {
         "xpuruntime_round_trip": (
@@ -270,6 +280,11 @@ def bench_dlpack(args: argparse.Namespace, xrt: Any, torch: Any) -> dict[str, An
         ),
         "xpuruntime_import": (lambda: xrt.from_dlpack(t), "xpuruntime.from_dlpack(torch tensor)"),
         "xpuruntime_export": (lambda: torch.from_dlpack(ours_tensor), "torch.from_dlpack(our tensor)"),
+        "xpuruntime_round_trip_to_torch": (
+            lambda: xrt.from_dlpack(t).to_torch(),
+            "xpuruntime.from_dlpack(t).to_torch(): both halves through the C exchange API",
+        ),
+        "xpuruntime_to_torch": (lambda: ours_tensor.to_torch(), "our_tensor.to_torch()"),
         "torch_utils_dlpack_round_trip": (
             lambda: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t)),
             "torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t))",
@@ -280,7 +295,7 @@ def bench_dlpack(args: argparse.Namespace, xrt: Any, torch: Any) -> dict[str, An
         ),
     }
     out: dict[str, Any] = {
-        "tensor": "float32[1024] on cuda:0",
+        "tensor": f"float32[1024] on {t.device}",
         "calls_per_sample": args.dlpack_calls,
         "samples": args.dlpack_samples,
         "results": {},
@@ -288,16 +303,24 @@ def bench_dlpack(args: argparse.Namespace, xrt: Any, torch: Any) -> dict[str, An
     for name, (fn, what) in cases.items():
         for _ in range(1000):
             fn()
+        core._dlpack_stats(reset=True)
         samples = [
             t_ / args.dlpack_calls * 1e6
             for t_ in timeit.repeat(fn, number=args.dlpack_calls, repeat=args.dlpack_samples)
         ]
+        calls = args.dlpack_calls * args.dlpack_samples
+        paths = {k: v / calls for k, v in core._dlpack_stats(reset=True).items() if v}
         out["results"][name] = {
             "median_us": statistics.median(samples),
             "min_us": min(samples),
             "measures": what,
+            "our_paths_per_call": paths,
         }
-        print(f"  {name:<32} {statistics.median(samples):8.3f} us (min {min(samples):.3f})", flush=True)
+        shown = ", ".join(f"{k}={v:g}" for k, v in paths.items()) or "-"
+        print(
+            f"  {name:<32} {statistics.median(samples):8.3f} us (min {min(samples):.3f})  paths: {shown}",
+            flush=True,
+        )
     ours = out["results"]["xpuruntime_round_trip"]["median_us"]
     out["ratio_ours_over_torch_utils"] = ours / out["results"]["torch_utils_dlpack_round_trip"]["median_us"]
     out["goal"] = f"round trip under {GOAL_DLPACK_US} us"
@@ -321,11 +344,26 @@ def main() -> int:
     p.add_argument("--dlpack-calls", type=int, default=20_000)
     p.add_argument("--dlpack-samples", type=int, default=7)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument(
+        "--dlpack-cpu",
+        action="store_true",
+        help="only the DLPack section, with CPU tensors (no GPU needed); prints, writes --out if given",
+    )
     args = p.parse_args()
 
     import torch
     import xpuruntime as xrt
     from xpuruntime import _core as core
+
+    if args.dlpack_cpu:
+        print(
+            f"dlpack (cpu: {platform.processor() or platform.machine()}, torch {torch.__version__}):",
+            flush=True,
+        )
+        dlpack = bench_dlpack(args, xrt, torch, device="cpu")
+        if args.out:
+            args.out.write_text(json.dumps({"dlpack_cpu": dlpack}, indent=2) + "\n")
+        return 0
 
     if core.DeviceManager.instance().get_device_count() == 0 or not torch.cuda.is_available():
         print("no CUDA device:", core.DeviceManager.instance().cuda_unavailable_reason(), file=sys.stderr)

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 
@@ -66,23 +67,25 @@ void for_each_broadcast(const Shape& out_shape, std::array<Shape, N> strides, F&
     // One long run: split it into blocks over the threads.
     constexpr int64_t kBlock = 16384;
     const int64_t blocks = (inner + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1 && total >= kParallelGrain)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t start = b * kBlock;
-      std::array<int64_t, N> offs;
-      for (std::size_t k = 0; k < N; ++k) offs[k] = start * inner_st[k];
-      f(start, offs, std::min(kBlock, inner - start), inner_st);
-    }
+parallel_for(blocks, total, [&](int64_t b_begin, int64_t b_end) {
+  for (int64_t b = b_begin; b < b_end; ++b) {
+        const int64_t start = b * kBlock;
+        std::array<int64_t, N> offs;
+        for (std::size_t k = 0; k < N; ++k) offs[k] = start * inner_st[k];
+        f(start, offs, std::min(kBlock, inner - start), inner_st);
+  }
+});
     return;
   }
   // Long rows: the callback parallelizes inside when it wants; short rows: split
   // the rows themselves.
-#pragma omp parallel for schedule(static) if (total >= kParallelGrain)
-  for (int64_t row = 0; row < rows; ++row) {
-    std::array<int64_t, N> offs;
-    row_offsets(row, offs);
-    f(row * inner, offs, inner, inner_st);
+parallel_for(rows, total, [&](int64_t row_begin, int64_t row_end) {
+  for (int64_t row = row_begin; row < row_end; ++row) {
+      std::array<int64_t, N> offs;
+      row_offsets(row, offs);
+      f(row * inner, offs, inner, inner_st);
   }
+});
 }
 
 }  // namespace xpuruntime::cpu

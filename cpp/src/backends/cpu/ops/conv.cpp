@@ -17,6 +17,7 @@
 #include "backends/cpu/ops/epilogue.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "backends/cpu/ops/spatial.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -79,56 +80,58 @@ void conv_epilogue(const Node& n, const std::vector<TensorView>& in, TensorView&
   const bool act = node_activation(n, k, p);
   if (!bias && !sum && !act) return;
   T* py = y.ptr<T>();
-#pragma omp parallel for schedule(static) if (y.numel() >= kParallelGrain)
-  for (int64_t q = 0; q < nb * m; ++q) {
-    T* yp = py + q * plane;
-    const T b = bias ? bias[q % m] : T(0);
-    if (sum) {
-      const T* sp = sum + q * plane;
-      for (int64_t i = 0; i < plane; ++i) yp[i] += b + sp[i];
-    } else if (bias) {
-      for (int64_t i = 0; i < plane; ++i) yp[i] += b;
-    }
-    if (act) {
-      if (k == Unary::kRelu) {
-        for (int64_t i = 0; i < plane; ++i) yp[i] = yp[i] > T(0) ? yp[i] : T(0);
-      } else {
-        // The vectorized activation loops (one instantiation per kind); nested in
-        // this parallel loop they run on the calling thread.
-        run_unary(k, p, y.dtype, yp, yp, plane);
+parallel_for(nb * m, y.numel(), [&](int64_t q_begin, int64_t q_end) {
+  for (int64_t q = q_begin; q < q_end; ++q) {
+      T* yp = py + q * plane;
+      const T b = bias ? bias[q % m] : T(0);
+      if (sum) {
+        const T* sp = sum + q * plane;
+        for (int64_t i = 0; i < plane; ++i) yp[i] += b + sp[i];
+      } else if (bias) {
+        for (int64_t i = 0; i < plane; ++i) yp[i] += b;
       }
-    }
+      if (act) {
+        if (k == Unary::kRelu) {
+          for (int64_t i = 0; i < plane; ++i) yp[i] = yp[i] > T(0) ? yp[i] : T(0);
+        } else {
+          // The vectorized activation loops (one instantiation per kind); nested in
+          // this parallel loop they run on the calling thread.
+          run_unary(k, p, y.dtype, yp, yp, plane);
+        }
+      }
   }
+});
 }
 
 template <typename T>
 void im2col(const T* x, int64_t channels, const Spatial& g, T* col) {
   const int64_t kp = g.k_size(), out_sz = g.out_size(), in_sz = g.in_size();
   const int64_t rows = channels * kp;
-#pragma omp parallel for schedule(static) if (rows * out_sz >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t c = r / kp, kk = r % kp;
-    const int64_t k2 = kk % g.k[2], k1 = (kk / g.k[2]) % g.k[1], k0 = kk / (g.k[2] * g.k[1]);
-    const T* xc = x + c * in_sz;
-    T* dst = col + r * out_sz;
-    for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
-      const int64_t i0 = o0 * g.s[0] - g.pb[0] + k0 * g.d[0];
-      for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-        const int64_t i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1];
-        T* d = dst + (o0 * g.out[1] + o1) * g.out[2];
-        if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
-          std::fill(d, d + g.out[2], T(0));
-          continue;
-        }
-        const T* xr = xc + (i0 * g.in[1] + i1) * g.in[2];
-        const int64_t off = k2 * g.d[2] - g.pb[2];
-        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-          const int64_t i2 = o2 * g.s[2] + off;
-          d[o2] = (i2 >= 0 && i2 < g.in[2]) ? xr[i2] : T(0);
+parallel_for(rows, rows * out_sz, [&](int64_t r_begin, int64_t r_end) {
+  for (int64_t r = r_begin; r < r_end; ++r) {
+      const int64_t c = r / kp, kk = r % kp;
+      const int64_t k2 = kk % g.k[2], k1 = (kk / g.k[2]) % g.k[1], k0 = kk / (g.k[2] * g.k[1]);
+      const T* xc = x + c * in_sz;
+      T* dst = col + r * out_sz;
+      for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
+        const int64_t i0 = o0 * g.s[0] - g.pb[0] + k0 * g.d[0];
+        for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+          const int64_t i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1];
+          T* d = dst + (o0 * g.out[1] + o1) * g.out[2];
+          if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+            std::fill(d, d + g.out[2], T(0));
+            continue;
+          }
+          const T* xr = xc + (i0 * g.in[1] + i1) * g.in[2];
+          const int64_t off = k2 * g.d[2] - g.pb[2];
+          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+            const int64_t i2 = o2 * g.s[2] + off;
+            d[o2] = (i2 >= 0 && i2 < g.in[2]) ? xr[i2] : T(0);
+          }
         }
       }
-    }
   }
+});
 }
 
 template <typename T>
@@ -202,31 +205,32 @@ void conv_depthwise_typed(const Node& n, const std::vector<TensorView>& in, Tens
     int64_t v = in - 1 + pad - koff;  // last o with o*s - pad + koff <= in - 1
     return v < 0 ? -1 : std::min(out - 1, v / s);
   };
-#pragma omp parallel for schedule(static) if (y.numel() * KH * KW >= kParallelGrain)
-  for (int64_t q = 0; q < nb * m; ++q) {
-    const int64_t b = q / m, oc = q % m, ic = oc / mult;
-    const T* xp = x + (b * c + ic) * H * W;
-    const T* wp = w + oc * KH * KW;
-    T* yp = py + q * OH * OW;
-    std::fill(yp, yp + OH * OW, T(0));
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      const int64_t oh0 = lo_of(PH, kh * DH, SH), oh1 = hi_of(PH, kh * DH, SH, H, OH);
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        const int64_t ow0 = lo_of(PW, kw * DW, SW), ow1 = hi_of(PW, kw * DW, SW, W, OW);
-        const T wv = wp[kh * KW + kw];
-        for (int64_t oh = oh0; oh <= oh1; ++oh) {
-          const T* xr = xp + (oh * SH - PH + kh * DH) * W + kw * DW - PW;
-          T* yr = yp + oh * OW;
-          if (SW == 1) {
-#pragma omp simd
-            for (int64_t ow = ow0; ow <= ow1; ++ow) yr[ow] += wv * xr[ow];
-          } else {
-            for (int64_t ow = ow0; ow <= ow1; ++ow) yr[ow] += wv * xr[ow * SW];
+parallel_for(nb * m, y.numel() * KH * KW, [&](int64_t q_begin, int64_t q_end) {
+  for (int64_t q = q_begin; q < q_end; ++q) {
+      const int64_t b = q / m, oc = q % m, ic = oc / mult;
+      const T* xp = x + (b * c + ic) * H * W;
+      const T* wp = w + oc * KH * KW;
+      T* yp = py + q * OH * OW;
+      std::fill(yp, yp + OH * OW, T(0));
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        const int64_t oh0 = lo_of(PH, kh * DH, SH), oh1 = hi_of(PH, kh * DH, SH, H, OH);
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t ow0 = lo_of(PW, kw * DW, SW), ow1 = hi_of(PW, kw * DW, SW, W, OW);
+          const T wv = wp[kh * KW + kw];
+          for (int64_t oh = oh0; oh <= oh1; ++oh) {
+            const T* xr = xp + (oh * SH - PH + kh * DH) * W + kw * DW - PW;
+            T* yr = yp + oh * OW;
+            if (SW == 1) {
+  #pragma omp simd
+              for (int64_t ow = ow0; ow <= ow1; ++ow) yr[ow] += wv * xr[ow];
+            } else {
+              for (int64_t ow = ow0; ow <= ow1; ++ow) yr[ow] += wv * xr[ow * SW];
+            }
           }
         }
       }
-    }
   }
+});
   conv_epilogue<T>(n, in, y);
 }
 

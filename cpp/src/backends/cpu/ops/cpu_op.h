@@ -124,8 +124,11 @@ void require_inputs(const Node& n, const std::vector<Meta>& in, std::size_t coun
 Meta out_meta(DType dtype, Shape shape);
 // Whether all inputs have known shapes (infer functions return false otherwise).
 bool all_known(const std::vector<Meta>& in);
-// Parallel-for threshold: below this many elements a loop runs on one thread.
-inline constexpr int64_t kParallelGrain = 32768;
+// Parallel-for threshold: below this many elements (or units of work) a loop runs
+// on the calling thread. Waking a second thread costs tens of microseconds on a
+// quiet machine and milliseconds on a loaded one, more than ~100k cheap element
+// operations take on one core.
+inline constexpr int64_t kParallelGrain = 1 << 17;
 
 // Calls f(T{}) with T the C++ storage type of `t` (Half/BFloat16 for 16-bit floats).
 template <typename F>

@@ -6,6 +6,7 @@
 #include "backends/cpu/ops/broadcast.h"
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/shape_util.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 
@@ -298,11 +299,12 @@ void register_data_ops(std::vector<OpDef>& defs) {
       const int64_t ni = static_cast<int64_t>(idx.size());
       const char* src = static_cast<const char*>(in[0].data);
       char* dst = static_cast<char*>(out[0].data);
-#pragma omp parallel for schedule(static) if (out[0].numel() >= kParallelGrain)
-      for (int64_t ob = 0; ob < outer * ni; ++ob) {
-        const int64_t o = ob / ni, j = ob % ni;
-        std::memcpy(dst + ob * inner * es, src + (o * dim + idx[j]) * inner * es, inner * es);
-      }
+parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
+  for (int64_t ob = ob_begin; ob < ob_end; ++ob) {
+          const int64_t o = ob / ni, j = ob % ni;
+          std::memcpy(dst + ob * inner * es, src + (o * dim + idx[j]) * inner * es, inner * es);
+  }
+});
     };
     defs.push_back(std::move(d));
   }

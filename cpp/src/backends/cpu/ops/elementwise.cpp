@@ -10,6 +10,7 @@
 
 #include "backends/cpu/ops/broadcast.h"
 #include "backends/cpu/ops/elementwise.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -254,29 +255,30 @@ OpDef variadic_def(const std::string& type, Bin kind) {
 
 template <typename From, typename To>
 void cast_loop(const From* s, To* d, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    auto v = Num<From>::load(s[i]);
-    if constexpr (std::is_same_v<To, bool>) {
-      d[i] = v != decltype(v)(0);
-    } else if constexpr (std::is_integral_v<typename Num<To>::C> &&
-                         std::is_floating_point_v<decltype(v)>) {
-      // Float to int: NaN and out-of-range values must not be UB.
-      using TI = typename Num<To>::C;
-      double x = static_cast<double>(v);
-      if (std::isnan(x)) {
-        d[i] = 0;
-      } else if (x >= static_cast<double>(std::numeric_limits<TI>::max())) {
-        d[i] = std::numeric_limits<TI>::max();
-      } else if (x <= static_cast<double>(std::numeric_limits<TI>::min())) {
-        d[i] = std::numeric_limits<TI>::min();
+parallel_for(n, n, [&](int64_t i_begin, int64_t i_end) {
+  for (int64_t i = i_begin; i < i_end; ++i) {
+      auto v = Num<From>::load(s[i]);
+      if constexpr (std::is_same_v<To, bool>) {
+        d[i] = v != decltype(v)(0);
+      } else if constexpr (std::is_integral_v<typename Num<To>::C> &&
+                           std::is_floating_point_v<decltype(v)>) {
+        // Float to int: NaN and out-of-range values must not be UB.
+        using TI = typename Num<To>::C;
+        double x = static_cast<double>(v);
+        if (std::isnan(x)) {
+          d[i] = 0;
+        } else if (x >= static_cast<double>(std::numeric_limits<TI>::max())) {
+          d[i] = std::numeric_limits<TI>::max();
+        } else if (x <= static_cast<double>(std::numeric_limits<TI>::min())) {
+          d[i] = std::numeric_limits<TI>::min();
+        } else {
+          d[i] = static_cast<TI>(x);
+        }
       } else {
-        d[i] = static_cast<TI>(x);
+        d[i] = Num<To>::store(static_cast<typename Num<To>::C>(v));
       }
-    } else {
-      d[i] = Num<To>::store(static_cast<typename Num<To>::C>(v));
-    }
   }
+});
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/fused.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -142,40 +143,41 @@ void register_fused_ops(std::vector<OpDef>& defs) {
                 InvalidModelError, n.where(), ": operand ", i, " does not broadcast as a suffix");
     }
     const int64_t blocks = (total + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (total >= kParallelGrain)
-    for (int64_t b = 0; b < blocks; ++b) {
-      alignas(64) float acc[kBlock];
-      alignas(64) float opnd[kBlock];
-      const int64_t start = b * kBlock, len = std::min(kBlock, total - start);
-      auto load = [&](std::size_t i, float* dst) {
-        const float* src = in[i].ptr<const float>();
-        if (cnt[i] == total) {
-          for (int64_t k = 0; k < len; ++k) dst[k] = src[start + k];
-        } else if (cnt[i] == 1) {
-          for (int64_t k = 0; k < len; ++k) dst[k] = src[0];
-        } else {
-          for (int64_t k = 0; k < len; ++k) dst[k] = src[(start + k) % cnt[i]];
+parallel_for(blocks, total, [&](int64_t b_begin, int64_t b_end) {
+  for (int64_t b = b_begin; b < b_end; ++b) {
+        alignas(64) float acc[kBlock];
+        alignas(64) float opnd[kBlock];
+        const int64_t start = b * kBlock, len = std::min(kBlock, total - start);
+        auto load = [&](std::size_t i, float* dst) {
+          const float* src = in[i].ptr<const float>();
+          if (cnt[i] == total) {
+            for (int64_t k = 0; k < len; ++k) dst[k] = src[start + k];
+          } else if (cnt[i] == 1) {
+            for (int64_t k = 0; k < len; ++k) dst[k] = src[0];
+          } else {
+            for (int64_t k = 0; k < len; ++k) dst[k] = src[(start + k) % cnt[i]];
+          }
+        };
+        load(0, acc);
+        for (const Instr& ins : prog) {
+          if (ins.kind == 0) {
+            apply_unary_block(static_cast<Unary>(ins.code), acc, len, ins.p);
+            continue;
+          }
+          const std::size_t oi = static_cast<std::size_t>(ins.operand);
+          const float* src = opnd;
+          if (cnt[oi] == 1) {
+            for (int64_t k = 0; k < len; ++k) opnd[k] = in[oi].ptr<const float>()[0];
+          } else if (cnt[oi] == total) {
+            src = in[oi].ptr<const float>() + start;  // read in place
+          } else {
+            load(oi, opnd);
+          }
+          binary_block(static_cast<FusedBin>(ins.code), ins.kind == 2, acc, src, len);
         }
-      };
-      load(0, acc);
-      for (const Instr& ins : prog) {
-        if (ins.kind == 0) {
-          apply_unary_block(static_cast<Unary>(ins.code), acc, len, ins.p);
-          continue;
-        }
-        const std::size_t oi = static_cast<std::size_t>(ins.operand);
-        const float* src = opnd;
-        if (cnt[oi] == 1) {
-          for (int64_t k = 0; k < len; ++k) opnd[k] = in[oi].ptr<const float>()[0];
-        } else if (cnt[oi] == total) {
-          src = in[oi].ptr<const float>() + start;  // read in place
-        } else {
-          load(oi, opnd);
-        }
-        binary_block(static_cast<FusedBin>(ins.code), ins.kind == 2, acc, src, len);
-      }
-      for (int64_t k = 0; k < len; ++k) y[start + k] = acc[k];
-    }
+        for (int64_t k = 0; k < len; ++k) y[start + k] = acc[k];
+  }
+});
   };
   defs.push_back(std::move(d));
 }

@@ -13,6 +13,7 @@
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "backends/cpu/ops/epilogue.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -224,9 +225,37 @@ const std::vector<std::string>& gemm_kernel_names() {
 
 void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
   if (kernel == "cpu_blas") {
-    matmul::cpu_gemm_blas(p);
+    matmul::cpu_gemm_blas(p);  // OpenBLAS threads on its own (OPENBLAS_NUM_THREADS)
   } else if (kernel == "cpu_blocked") {
-    matmul::cpu_gemm_blocked(p);
+    // Our pool splits the problem (batches, else column blocks) and each piece runs
+    // the kernel single-threaded: one thread pool for the whole plan, and a helper
+    // that is slow to start never stalls the caller. Every C element is computed by
+    // the same kernel over the same K order as unsplit, so results are identical.
+    const std::size_t es = dtype_size(p.dtype);
+    const int threads = parallel_threads();
+    if (threads > 1 && p.batch >= threads) {
+      parallel_for(p.batch, p.flops(), [&](int64_t b0, int64_t b1) {
+        matmul::GemmProblem q = p;
+        q.batch = b1 - b0;
+        q.a.data = static_cast<const char*>(p.a.data) + b0 * p.a.bs * static_cast<int64_t>(es);
+        q.b.data = static_cast<const char*>(p.b.data) + b0 * p.b.bs * static_cast<int64_t>(es);
+        q.c = static_cast<char*>(p.c) + b0 * p.c_bs * static_cast<int64_t>(es);
+        matmul::cpu_gemm_blocked(q, 1);
+      });
+    } else if (threads > 1 && p.n >= 64) {
+      const int64_t blocks = (p.n + 31) / 32;  // 32-column pieces keep the micro-kernel's tiles whole
+      parallel_for(blocks, p.flops(), [&](int64_t j0, int64_t j1) {
+        const int64_t c0 = j0 * 32, c1 = std::min(p.n, j1 * 32);
+        matmul::GemmProblem q = p;
+        q.n = c1 - c0;
+        q.b.data = static_cast<const char*>(p.b.data) + c0 * p.b.cs * static_cast<int64_t>(es);
+        q.c = static_cast<char*>(p.c) + c0 * p.c_cs * static_cast<int64_t>(es);
+        if (p.bias) q.bias = static_cast<const char*>(p.bias) + c0 * static_cast<int64_t>(es);
+        matmul::cpu_gemm_blocked(q, 1);
+      });
+    } else {
+      matmul::cpu_gemm_blocked(p, 1);
+    }
   } else {
     XRT_THROW(UnsupportedOperationError, "matmul kernel '", kernel,
               "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_blas, cpu_blocked)");

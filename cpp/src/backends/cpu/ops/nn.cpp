@@ -9,6 +9,7 @@
 
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 void store_stat(TensorView& t, int64_t r, double v);
@@ -31,11 +32,9 @@ template <typename T>
 void softmax_typed(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
   using N = Num<T>;
   const int64_t rows = outer * inner;
-#pragma omp parallel if (rows * len >= kParallelGrain)
-  {
+  parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) {
     std::vector<float> buf(static_cast<std::size_t>(len));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
       const int64_t base = (r / inner) * len * inner + r % inner;
       const T* xr = x + base;
       T* yr = y + base;
@@ -70,7 +69,7 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, 
         }
       }
     }
-  }
+  });
 }
 
 OpDef softmax_def(const std::string& type) {
@@ -114,44 +113,45 @@ void layernorm_typed(const TensorView& x, const TensorView& scale, const TensorV
   const int64_t sn = scale.numel();
   const int64_t bn = bias ? bias->numel() : 0;
   T* py = y.ptr<T>();
-#pragma omp parallel for schedule(static) if (rows * len >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = px + r * len;
-    T* yr = py + r * len;
-    double mean = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < len; ++i) s += xr[i];
-      mean = static_cast<double>(s) / static_cast<double>(len);
-    } else {
-      for (int64_t i = 0; i < len; ++i) mean += N::load(xr[i]);
-      mean /= static_cast<double>(len);
-    }
-    double var = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      float v = 0, mf = static_cast<float>(mean);
-#pragma omp simd reduction(+ : v)
-      for (int64_t i = 0; i < len; ++i) v += (xr[i] - mf) * (xr[i] - mf);
-      var = static_cast<double>(v) / static_cast<double>(len);
-    } else {
-      for (int64_t i = 0; i < len; ++i) {
-        double dv = N::load(xr[i]) - mean;
-        var += dv * dv;
+parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) {
+  for (int64_t r = r_begin; r < r_end; ++r) {
+      const T* xr = px + r * len;
+      T* yr = py + r * len;
+      double mean = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        float s = 0;
+  #pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < len; ++i) s += xr[i];
+        mean = static_cast<double>(s) / static_cast<double>(len);
+      } else {
+        for (int64_t i = 0; i < len; ++i) mean += N::load(xr[i]);
+        mean /= static_cast<double>(len);
       }
-      var /= static_cast<double>(len);
-    }
-    const double inv = 1.0 / std::sqrt(var + eps);
-    using C = typename N::C;
-    const C m = static_cast<C>(mean), iv = static_cast<C>(inv);
-    for (int64_t i = 0; i < len; ++i) {
-      C v = (N::load(xr[i]) - m) * iv * N::load(ps[sn == len ? i : i % sn]);
-      if (pb) v += N::load(pb[bn == len ? i : i % bn]);
-      yr[i] = N::store(v);
-    }
-    if (mean_out) store_stat(*mean_out, r, mean);
-    if (inv_out) store_stat(*inv_out, r, inv);
+      double var = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        float v = 0, mf = static_cast<float>(mean);
+  #pragma omp simd reduction(+ : v)
+        for (int64_t i = 0; i < len; ++i) v += (xr[i] - mf) * (xr[i] - mf);
+        var = static_cast<double>(v) / static_cast<double>(len);
+      } else {
+        for (int64_t i = 0; i < len; ++i) {
+          double dv = N::load(xr[i]) - mean;
+          var += dv * dv;
+        }
+        var /= static_cast<double>(len);
+      }
+      const double inv = 1.0 / std::sqrt(var + eps);
+      using C = typename N::C;
+      const C m = static_cast<C>(mean), iv = static_cast<C>(inv);
+      for (int64_t i = 0; i < len; ++i) {
+        C v = (N::load(xr[i]) - m) * iv * N::load(ps[sn == len ? i : i % sn]);
+        if (pb) v += N::load(pb[bn == len ? i : i % bn]);
+        yr[i] = N::store(v);
+      }
+      if (mean_out) store_stat(*mean_out, r, mean);
+      if (inv_out) store_stat(*inv_out, r, inv);
   }
+});
 }
 
 }  // namespace
@@ -256,12 +256,13 @@ OpDef batchnorm_def() {
       using C = typename N::C;
       const T* x = in[0].ptr<const T>();
       T* y = out[0].ptr<T>();
-#pragma omp parallel for schedule(static) if (in[0].numel() >= kParallelGrain)
-      for (int64_t p = 0; p < nb * c; ++p) {
-        const C ak = static_cast<C>(a[p % c]), bk = static_cast<C>(b[p % c]);
-        for (int64_t i = 0; i < inner; ++i)
-          y[p * inner + i] = N::store(static_cast<C>(N::load(x[p * inner + i]) * ak + bk));
-      }
+parallel_for(nb * c, in[0].numel(), [&](int64_t p_begin, int64_t p_end) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+          const C ak = static_cast<C>(a[p % c]), bk = static_cast<C>(b[p % c]);
+          for (int64_t i = 0; i < inner; ++i)
+            y[p * inner + i] = N::store(static_cast<C>(N::load(x[p * inner + i]) * ak + bk));
+  }
+});
     });
   };
   return d;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "backends/cpu/ops/spatial.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -50,29 +51,30 @@ void maxpool2d(const Spatial& g, const T* px, T* py, int64_t planes) {
     kw0[ow] = b >= 0 ? 0 : (-b + DW - 1) / DW;
     kw1[ow] = std::min(KW, b + (KW - 1) * DW < W ? KW : (W - 1 - b) / DW + 1);
   }
-#pragma omp parallel for schedule(static) if (planes * OH * OW * KH * KW >= kParallelGrain)
-  for (int64_t p = 0; p < planes; ++p) {
-    const T* xp = px + p * H * W;
-    T* yp = py + p * OH * OW;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      const int64_t bh = oh * SH - PH;
-      const int64_t kh0 = bh >= 0 ? 0 : (-bh + DH - 1) / DH;
-      const int64_t kh1 = std::min(KH, bh + (KH - 1) * DH < H ? KH : (H - 1 - bh) / DH + 1);
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const int64_t bw = ow * SW - PW;
-        C best = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
-                                                      : std::numeric_limits<C>::lowest();
-        for (int64_t kh = kh0; kh < kh1; ++kh) {
-          const T* xr = xp + (bh + kh * DH) * W + bw;
-          for (int64_t kw = kw0[ow]; kw < kw1[ow]; ++kw) {
-            const C v = N::load(xr[kw * DW]);
-            best = v > best ? v : best;
+parallel_for(planes, planes * OH * OW * KH * KW, [&](int64_t p_begin, int64_t p_end) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+      const T* xp = px + p * H * W;
+      T* yp = py + p * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t bh = oh * SH - PH;
+        const int64_t kh0 = bh >= 0 ? 0 : (-bh + DH - 1) / DH;
+        const int64_t kh1 = std::min(KH, bh + (KH - 1) * DH < H ? KH : (H - 1 - bh) / DH + 1);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t bw = ow * SW - PW;
+          C best = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
+                                                        : std::numeric_limits<C>::lowest();
+          for (int64_t kh = kh0; kh < kh1; ++kh) {
+            const T* xr = xp + (bh + kh * DH) * W + bw;
+            for (int64_t kw = kw0[ow]; kw < kw1[ow]; ++kw) {
+              const C v = N::load(xr[kw * DW]);
+              best = v > best ? v : best;
+            }
           }
+          yp[oh * OW + ow] = N::store(best);
         }
-        yp[oh * OW + ow] = N::store(best);
       }
-    }
   }
+});
 }
 
 template <typename T>
@@ -90,63 +92,64 @@ void pool_typed(const Node& n, const TensorView& x, TensorView& y, TensorView* i
   const bool col_major = n.attr_int("storage_order", 0) != 0;
   const T* px = x.ptr<const T>();
   T* py = y.ptr<T>();
-#pragma omp parallel for schedule(static) if (planes * out_sz * g.k_size() >= kParallelGrain)
-  for (int64_t p = 0; p < planes; ++p) {
-    const T* xp = px + p * in_sz;
-    T* yp = py + p * out_sz;
-    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-          const int64_t b0 = o0 * g.s[0] - g.pb[0], b1 = o1 * g.s[1] - g.pb[1],
-                        b2 = o2 * g.s[2] - g.pb[2];
-          C best = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
-                                                        : std::numeric_limits<C>::lowest();
-          int64_t best_i = -1;
-          double sum = 0;
-          int64_t cnt = 0, cnt_pad = 0;
-          for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
-            const int64_t i0 = b0 + k0 * g.d[0];
-            for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
-              const int64_t i1 = b1 + k1 * g.d[1];
-              for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
-                const int64_t i2 = b2 + k2 * g.d[2];
-                // Positions inside input+pads count for count_include_pad.
-                if (i0 < g.in[0] + g.pe[0] && i1 < g.in[1] + g.pe[1] && i2 < g.in[2] + g.pe[2])
-                  ++cnt_pad;
-                if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= g.in[0] || i1 >= g.in[1] || i2 >= g.in[2])
-                  continue;
-                const int64_t off = (i0 * g.in[1] + i1) * g.in[2] + i2;
-                const C v = N::load(xp[off]);
-                if (is_max) {
-                  if (v > best || best_i < 0) {
-                    best = v;
-                    best_i = off;
+parallel_for(planes, planes * out_sz * g.k_size(), [&](int64_t p_begin, int64_t p_end) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+      const T* xp = px + p * in_sz;
+      T* yp = py + p * out_sz;
+      for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+            const int64_t b0 = o0 * g.s[0] - g.pb[0], b1 = o1 * g.s[1] - g.pb[1],
+                          b2 = o2 * g.s[2] - g.pb[2];
+            C best = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
+                                                          : std::numeric_limits<C>::lowest();
+            int64_t best_i = -1;
+            double sum = 0;
+            int64_t cnt = 0, cnt_pad = 0;
+            for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+              const int64_t i0 = b0 + k0 * g.d[0];
+              for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
+                const int64_t i1 = b1 + k1 * g.d[1];
+                for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+                  const int64_t i2 = b2 + k2 * g.d[2];
+                  // Positions inside input+pads count for count_include_pad.
+                  if (i0 < g.in[0] + g.pe[0] && i1 < g.in[1] + g.pe[1] && i2 < g.in[2] + g.pe[2])
+                    ++cnt_pad;
+                  if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= g.in[0] || i1 >= g.in[1] || i2 >= g.in[2])
+                    continue;
+                  const int64_t off = (i0 * g.in[1] + i1) * g.in[2] + i2;
+                  const C v = N::load(xp[off]);
+                  if (is_max) {
+                    if (v > best || best_i < 0) {
+                      best = v;
+                      best_i = off;
+                    }
+                  } else {
+                    sum += v;
+                    ++cnt;
                   }
-                } else {
-                  sum += v;
-                  ++cnt;
                 }
               }
             }
-          }
-          const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
-          if (is_max) {
-            yp[o] = N::store(best);
-            if (idx) {
-              int64_t flat = best_i;
-              if (col_major && best_i >= 0) {  // column-major within the plane
-                const int64_t r2 = best_i % g.in[2], r1 = (best_i / g.in[2]) % g.in[1],
-                              r0 = best_i / (g.in[2] * g.in[1]);
-                flat = (r2 * g.in[1] + r1) * g.in[0] + r0;
+            const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
+            if (is_max) {
+              yp[o] = N::store(best);
+              if (idx) {
+                int64_t flat = best_i;
+                if (col_major && best_i >= 0) {  // column-major within the plane
+                  const int64_t r2 = best_i % g.in[2], r1 = (best_i / g.in[2]) % g.in[1],
+                                r0 = best_i / (g.in[2] * g.in[1]);
+                  flat = (r2 * g.in[1] + r1) * g.in[0] + r0;
+                }
+                idx->ptr<int64_t>()[p * out_sz + o] = p * in_sz + flat;
               }
-              idx->ptr<int64_t>()[p * out_sz + o] = p * in_sz + flat;
+            } else {
+              const int64_t div = include_pad ? cnt_pad : cnt;
+              yp[o] = N::store(static_cast<C>(div > 0 ? sum / static_cast<double>(div) : 0.0));
             }
-          } else {
-            const int64_t div = include_pad ? cnt_pad : cnt;
-            yp[o] = N::store(static_cast<C>(div > 0 ? sum / static_cast<double>(div) : 0.0));
           }
-        }
   }
+});
 }
 
 OpDef pool_def(const std::string& type, bool is_max) {
@@ -214,16 +217,17 @@ OpDef global_pool_def(const std::string& type, bool is_max) {
       if constexpr (kIsFloat<T>) {
         const T* x = in[0].ptr<const T>();
         T* y = out[0].ptr<T>();
-#pragma omp parallel for schedule(static) if (in[0].numel() >= kParallelGrain)
-        for (int64_t p = 0; p < planes; ++p) {
-          double acc = is_max ? -INFINITY : 0.0;
-          for (int64_t i = 0; i < sz; ++i) {
-            double v = N::load(x[p * sz + i]);
-            acc = is_max ? std::max(acc, v) : acc + v;
-          }
-          if (!is_max) acc /= static_cast<double>(sz);
-          y[p] = N::store(static_cast<typename N::C>(acc));
-        }
+parallel_for(planes, in[0].numel(), [&](int64_t p_begin, int64_t p_end) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+            double acc = is_max ? -INFINITY : 0.0;
+            for (int64_t i = 0; i < sz; ++i) {
+              double v = N::load(x[p * sz + i]);
+              acc = is_max ? std::max(acc, v) : acc + v;
+            }
+            if (!is_max) acc /= static_cast<double>(sz);
+            y[p] = N::store(static_cast<typename N::C>(acc));
+  }
+});
       }
     });
   };

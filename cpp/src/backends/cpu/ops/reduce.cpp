@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -77,71 +78,72 @@ void reduce_typed(Red kind, const T* x, T* y, const Shape& shape, const std::vec
     red_off[r] = off;
   }
   const double count = static_cast<double>(r_n);
-#pragma omp parallel for schedule(static) if (out_n * r_n >= kParallelGrain && out_n > 1)
-  for (int64_t o = 0; o < out_n; ++o) {
-    int64_t rem = o, base = 0;
-    for (int64_t d = static_cast<int64_t>(kept_dims.size()) - 1; d >= 0; --d) {
-      base += (rem % kept_dims[d]) * kept_str[d];
-      rem /= kept_dims[d];
-    }
-    const T* p = x + base;
-    Acc acc;
-    switch (kind) {
-      case Red::kMax: {
-        C m = std::numeric_limits<C>::lowest();
-        if constexpr (std::is_floating_point_v<C>) m = -std::numeric_limits<C>::infinity();
-        for (int64_t r = 0; r < r_n; ++r) {
-          C v = N::load(p[red_off[r]]);
-          if constexpr (std::is_floating_point_v<C>) {
-            if (std::isnan(v)) { m = v; break; }
+parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) {
+  for (int64_t o = o_begin; o < o_end; ++o) {
+      int64_t rem = o, base = 0;
+      for (int64_t d = static_cast<int64_t>(kept_dims.size()) - 1; d >= 0; --d) {
+        base += (rem % kept_dims[d]) * kept_str[d];
+        rem /= kept_dims[d];
+      }
+      const T* p = x + base;
+      Acc acc;
+      switch (kind) {
+        case Red::kMax: {
+          C m = std::numeric_limits<C>::lowest();
+          if constexpr (std::is_floating_point_v<C>) m = -std::numeric_limits<C>::infinity();
+          for (int64_t r = 0; r < r_n; ++r) {
+            C v = N::load(p[red_off[r]]);
+            if constexpr (std::is_floating_point_v<C>) {
+              if (std::isnan(v)) { m = v; break; }
+            }
+            m = v > m ? v : m;
           }
-          m = v > m ? v : m;
+          y[o] = N::store(m);
+          continue;
         }
-        y[o] = N::store(m);
-        continue;
-      }
-      case Red::kMin: {
-        C m = std::numeric_limits<C>::max();
-        if constexpr (std::is_floating_point_v<C>) m = std::numeric_limits<C>::infinity();
-        for (int64_t r = 0; r < r_n; ++r) {
-          C v = N::load(p[red_off[r]]);
-          if constexpr (std::is_floating_point_v<C>) {
-            if (std::isnan(v)) { m = v; break; }
+        case Red::kMin: {
+          C m = std::numeric_limits<C>::max();
+          if constexpr (std::is_floating_point_v<C>) m = std::numeric_limits<C>::infinity();
+          for (int64_t r = 0; r < r_n; ++r) {
+            C v = N::load(p[red_off[r]]);
+            if constexpr (std::is_floating_point_v<C>) {
+              if (std::isnan(v)) { m = v; break; }
+            }
+            m = v < m ? v : m;
           }
-          m = v < m ? v : m;
+          y[o] = N::store(m);
+          continue;
         }
-        y[o] = N::store(m);
-        continue;
-      }
-      case Red::kProd:
-        acc = 1;
-        for (int64_t r = 0; r < r_n; ++r) acc *= static_cast<Acc>(N::load(p[red_off[r]]));
-        break;
-      case Red::kLogSumExp: {
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t r = 0; r < r_n; ++r) m = std::max(m, static_cast<double>(N::load(p[red_off[r]])));
-        double s = 0;
-        for (int64_t r = 0; r < r_n; ++r) s += std::exp(static_cast<double>(N::load(p[red_off[r]])) - m);
-        y[o] = N::store(static_cast<C>(r_n == 0 ? m : m + std::log(s)));
-        continue;
-      }
-      default: {
-        acc = 0;
-        for (int64_t r = 0; r < r_n; ++r) {
-          Acc v = static_cast<Acc>(N::load(p[red_off[r]]));
-          if (kind == Red::kSumSquare || kind == Red::kL2) v = v * v;
-          else if (kind == Red::kL1) v = v < 0 ? -v : v;
-          acc += v;
+        case Red::kProd:
+          acc = 1;
+          for (int64_t r = 0; r < r_n; ++r) acc *= static_cast<Acc>(N::load(p[red_off[r]]));
+          break;
+        case Red::kLogSumExp: {
+          double m = -std::numeric_limits<double>::infinity();
+          for (int64_t r = 0; r < r_n; ++r) m = std::max(m, static_cast<double>(N::load(p[red_off[r]])));
+          double s = 0;
+          for (int64_t r = 0; r < r_n; ++r) s += std::exp(static_cast<double>(N::load(p[red_off[r]])) - m);
+          y[o] = N::store(static_cast<C>(r_n == 0 ? m : m + std::log(s)));
+          continue;
         }
-        if (kind == Red::kL2) acc = static_cast<Acc>(std::sqrt(static_cast<double>(acc)));
-        if (kind == Red::kMean) {
-          if constexpr (std::is_floating_point_v<Acc>) acc = acc / count;
-          else acc = r_n ? static_cast<Acc>(acc / r_n) : 0;
+        default: {
+          acc = 0;
+          for (int64_t r = 0; r < r_n; ++r) {
+            Acc v = static_cast<Acc>(N::load(p[red_off[r]]));
+            if (kind == Red::kSumSquare || kind == Red::kL2) v = v * v;
+            else if (kind == Red::kL1) v = v < 0 ? -v : v;
+            acc += v;
+          }
+          if (kind == Red::kL2) acc = static_cast<Acc>(std::sqrt(static_cast<double>(acc)));
+          if (kind == Red::kMean) {
+            if constexpr (std::is_floating_point_v<Acc>) acc = acc / count;
+            else acc = r_n ? static_cast<Acc>(acc / r_n) : 0;
+          }
         }
       }
-    }
-    y[o] = N::store(static_cast<C>(acc));
+      y[o] = N::store(static_cast<C>(acc));
   }
+});
 }
 
 OpDef reduce_def(const std::string& type, Red kind) {

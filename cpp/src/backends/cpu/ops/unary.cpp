@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backends/cpu/ops/elementwise.h"
+#include "backends/cpu/ops/parallel.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -20,8 +21,10 @@ const std::vector<DType> kSigned = {DType::kFloat32, DType::kFloat64, DType::kFl
 template <Unary K, typename T>
 void unary_loop(const UnaryParams& p, const T* x, T* y, int64_t n) {
   using N = Num<T>;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) y[i] = N::store(apply_unary_k<K, typename N::C>(N::load(x[i]), p));
+  parallel_for(n, n, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) y[i] = N::store(apply_unary_k<K, typename N::C>(N::load(x[i]), p));
+  });
 }
 
 template <Unary K>

@@ -1,0 +1,120 @@
+#include "backends/cpu/ops/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/ops/cpu_op.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+thread_local bool t_in_job = false;
+
+struct Job {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0, chunks = 0;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+
+  void work() {
+    for (;;) {
+      const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= chunks) return;
+      const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+      (*fn)(b, e);
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+int env_threads() {
+  for (const char* name : {"XRT_NUM_THREADS", "OMP_NUM_THREADS"}) {
+    const char* v = std::getenv(name);
+    if (v && std::atoi(v) > 0) return std::atoi(v);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+class Pool {
+ public:
+  static Pool& instance() {
+    static Pool* p = new Pool(env_threads());  // never destroyed: helpers outlive statics
+    return *p;
+  }
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
+    if (!busy.owns_lock() || workers_.empty()) {
+      fn(0, n);  // another thread's job holds the pool: work alone
+      return;
+    }
+    auto job = std::make_shared<Job>();
+    job->fn = &fn;
+    job->n = n;
+    job->chunks = std::min<int64_t>(n, 4 * threads());
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = job;
+      ++gen_;
+    }
+    cv_.notify_all();
+    t_in_job = true;
+    job->work();
+    t_in_job = false;
+    // Every chunk is claimed now; wait only for chunks a helper is still running.
+    while (job->done.load(std::memory_order_acquire) < job->chunks) std::this_thread::yield();
+    std::lock_guard<std::mutex> lk(mu_);
+    job_.reset();
+  }
+
+ private:
+  explicit Pool(int threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { loop(); });
+    for (auto& w : workers_) w.detach();
+  }
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return gen_ != seen; });
+        seen = gen_;
+        job = job_;
+      }
+      if (!job) continue;
+      t_in_job = true;
+      job->work();
+      t_in_job = false;
+    }
+  }
+
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<Job> job_;
+  uint64_t gen_ = 0;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+int parallel_threads() { return Pool::instance().threads(); }
+
+void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (n == 1 || work < kParallelGrain || t_in_job) {
+    fn(0, n);
+    return;
+  }
+  Pool::instance().run(n, fn);
+}
+
+}  // namespace xpuruntime::cpu

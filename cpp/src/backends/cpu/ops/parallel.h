@@ -1,0 +1,23 @@
+// The CPU ops' parallel loop. The calling thread always works and never waits for
+// a helper that has not started: chunks are claimed from an atomic counter, so a
+// helper descheduled by a busy machine costs nothing (OpenMP's static schedule and
+// end-of-region barrier would make every op wait for it). Helpers are persistent
+// and sleep on a condition variable between jobs.
+//
+// Threads: XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware concurrency
+// (the caller counts as one). A parallel_for inside another, or while another
+// thread's job holds the pool, runs inline on the calling thread. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace xpuruntime::cpu {
+
+// fn(begin, end) over [0, n) in chunks. `work` estimates the total cost in
+// element-operations; below kParallelGrain (cpu_op.h) everything runs inline.
+void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
+// Threads parallel_for may use (helpers + the caller).
+int parallel_threads();
+
+}  // namespace xpuruntime::cpu
