@@ -49,6 +49,8 @@ DLDataType to_dl_dtype(DType t) {
   XRT_THROW(InvalidArgumentError, "dtype has no DLPack code");
 }
 
+}  // namespace
+
 DType from_dl_dtype(DLDataType dt) {
   XRT_CHECK(dt.lanes == 1, UnsupportedOperationError, "DLPack vector types (lanes=", dt.lanes,
             ") are not supported");
@@ -95,31 +97,33 @@ Device from_dl_device(DLDevice d) {
   }
 }
 
+namespace {
+
 DLDevice to_dl_device(const Device& d) {
   return d.is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, d.index};
 }
 
-// What an exported capsule owns: a view of our tensor and its shape arrays.
+// What an exported tensor owns: a view of our tensor. DLPack's shape/strides point
+// into that view's own vectors (consumers only read them), so an export costs
+// one allocation.
 template <typename Managed>
 struct ExportHolder {
   Managed managed{};
   Tensor tensor;
-  Shape shape, strides;
 };
 
 template <typename Managed>
 Managed* make_managed(const Tensor& t) {
   auto holder = std::make_unique<ExportHolder<Managed>>();
   holder->tensor = t;
-  holder->shape = t.shape();
-  holder->strides = t.strides();
+  const Tensor& view = holder->tensor;
   DLTensor& dl = holder->managed.dl_tensor;
-  dl.data = t.numel() == 0 ? nullptr : t.data_ptr();
-  dl.device = to_dl_device(t.device());
-  dl.ndim = static_cast<int32_t>(t.dim());
-  dl.dtype = to_dl_dtype(t.dtype());
-  dl.shape = holder->shape.data();
-  dl.strides = holder->strides.data();
+  dl.data = view.numel() == 0 ? nullptr : view.data_ptr();
+  dl.device = to_dl_device(view.device());
+  dl.ndim = static_cast<int32_t>(view.dim());
+  dl.dtype = to_dl_dtype(view.dtype());
+  dl.shape = const_cast<int64_t*>(view.shape().data());
+  dl.strides = const_cast<int64_t*>(view.strides().data());
   dl.byte_offset = 0;
   holder->managed.manager_ctx = holder.get();
   holder->managed.deleter = [](Managed* self) {
@@ -140,11 +144,26 @@ void capsule_destructor(PyObject* capsule, const char* live_name) {
 
 }  // namespace
 
+DLManagedTensorVersioned* to_managed_versioned(const Tensor& t, bool copied) {
+  auto* m = make_managed<DLManagedTensorVersioned>(t);
+  m->version = {kDLPackMajor, kDLPackMinor};
+  m->flags = copied ? kDLPackFlagIsCopied : 0;
+  return m;
+}
+
+void to_dltensor_view(const Tensor& t, DLTensor* out) {
+  out->data = t.numel() == 0 ? nullptr : t.data_ptr();
+  out->device = to_dl_device(t.device());
+  out->ndim = static_cast<int32_t>(t.dim());
+  out->dtype = to_dl_dtype(t.dtype());
+  out->shape = const_cast<int64_t*>(t.shape().data());
+  out->strides = const_cast<int64_t*>(t.strides().data());
+  out->byte_offset = 0;
+}
+
 py::capsule tensor_to_capsule(const Tensor& t, bool versioned, bool copied) {
   if (versioned) {
-    auto* m = make_managed<DLManagedTensorVersioned>(t);
-    m->version = {kDLPackMajor, kDLPackMinor};
-    m->flags = copied ? kDLPackFlagIsCopied : 0;
+    auto* m = to_managed_versioned(t, copied);
     return py::capsule(m, kVersionedName, [](PyObject* c) {
       capsule_destructor<DLManagedTensorVersioned>(c, kVersionedName);
     });
@@ -174,30 +193,44 @@ Tensor adopt_managed(Managed* m) {
   char* base = empty ? first : first + lo * esize;
   std::size_t nbytes = empty ? 0 : static_cast<std::size_t>((hi - lo + 1) * esize);
   auto release = [m](void*) {
-    if (!m->deleter) return;
-    if (python_alive()) {
-      py::gil_scoped_acquire gil;
+    if (!m->deleter || !python_alive()) return;
+    if (PyGILState_Check()) {  // the common case: released from Python code
       m->deleter(m);
+      return;
     }
+    py::gil_scoped_acquire gil;  // producers' deleters may touch Python objects
+    m->deleter(m);
   };
   auto storage = std::make_shared<Storage>(base, nbytes, device, release);
   return Tensor(std::move(storage), shape, strides, empty ? 0 : -lo, dtype);
 }
 }  // namespace
 
+Tensor adopt_versioned(DLManagedTensorVersioned* m) {
+  auto drop = [m] {
+    if (m->deleter) m->deleter(m);  // the spec says the deleter is always safe to call
+  };
+  if (m->version.major != kDLPackMajor) {
+    drop();
+    XRT_THROW(UnsupportedOperationError, "DLPack major version ", m->version.major,
+              " is not supported (we speak ", kDLPackMajor, ".x)");
+  }
+  try {
+    return adopt_managed(m);
+  } catch (...) {
+    drop();  // adopt_managed took nothing: the tensor is still ours to release
+    throw;
+  }
+}
+
 Tensor tensor_from_capsule(py::capsule cap) {
   PyObject* c = cap.ptr();
   if (PyCapsule_IsValid(c, kVersionedName)) {
     auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kVersionedName));
-    if (m->version.major != kDLPackMajor) {
-      if (m->deleter) m->deleter(m);  // the spec says the deleter is always safe to call
-      PyCapsule_SetName(c, kUsedVersionedName);
-      XRT_THROW(UnsupportedOperationError, "DLPack major version ", m->version.major,
-                " is not supported (we speak ", kDLPackMajor, ".x)");
-    }
-    Tensor t = adopt_managed(m);  // may throw before we take ownership: capsule keeps it
+    // The capsule hands its tensor over before adopt_versioned, which owns it from then
+    // on (and releases it when it throws).
     PyCapsule_SetName(c, kUsedVersionedName);
-    return t;
+    return adopt_versioned(m);
   }
   if (PyCapsule_IsValid(c, kLegacyName)) {
     auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kLegacyName));
@@ -211,6 +244,7 @@ Tensor tensor_from_capsule(py::capsule cap) {
 
 void bind_tensor(py::module_& m) {
   bind_tensor_class(m);
+  bind_dlpack_exchange(m);
 }
 
 }  // namespace xpuruntime::bindings

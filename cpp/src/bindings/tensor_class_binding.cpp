@@ -39,7 +39,6 @@ DType dtype_of_numpy(const py::dtype& dt) {
             "big-endian numpy arrays are not supported: convert with arr.astype(arr.dtype.newbyteorder('='))");
   const char kind = dt.kind();
   const auto size = dt.itemsize();
-  std::string name = py::str(dt.attr("name"));
   if (kind == 'f' && size == 4) return DType::kFloat32;
   if (kind == 'f' && size == 2) return DType::kFloat16;
   if (kind == 'f' && size == 8) return DType::kFloat64;
@@ -49,16 +48,14 @@ DType dtype_of_numpy(const py::dtype& dt) {
   if (kind == 'i' && size == 8) return DType::kInt64;
   if (kind == 'u' && size == 1) return DType::kUInt8;
   if (kind == 'b') return DType::kBool;
+  // Only now the name: numpy computes dtype.name in Python (microseconds per call).
+  std::string name = py::str(dt.attr("name"));
   if (name == "bfloat16") return DType::kBFloat16;
   if (name == "float8_e4m3fn") return DType::kFloat8E4M3;
   if (name == "float8_e5m2") return DType::kFloat8E5M2;
   XRT_THROW(UnsupportedOperationError, "numpy dtype ", name,
             " is not supported; supported: float32, float16, bfloat16, float64, int8, uint8, "
             "int16, int32, int64, bool");
-}
-
-NativeStream current_native_stream(const Device& d) {
-  return d.is_cuda() ? StreamManager::instance().current_stream(d)->native() : nullptr;
 }
 
 // DLPack stream argument (array API): None/1 legacy default, 2 per-thread default,
@@ -69,11 +66,13 @@ void sync_for_consumer(const Tensor& t, const py::object& stream) {
   if (value == -1) return;
   XRT_CHECK(value != 0, InvalidArgumentError, "DLPack stream 0 is disallowed for CUDA (use 1 or 2)");
   auto consumer = reinterpret_cast<NativeStream>(value == 1 ? 0 : value);
-  auto producer = StreamManager::instance().current_stream(t.device());
-  if (producer->native() == consumer) return;
-  Event ev(t.device(), /*enable_timing=*/false);
-  ev.record(*producer);
-  ev.wait(*Stream::wrap(t.device(), consumer));
+  order_streams(t.device(), current_native_stream(t.device()), consumer);
+}
+
+}  // namespace
+
+NativeStream current_native_stream(const Device& d) {
+  return d.is_cuda() ? StreamManager::instance().current_stream(d)->native() : nullptr;
 }
 
 py::object tensor_dlpack(const Tensor& self, const py::object& stream, const py::object& max_version,
@@ -108,10 +107,9 @@ py::object tensor_dlpack(const Tensor& self, const py::object& stream, const py:
     auto v = max_version.cast<std::pair<int, int>>();
     versioned = v.first >= 1;
   }
+  count_dlpack(DLPackRoute::kExportDunderGeneral);
   return tensor_to_capsule(t, versioned, copied);
 }
-
-}  // namespace
 
 Tensor tensor_from_numpy(const py::array& arr) {
   DType dtype = dtype_of_numpy(arr.dtype());
@@ -167,8 +165,13 @@ py::array tensor_to_numpy(const Tensor& t) {
 Tensor tensor_from_python(const py::handle& obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   if (py::isinstance<py::array>(obj)) return tensor_from_numpy(py::reinterpret_borrow<py::array>(obj));
-  if (py::isinstance<py::capsule>(obj)) return tensor_from_capsule(py::reinterpret_borrow<py::capsule>(obj));
+  if (py::isinstance<py::capsule>(obj)) {
+    count_dlpack(DLPackRoute::kImportCapsule);
+    return tensor_from_capsule(py::reinterpret_borrow<py::capsule>(obj));
+  }
+  if (Tensor t; try_import_via_exchange_api(obj, &t)) return t;  // torch and other C-table producers
   if (py::hasattr(obj, "__dlpack__")) {
+    count_dlpack(DLPackRoute::kImportDunder);
     py::object stream = py::none();
     if (py::hasattr(obj, "__dlpack_device__")) {
       auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
@@ -192,7 +195,7 @@ Tensor tensor_from_python(const py::handle& obj) {
     return tensor_from_numpy(arr);
   }
   XRT_THROW(InvalidArgumentError, "cannot make a tensor from an object of type ",
-            std::string(py::str(obj.get_type().attr("__name__"))),
+            std::string(py::str(py::type::handle_of(obj).attr("__name__"))),
             ": pass a numpy array, an xpuruntime Tensor or an object with __dlpack__");
 }
 
@@ -259,22 +262,12 @@ void bind_tensor_class(py::module_& m) {
              return t;
            },
            py::arg("src"))
-      .def("__dlpack__", &tensor_dlpack, py::kw_only(), py::arg("stream") = py::none(),
-           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
-           py::arg("copy") = py::none())
-      .def("__dlpack_device__",
-           [](const Tensor& t) {
-             Device d = t.device();
-             return py::make_tuple(d.is_cpu() ? 1 : 2, d.is_cpu() ? 0 : d.index);
-           })
+      // __dlpack__, __dlpack_device__ and to_torch are installed by bind_dlpack_exchange.
       .def("__len__", [](const Tensor& t) {
         XRT_CHECK(t.dim() > 0, InvalidArgumentError, "len() of a 0-d tensor");
         return t.shape()[0];
       })
       .def("__repr__", &Tensor::str);
-
-  m.def("from_dlpack", [](py::object obj) { return tensor_from_python(obj); }, py::arg("obj"),
-        "Zero-copy import of anything with __dlpack__ (or a DLPack capsule, or a numpy array).");
 }
 
 }  // namespace xpuruntime::bindings
