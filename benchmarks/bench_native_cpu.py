@@ -92,8 +92,15 @@ def export(name: str, out_dir: Path) -> tuple[Path, dict[str, np.ndarray]]:
     args = tuple(torch.from_numpy(v) for v in feeds.values())
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, str(path), dynamo=False, opset_version=17,
-                          input_names=list(feeds), output_names=["output"])
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            dynamo=False,
+            opset_version=17,
+            input_names=list(feeds),
+            output_names=["output"],
+        )
     return path, feeds
 
 
@@ -116,14 +123,14 @@ def peak_memory_child(engine: str, path: str, feeds_path: str, threads: int) -> 
         import xpuruntime as xrt
 
         sess = xrt.InferenceSession(path, device="cpu", engine="native")
-        run = lambda: sess.run(feeds)  # noqa: E731
+        run = lambda: sess.run(feeds)
     else:
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        run = lambda: s.run(None, feeds)  # noqa: E731
+        run = lambda: s.run(None, feeds)
     # Reset the high-water mark to the current RSS, then run.
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
@@ -135,7 +142,6 @@ def peak_memory_child(engine: str, path: str, feeds_path: str, threads: int) -> 
 
 def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any]:
     import onnxruntime as ort
-
     import xpuruntime as xrt
 
     path, feeds = export(name, out_dir)
@@ -146,8 +152,9 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
     variants: dict[str, Any] = {}
     for gemm in GEMMS:
         t0 = time.perf_counter()
-        sess = xrt.InferenceSession(str(path), device="cpu", engine="native",
-                                    kernel_policy=xrt.KernelPolicy(matmul=gemm))
+        sess = xrt.InferenceSession(
+            str(path), device="cpu", engine="native", kernel_policy=xrt.KernelPolicy(matmul=gemm)
+        )
         build_s = time.perf_counter() - t0
         ours = sess.run(feeds)["output"]
         variants[gemm] = {
@@ -162,8 +169,11 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
     per_block = max(1, iters // ROUNDS)
     for _ in range(ROUNDS):
         for key in list(GEMMS) + ["ort"]:
-            fn = (lambda: ref.run(None, feeds)) if key == "ort" else (
-                lambda s=variants[key]["session"]: s.run(feeds))
+            fn = (
+                (lambda: ref.run(None, feeds))
+                if key == "ort"
+                else (lambda s=variants[key]["session"]: s.run(feeds))
+            )
             fn()  # re-warm after the other engine ran
             for _ in range(per_block):
                 a = time.perf_counter()
@@ -171,7 +181,9 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
                 times[key].append((time.perf_counter() - a) * 1e3)
     best = min(GEMMS, key=lambda g: np.percentile(times[g], 50))
     sess = variants[best]["session"]
-    compile_ms = float(next(line for line in sess.plan.pass_log if line.startswith("compile time")).split(":")[1])
+    compile_ms = float(
+        next(line for line in sess.plan.pass_log if line.startswith("compile time")).split(":")[1]
+    )
     build_s = variants[best]["build_s"]
     rel = max(v["rel"] for v in variants.values())
     tn, to = times[best], times["ort"]
@@ -181,7 +193,10 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
     for engine in ("native", "onnxruntime"):
         proc = subprocess.run(
             [sys.executable, __file__, "--peak-child", engine, str(path), str(feeds_path), str(threads)],
-            capture_output=True, text=True, check=True, env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ),
         )
         peaks[engine] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_growth_bytes"]
     mem = sess.memory()
@@ -233,8 +248,11 @@ def main() -> int:
         "benchmark": "native engine vs ONNX Runtime CPU EP, one process, same thread count",
         "threads": args.threads,
         "iterations": args.iterations,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "load_average_at_end": os.getloadavg()},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "load_average_at_end": os.getloadavg(),
+        },
         "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
         "goals": {"latency_ratio_max": 1.5, "compile_s_max": 2.0, "peak_activation": "<= ort"},
         "results": rows,
