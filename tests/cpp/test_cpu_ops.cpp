@@ -152,6 +152,7 @@ TEST(CpuOps, ConvIm2colMatchesDirectFloat64) {
   check_conv("cpu_im2col", 2, 5, 11, 9, 7, 3, 2, 1, 1, 1);
   check_conv("cpu_im2col", 1, 6, 10, 10, 4, 3, 1, 2, 2, 2);  // groups + dilation
   check_conv("cpu_im2col", 2, 8, 7, 7, 6, 1, 1, 0, 1, 1);   // 1x1: GEMM on the input
+  check_conv("cpu_im2col", 1, 3, 45, 41, 5, 7, 1, 3, 1, 1);  // several im2col column blocks
 }
 
 TEST(CpuOps, ConvDepthwiseMatchesDirectFloat64) {

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/ops/gemm_call.h"
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
 #include "xpuruntime/error.h"
@@ -317,6 +318,8 @@ void bind_graph(py::module_& m) {
       py::arg("graph"), py::arg("kernel_policy"), py::arg("exec_policy"),
       py::arg("model_hash") = "", py::arg("input_shapes") = std::map<std::string, graph::Shape>{},
       py::arg("fold") = true, py::arg("fuse") = true);
+  g.def("scratch_peak_bytes", &cpu::scratch_peak_bytes,
+        "Largest per-thread scratch buffer the CPU kernels used so far (im2col), in bytes.");
   g.def("policy_fingerprint", &graph::policy_fingerprint, py::arg("kernel_policy"),
         py::arg("exec_policy"));
   g.def("supported_ops", [] {

@@ -103,36 +103,46 @@ parallel_for(nb * m, y.numel(), [&](int64_t q_begin, int64_t q_end) {
 });
 }
 
+// Columns [c0, c1) of the im2col matrix (rows: channel × kernel tap, columns:
+// output positions) into col, a [rows × (c1 - c0)] row-major block.
 template <typename T>
-void im2col(const T* x, int64_t channels, const Spatial& g, T* col) {
-  const int64_t kp = g.k_size(), out_sz = g.out_size(), in_sz = g.in_size();
-  const int64_t rows = channels * kp;
-parallel_for(rows, rows * out_sz, [&](int64_t r_begin, int64_t r_end) {
-  for (int64_t r = r_begin; r < r_end; ++r) {
+void im2col(const T* x, int64_t channels, const Spatial& g, T* col, int64_t c0, int64_t c1) {
+  const int64_t kp = g.k_size(), in_sz = g.in_size();
+  const int64_t rows = channels * kp, width = c1 - c0;
+  parallel_for(rows, rows * width, [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
       const int64_t c = r / kp, kk = r % kp;
       const int64_t k2 = kk % g.k[2], k1 = (kk / g.k[2]) % g.k[1], k0 = kk / (g.k[2] * g.k[1]);
       const T* xc = x + c * in_sz;
-      T* dst = col + r * out_sz;
-      for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
+      T* dst = col + r * width - c0;  // indexed by absolute output position
+      const int64_t off = k2 * g.d[2] - g.pb[2];
+      int64_t o = c0;
+      while (o < c1) {
+        // One run along the innermost output dim: o = (o0 * out1 + o1) * out2 + o2.
+        const int64_t o2 = o % g.out[2], o01 = o / g.out[2];
+        const int64_t o1 = o01 % g.out[1], o0 = o01 / g.out[1];
+        const int64_t run = std::min(c1 - o, g.out[2] - o2);
         const int64_t i0 = o0 * g.s[0] - g.pb[0] + k0 * g.d[0];
-        for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-          const int64_t i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1];
-          T* d = dst + (o0 * g.out[1] + o1) * g.out[2];
-          if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
-            std::fill(d, d + g.out[2], T(0));
-            continue;
-          }
+        const int64_t i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1];
+        T* d = dst + o;
+        if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+          std::fill(d, d + run, T(0));
+        } else {
           const T* xr = xc + (i0 * g.in[1] + i1) * g.in[2];
-          const int64_t off = k2 * g.d[2] - g.pb[2];
-          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-            const int64_t i2 = o2 * g.s[2] + off;
-            d[o2] = (i2 >= 0 && i2 < g.in[2]) ? xr[i2] : T(0);
+          for (int64_t t = 0; t < run; ++t) {
+            const int64_t i2 = (o2 + t) * g.s[2] + off;
+            d[t] = (i2 >= 0 && i2 < g.in[2]) ? xr[i2] : T(0);
           }
         }
+        o += run;
       }
-  }
-});
+    }
+  });
 }
+
+// im2col scratch per block of output positions stays under this many bytes, so
+// the convolution's workspace is bounded (a 7×7 stem on 224² would need 7 MB).
+constexpr int64_t kIm2colBlockBytes = 512 * 1024;
 
 template <typename T>
 void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
@@ -167,18 +177,35 @@ void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorV
     p.c = py;
     p.c_bs = m * out_sz;
     run_gemm(gemm, p);
+  } else if (pointwise) {
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t gi = 0; gi < group; ++gi) {
+        p.a = {w + gi * mg * kdim, kdim, 1, 0};
+        p.b = {x + (b * c + gi * cg) * in_sz, out_sz, 1, 0};
+        p.c = py + (b * m + gi * mg) * out_sz;
+        run_gemm(gemm, p);
+      }
+    }
   } else {
-    T* col = pointwise ? nullptr
-                       : static_cast<T*>(thread_scratch(
-                             static_cast<std::size_t>(kdim * out_sz) * sizeof(T), 1));
+    // Output positions in blocks: im2col of one block, then its GEMM (C columns
+    // are strided by the full output plane).
+    const int64_t per_col = kdim * static_cast<int64_t>(sizeof(T));
+    const int64_t block = std::min<int64_t>(out_sz, std::max<int64_t>(256, kIm2colBlockBytes / per_col));
+    T* col = static_cast<T*>(thread_scratch(static_cast<std::size_t>(kdim * block) * sizeof(T), 1));
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t gi = 0; gi < group; ++gi) {
         const T* xg = x + (b * c + gi * cg) * in_sz;
-        if (!pointwise) im2col<T>(xg, cg, g, col);
-        p.a = {w + gi * mg * kdim, kdim, 1, 0};
-        p.b = {pointwise ? xg : col, out_sz, 1, 0};
-        p.c = py + (b * m + gi * mg) * out_sz;
-        run_gemm(gemm, p);
+        for (int64_t c0 = 0; c0 < out_sz; c0 += block) {
+          const int64_t c1 = std::min(out_sz, c0 + block);
+          im2col<T>(xg, cg, g, col, c0, c1);
+          matmul::GemmProblem q = p;
+          q.n = c1 - c0;
+          q.a = {w + gi * mg * kdim, kdim, 1, 0};
+          q.b = {col, c1 - c0, 1, 0};
+          q.c = py + (b * m + gi * mg) * out_sz + c0;
+          q.c_rs = out_sz;
+          run_gemm(gemm, q);
+        }
       }
     }
   }
