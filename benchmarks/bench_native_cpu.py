@@ -250,6 +250,7 @@ def main() -> int:
         os.environ[var] = str(args.threads)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()
     rows = [measure(m, cache, args.threads, args.iterations) for m in args.models.split(",")]
     import onnxruntime as ort
     import torch

@@ -190,7 +190,7 @@ void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorV
     // Output positions in blocks: im2col of one block, then its GEMM (C columns
     // are strided by the full output plane).
     const int64_t per_col = kdim * static_cast<int64_t>(sizeof(T));
-    const int64_t block = std::min<int64_t>(out_sz, std::max<int64_t>(256, kIm2colBlockBytes / per_col));
+    const int64_t block = std::min<int64_t>(out_sz, std::max<int64_t>(64, kIm2colBlockBytes / per_col));
     T* col = static_cast<T*>(thread_scratch(static_cast<std::size_t>(kdim * block) * sizeof(T), 1));
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t gi = 0; gi < group; ++gi) {
