@@ -262,6 +262,7 @@ def main() -> int:
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count(),
+            "load_average_at_start": load_start,
             "load_average_at_end": os.getloadavg(),
         },
         "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
