@@ -3,6 +3,7 @@ stdout is not a terminal here, so tables come out as plain text)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -15,6 +16,15 @@ pytest.importorskip("onnx")
 
 from xpuruntime.cli import main
 from xpuruntime.models import demo_model_path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_sessions_after_module():  # type: ignore[no-untyped-def]
+    """Frees this module's sessions (and their arenas) before other modules run, so
+    allocator-statistics tests elsewhere never see them released mid-test."""
+    yield
+    gc.collect()
+
 
 DEMO = str(demo_model_path())
 

@@ -6,6 +6,7 @@ inputs; tolerance 1e-5 relative to the output scale unless stated.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -21,6 +22,15 @@ ort = pytest.importorskip("onnxruntime")
 import xpuruntime as xrt
 from onnx import TensorProto, helper, numpy_helper
 from xpuruntime.models import demo_model_path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_sessions_after_module():  # type: ignore[no-untyped-def]
+    """Frees this module's sessions (and their arenas) before other modules run, so
+    allocator-statistics tests elsewhere never see them released mid-test."""
+    yield
+    gc.collect()
+
 
 DEMO = str(demo_model_path())
 

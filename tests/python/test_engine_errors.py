@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,15 @@ onnx = pytest.importorskip("onnx")
 import xpuruntime as xrt
 from onnx import TensorProto, helper, numpy_helper
 from xpuruntime.models import demo_model_path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_sessions_after_module():  # type: ignore[no-untyped-def]
+    """Frees this module's sessions (and their arenas) before other modules run, so
+    allocator-statistics tests elsewhere never see them released mid-test."""
+    yield
+    gc.collect()
+
 
 DEMO = demo_model_path()
 

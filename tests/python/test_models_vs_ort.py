@@ -12,6 +12,7 @@ Bar: max |native - ort| / max |ort| <= 1e-4.
 
 from __future__ import annotations
 
+import gc
 import sys
 import warnings
 from pathlib import Path
@@ -27,6 +28,15 @@ ort = pytest.importorskip("onnxruntime")
 sys.path.insert(0, str(Path(__file__).parent))
 import model_zoo
 import xpuruntime as xrt
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_sessions_after_module():  # type: ignore[no-untyped-def]
+    """Frees this module's sessions (and their arenas) before other modules run, so
+    allocator-statistics tests elsewhere never see them released mid-test."""
+    yield
+    gc.collect()
+
 
 REL_TOL = 1e-4
 OPSETS = (17, 18)

@@ -9,6 +9,7 @@ Tolerances are the ones each ONNX test case declares (rtol 1e-3, atol 1e-7 by de
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import pytest
@@ -19,6 +20,15 @@ import onnx.backend.test  # noqa: F811 - a submodule of the module imported abov
 import xpuruntime as xrt
 from onnx.backend.test.loader import load_model_tests
 from xpuruntime.inference.onnx_backend import NativeBackend
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_sessions_after_module():  # type: ignore[no-untyped-def]
+    """Frees this module's sessions (and their arenas) before other modules run, so
+    allocator-statistics tests elsewhere never see them released mid-test."""
+    yield
+    gc.collect()
+
 
 _F8 = "element type {} is outside xpuruntime's dtypes"
 _BF16 = "bfloat16 model inputs/outputs: numpy has no bfloat16 at the I/O boundary"
