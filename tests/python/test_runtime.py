@@ -165,10 +165,11 @@ def test_bad_inputs_raise_typed_errors():
 
 def test_allocator_reuse_and_statistics():
     mem = xrt.memory
+    gc.collect()  # no other object's block may come back to the cache mid-test
     before = mem.memory_stats("cpu")
-    p = mem.raw_alloc(3000)
+    p = mem.raw_alloc(777_777)  # an uncommon size class (786,432 bytes)
     mem.raw_free(p)
-    q = mem.raw_alloc(2900)  # same size class
+    q = mem.raw_alloc(777_000)  # same size class
     assert q == p
     after = mem.memory_stats("cpu")
     assert after.num_allocs - before.num_allocs == 2
