@@ -109,6 +109,34 @@ def _events_ms(torch: Any, fn: Callable[[], Any], reps: int = 7, target_ms: floa
     return statistics.median(times)
 
 
+def _graph_ms(torch: Any, fn: Callable[[], Any], calls: int = 20, reps: int = 7) -> float | str:
+    """GPU time per call with the host out of the loop: `calls` calls captured in one
+    CUDA graph (our work queued on the capturing stream), the graph replayed and
+    timed with CUDA events. Returns the error text when the call cannot be captured."""
+    stream = torch.cuda.Stream()
+    previous = xrt.stream.current_stream("cuda:0")
+    ours_on = lambda: xrt.stream.set_current_stream(xrt.Stream.wrap("cuda:0", stream.cuda_stream))
+    try:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            ours_on()
+            for _ in range(3):
+                fn()
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            ours_on()
+            for _ in range(calls):
+                fn()
+    except Exception as e:  # noqa: BLE001 - reported in the results, the benchmark goes on
+        torch.cuda.synchronize()
+        return f"not capturable: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    finally:
+        xrt.stream.set_current_stream(previous)
+    per = _events_ms(torch, graph.replay, reps=reps) / calls
+    return per
+
+
 def _tflops(m: int, n: int, k: int, ms: float) -> float:
     return 2.0 * m * n * k / (ms * 1e-3) / 1e12
 
@@ -185,6 +213,8 @@ def run_gpu_case(torch: Any, case: dict[str, Any], via: str = "ops") -> dict[str
         variants: dict[str, Callable[[], Any]] = {"cublasLt": ours(lt), "cublasLt_tuned": ours(lt_tuned)}
         if not epilogue:
             variants["cublas"] = ours(xrt.KernelPolicy(matmul="cublas", mode="require"))
+        if m <= 16 and case["dtype"] in ("float16", "bfloat16"):
+            variants["skinny"] = ours(xrt.KernelPolicy(matmul="skinny", mode="require"))
         variants["best"] = ours(pinned)
     else:  # the same kernels and algorithms, called directly (no per-call dispatch)
 
@@ -209,6 +239,15 @@ def run_gpu_case(torch: Any, case: dict[str, Any], via: str = "ops") -> dict[str
         ms[name] = _events_ms(torch, fn)
     ms["torch_again"] = _events_ms(torch, torch_fn)  # drift check: torch timed first and last
     torch_ms = min(ms["torch"], ms["torch_again"])
+    # GPU time alone (host launch cost out of the loop), for the shapes whose kernels
+    # are short enough that a Python loop of launches may be what the events time.
+    graph_ms: dict[str, float | str] = {}
+    if m * n * k <= 2**30:
+        graph_ms["torch"] = _graph_ms(torch, torch_fn)
+        for name in ("cublas", "cublasLt", "skinny", "best"):
+            if name in variants:
+                graph_ms[name] = _graph_ms(torch, variants[name])
+    g_torch = graph_ms.get("torch")
     res = {
         "case": case["name"],
         "m": m,
@@ -220,6 +259,12 @@ def run_gpu_case(torch: Any, case: dict[str, Any], via: str = "ops") -> dict[str
         "ms": ms,
         "tflops": {name: _tflops(m, n, k, t) for name, t in ms.items()},
         "ratio_vs_torch": {name: torch_ms / t for name, t in ms.items() if not name.startswith("torch")},
+        "graph_ms": graph_ms,
+        "graph_ratio_vs_torch": {
+            name: g_torch / t
+            for name, t in graph_ms.items()
+            if name != "torch" and isinstance(t, float) and isinstance(g_torch, float)
+        },
         "best_choice": {
             "kernel": tuned.chosen,
             "algorithm": tuned.algorithm,
@@ -259,8 +304,15 @@ def goals(cases: list[dict[str, Any]]) -> dict[str, Any]:
             for c in large
         }
     if "16x4096x4096 fp16" in by:
-        r = by["16x4096x4096 fp16"]["ratio_vs_torch"]["best"]
-        out["decode_best_performance_ge_1.3x_torch"] = {"ratio": round(r, 3), "met": r >= 1.3}
+        c = by["16x4096x4096 fp16"]
+        r = c["ratio_vs_torch"]["best"]
+        g = c.get("graph_ratio_vs_torch", {}).get("best")
+        out["decode_best_performance_ge_1.3x_torch"] = {
+            "ratio_python_loop": round(r, 3),
+            "ratio_gpu_time": round(g, 3) if g is not None else None,
+            "winner": c["best_choice"]["kernel"],
+            "met": r >= 1.3 and (g is None or g >= 1.3),
+        }
     epi = [c for c in cases if c["epilogue"] != "none"]
     if epi:
         r = max(epi[0]["ratio_vs_torch"]["cublasLt"], epi[0]["ratio_vs_torch"]["best"])
@@ -294,7 +346,7 @@ def _print_gpu(result: dict[str, Any]) -> None:
         f"\n{result['gpu']['device']}  torch {result['gpu']['torch']}  CUDA {result['gpu']['cuda']}  "
         f"{result['gpu']['cublas']}  {result['gpu']['cublasLt']}"
     )
-    names = ["torch", "cublasLt", "cublasLt_tuned", "cublas", "best"]
+    names = ["torch", "cublasLt", "cublasLt_tuned", "cublas", "skinny", "best"]
     print(f"{'case':34s}" + "".join(f"{n:>16s}" for n in names) + "   (TFLOP/s; ratio vs torch)")
     for c in result["cases"]:
         row = f"{c['case']:34s}"
@@ -306,6 +358,14 @@ def _print_gpu(result: dict[str, Any]) -> None:
             else:
                 row += f"{c['tflops'][n]:9.1f} ({c['ratio_vs_torch'][n]:.2f})"
         print(row + f"   best={c['best_choice']['kernel']}")
+        if c.get("graph_ms"):
+            gms = c["graph_ms"]
+            print(
+                f"{'  GPU time only (CUDA graph), us':34s}"
+                + "".join(
+                    f"{gms[n] * 1e3:16.2f}" if isinstance(gms.get(n), float) else f"{'-':>16s}" for n in names
+                )
+            )
     print("\ngoals:", json.dumps(result["goals"], indent=1))
 
 

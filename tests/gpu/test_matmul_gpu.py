@@ -168,7 +168,7 @@ def test_best_performance_winner_pin_reproduces_bits_across_runs_and_processes(t
     policy = xrt.KernelPolicy(auto_strategy="best_performance")
     tuned = _torch(ops.matmul(a, b, policy=policy)).clone()
     d = ops.last_decision()
-    assert d.rule == "auto.best_performance" and d.chosen in ("cublas", "cublasLt")
+    assert d.rule == "auto.best_performance" and d.chosen in ("cublas", "cublasLt", "skinny")
     assert any(k.startswith("cublasLt/lt1:") for k in d.timings), d.timings
     winner = d.chosen if not d.algorithm else f"{d.chosen}/{d.algorithm}"
     assert d.timings[winner] == min(d.timings.values())

@@ -11,6 +11,7 @@
 #include "backends/cublaslt/cublaslt_kernels.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_nvtx.h"
+#include "backends/cuda_kernels/skinny_gemm/skinny_kernels.h"
 #include "xpuruntime/kernel_registry.h"
 
 extern "C" xpuruntime::DeviceBackend* xpuruntime_create_backend(std::string* why) {
@@ -45,6 +46,7 @@ struct Provider {
 constexpr Provider kProviders[] = {
     {"cublas", &xpuruntime::register_cublas_kernels},
     {"cublasLt", &xpuruntime::register_cublaslt_kernels},
+    {"skinny", &xpuruntime::register_skinny_kernels},
 };
 }  // namespace
 

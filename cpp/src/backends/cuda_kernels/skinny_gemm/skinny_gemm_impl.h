@@ -1,0 +1,48 @@
+// Our split-K tensor-core GEMM for decode-shaped problems (M <= 16): the "skinny"
+// matmul kernel. Plain arguments, no Tensor and no registry (skinny_kernels.cpp
+// registers it).
+//
+// Why it exists: with M <= 16 a GEMM is a stream over B (K x N), and what counts is
+// how close a kernel gets to memory bandwidth. This kernel gives every CTA a
+// 128-column strip of B and a slice of K, streams it through a 3-stage cp.async
+// pipeline into swizzled shared memory, multiplies with mma.sync m16n8k16 (fp32
+// accumulate), and reduces the K slices of one strip across a thread-block cluster
+// through distributed shared memory (sm_90): no workspace, no atomics, no second
+// kernel, a fixed summation order (deterministic) and safe under graph capture.
+//
+// Measured on an H200 (GPU time in CUDA graphs, .carry sweep of 2026-11-22): on
+// par with cuBLAS where B streams from HBM (16x4096x4096: 12.0 us vs 12.9; 16x4096
+// x11008: 24.9 vs 27.1), 10-20% slower where B sits in L2 or the problem is tiny
+// (8x768x768: 4.9 us vs 3.3). The tile shape and depth were swept (block N 64-256,
+// block K 64-128, 2-8 stages, 1-16 slices): per-SM throughput stays near 23 GB/s
+// whatever the bytes in flight, which points at the cp.async (LDGSTS) path itself.
+// Row-by-row TMA bulk copies (cp.async.bulk) were 4-5x slower still; a 2-D tensor
+// map TMA (one copy per stage) is the next thing to try.
+#pragma once
+
+#include <string>
+
+#include "backends/cpu/matmul/gemm_problem.h"
+
+namespace xpuruntime::matmul {
+
+// Largest M the kernel takes (one m16 MMA tile; rows past M are zero padding).
+inline constexpr int64_t kSkinnyMaxM = 16;
+// Thread-block clusters and distributed shared memory need sm_90.
+inline constexpr int kSkinnyMinCapability = 90;
+
+// Why the skinny kernel cannot run p (empty when it can): dtype (fp16/bf16 only),
+// M > 16. Any strides are fine: aligned, contiguous operands take the cp.async
+// path, others a slower path of element loads with the same results.
+GemmRejection skinny_rejection(const GemmProblem& p);
+
+// How many K slices (cluster size) the kernel would use for p on a GPU with
+// `sm_count` multiprocessors; for decision details and tests.
+int skinny_splits(const GemmProblem& p, int sm_count);
+
+// Enqueues C = act(A·B + bias) on `stream` of CUDA device `device`. Throws
+// InvalidArgumentError when skinny_rejection(p) is not empty, CudaError on a
+// launch failure.
+void skinny_gemm(const GemmProblem& p, void* stream, int device);
+
+}  // namespace xpuruntime::matmul

@@ -1,0 +1,56 @@
+// The "skinny" matmul kernel (see skinny_gemm_impl.h): decode-shaped GEMMs with
+// M <= 16 in fp16/bf16 on sm_90+, bias and relu/gelu fused, any strides, on the
+// launch's stream, no workspace. Its priority is below cuBLAS and cuBLASLt so
+// first_supported keeps their choice; best_performance times it next to them and
+// picks it where it wins (a pin records that choice like any other).
+#include "backends/cuda_kernels/skinny_gemm/skinny_kernels.h"
+
+#include <memory>
+
+#include "backends/cpu/matmul/matmul_op.h"
+#include "backends/cuda_kernels/skinny_gemm/skinny_gemm_impl.h"
+
+namespace xpuruntime {
+namespace {
+
+class SkinnyMatmul final : public Kernel {
+ public:
+  SkinnyMatmul() : Kernel(make_def()) {}
+
+  Support supports(const OpContext& ctx) const override {
+    matmul::GemmLayout l;
+    Support s = matmul::read_gemm_layout(ctx, &l);
+    if (!s.ok) return s;
+    return matmul::to_support(matmul::skinny_rejection(matmul::shape_only_problem(l, ctx.allow_tf32)));
+  }
+
+  void run(KernelLaunch& launch) const override {
+    matmul::skinny_gemm(matmul::gemm_problem(launch), launch.stream, launch.ctx->device.index);
+  }
+
+ private:
+  static KernelDef make_def() {
+    KernelDef d;
+    d.op = matmul::kOpKey;
+    d.name = "skinny";
+    d.provider = "cuda_raw";
+    d.device = DeviceType::kCUDA;
+    d.dtypes = {DType::kFloat16, DType::kBFloat16};
+    d.min_capability = matmul::kSkinnyMinCapability;
+    d.workspace_bytes = 0;
+    d.priority = 10;
+    d.deterministic = true;  // split-K partials are summed in a fixed order, no atomics
+    d.description =
+        "ours: split-K tensor-core GEMM for M <= 16 (decode shapes), cp.async pipeline, "
+        "thread-block-cluster reduction, fused bias/relu/gelu";
+    return d;
+  }
+};
+
+}  // namespace
+
+void register_skinny_kernels(KernelRegistry& registry) {
+  registry.register_kernel(std::make_shared<SkinnyMatmul>(), /*replace=*/true);
+}
+
+}  // namespace xpuruntime
