@@ -1,10 +1,13 @@
 // Conv (op key `conv`), two kernels:
-//   cpu_im2col    any Conv: im2col (skipped for 1×1/stride 1/no pad) then one GEMM
-//                 per image and group through the matmul kernel the dispatcher
-//                 chose ("_gemm"); bias, residual and activation in one epilogue.
-//   cpu_depthwise 2-D depthwise Conv (group == C): direct loops per channel plane,
-//                 one pass per kernel tap, vectorized along rows. Far faster than
-//                 im2col there (im2col would run C GEMMs with M = 1).
+//   cpu_im2col    any Conv: im2col (skipped for 1×1/stride 1/no pad) then GEMM
+//                 through the matmul kernel the dispatcher chose ("_gemm"); bias,
+//                 residual and activation in one epilogue. float32 runs tiled
+//                 (conv_im2col_f32), float64 as one GEMM per image and group.
+//   cpu_depthwise 2-D depthwise Conv (group == C): float32 through the AVX2 plane
+//                 kernel of conv_kernels.h (padded, stride-phase-split rows, output
+//                 rows in registers, epilogue fused); otherwise direct loops per
+//                 channel plane, one pass per kernel tap. Far faster than im2col
+//                 there (im2col would run C GEMMs with M = 1).
 // Fused epilogue attributes: "_sum" (input 3 is added before the activation, the
 // ResNet residual) and "_act" (epilogue.h).
 // Branch-free float code (clamps, selects) vectorizes only when comparisons may be
@@ -14,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/ops/conv_kernels.h"
 #include "backends/cpu/ops/epilogue.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "backends/cpu/ops/spatial.h"
@@ -140,8 +144,9 @@ void im2col(const T* x, int64_t channels, const Spatial& g, T* col, int64_t c0, 
   });
 }
 
-// im2col scratch per block of output positions stays under this many bytes, so
-// the convolution's workspace is bounded (a 7×7 stem on 224² would need 7 MB).
+// im2col scratch per block of output positions (per thread for float32) stays
+// under this many bytes, so the convolution's workspace is bounded (a 7×7 stem on
+// 224² would need 7 MB) and a float32 tile's B panel stays in L2.
 constexpr int64_t kIm2colBlockBytes = 512 * 1024;
 
 template <typename T>
@@ -210,6 +215,149 @@ void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorV
     }
   }
   conv_epilogue<T>(n, in, y);
+}
+
+// The float32 im2col kernel. The GEMM of each (image, group) is cut into tiles that
+// run whole on one thread of our pool: im2col of the tile's columns into that
+// thread's scratch, a single-threaded GEMM (run_gemm nested in parallel_for runs
+// inline), then bias/residual/activation on the tile while it is in cache. One
+// pool owns the cores; no barrier between im2col, GEMM and epilogue.
+//   column tiles  when the output plane is wide (each tile its own im2col block,
+//                 bounded by kIm2colBlockBytes, or a slice of the input for 1×1);
+//   row tiles     when it is narrow (late ResNet stages, 7×7 or 14×14 planes):
+//                 im2col of the whole plane once, then blocks of output channels,
+//                 so the weights are read once instead of once per column tile;
+//   GEMV          for 1×1 convolutions of a 1×1 plane (squeeze-excitation).
+void conv_im2col_f32(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+  const Shape& xs = in[0].shape;
+  const Shape& ws = in[1].shape;
+  const Spatial g = as3d(conv_geometry(n, xs, ws));
+  const int64_t nb = xs[0], c = xs[1], m = ws[0];
+  const int64_t group = n.attr_int("group", 1);
+  const int64_t cg = c / group, mg = m / group;
+  const int64_t kdim = cg * g.k_size(), out_sz = g.out_size(), in_sz = g.in_size();
+  const float* x = in[0].ptr<const float>();
+  const float* w = in[1].ptr<const float>();
+  float* py = y.ptr<float>();
+  const float* bias = in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr;
+  const float* sum =
+      n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const float>() : nullptr;
+  Unary k = Unary::kIdentity;
+  UnaryParams up;
+  const bool has_act = node_activation(n, k, up);
+  const ConvEpilogue e = ConvEpilogue::of(has_act, k, up);
+  const std::string gemm = node_gemm_kernel(n);
+  bool pointwise = true;
+  for (int i = 0; i < 3; ++i)
+    pointwise = pointwise && g.k[i] == 1 && g.s[i] == 1 && g.pb[i] == 0 && g.pe[i] == 0;
+  if (out_sz == 0 || mg == 0) return;
+  if (kdim == 0) {
+    std::memset(y.data, 0, y.nbytes());
+    for (int64_t b = 0; b < nb; ++b)
+      conv_epilogue_rows(e, py + b * m * out_sz, m, out_sz, out_sz, bias,
+                         sum ? sum + b * m * out_sz : nullptr);
+    return;
+  }
+  const int64_t gemms = nb * group;
+  // One GEMM tile: rows [r0, r1) of output channels of group gi in image b, over
+  // columns [c0, c1) whose B operand (kdim rows, row stride ldb) starts at bm.
+  auto tile = [&](int64_t b, int64_t gi, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                  const float* bm, int64_t ldb) {
+    const int64_t row = b * m + gi * mg + r0;
+    matmul::GemmProblem q;
+    q.dtype = DType::kFloat32;
+    q.m = r1 - r0;
+    q.n = c1 - c0;
+    q.k = kdim;
+    q.a = {w + (gi * mg + r0) * kdim, kdim, 1, 0};
+    q.b = {bm, ldb, 1, 0};
+    q.c = py + row * out_sz + c0;
+    q.c_rs = out_sz;
+    run_gemm(gemm, q);
+    conv_epilogue_rows(e, py + row * out_sz + c0, r1 - r0, c1 - c0, out_sz,
+                       bias ? bias + gi * mg + r0 : nullptr, sum ? sum + row * out_sz + c0 : nullptr);
+  };
+  const int64_t threads = parallel_threads();
+  if (pointwise && out_sz == 1 && group == 1) {
+    parallel_for(nb * ((m + 15) / 16), nb * m * kdim, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = t / ((m + 15) / 16), r0 = t % ((m + 15) / 16) * 16, r1 = std::min(m, r0 + 16);
+        conv_gemv(e, w + r0 * kdim, r1 - r0, kdim, x + b * c, bias ? bias + r0 : nullptr,
+                  sum ? sum + b * m + r0 : nullptr, py + b * m + r0);
+      }
+    });
+    return;
+  }
+  // Column tiles: at most kIm2colBlockBytes of im2col, or of C for a 1×1 conv;
+  // enough tiles for every thread twice over.
+  const int64_t cap = std::max<int64_t>(16, kIm2colBlockBytes / 4 / (pointwise ? mg : kdim));
+  const int64_t want = threads > 1 ? (2 * threads + gemms - 1) / gemms : 1;
+  const int64_t cb = std::min({cap, out_sz, (out_sz + want - 1) / want});
+  const int64_t ncb = (out_sz + cb - 1) / cb;
+  if (threads > 1 && cb < 64 && ncb > 1 && mg >= 16 * threads) {
+    // Row tiles over the whole plane.
+    const int64_t rb = 16, nrb = (mg + rb - 1) / rb;
+    float* col = pointwise ? nullptr
+                           : static_cast<float*>(thread_scratch(static_cast<std::size_t>(kdim * out_sz) * 4, 1));
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const float* xg = x + (b * c + gi * cg) * in_sz;
+        if (!pointwise) im2col<float>(xg, cg, g, col, 0, out_sz);
+        const float* bm = pointwise ? xg : col;
+        parallel_for(nrb, mg * out_sz * kdim, [&](int64_t t0, int64_t t1) {
+          tile(b, gi, t0 * rb, std::min(mg, t1 * rb), 0, out_sz, bm, out_sz);
+        });
+      }
+    }
+    return;
+  }
+  parallel_for(gemms * ncb, gemms * mg * out_sz * kdim, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bg = t / ncb, c0 = t % ncb * cb, c1 = std::min(out_sz, c0 + cb);
+      const int64_t b = bg / group, gi = bg % group;
+      const float* xg = x + (b * c + gi * cg) * in_sz;
+      if (pointwise) {
+        tile(b, gi, 0, mg, c0, c1, xg + c0, out_sz);
+      } else {
+        float* col = static_cast<float*>(thread_scratch(static_cast<std::size_t>(kdim * (c1 - c0)) * 4, 1));
+        im2col<float>(xg, cg, g, col, c0, c1);
+        tile(b, gi, 0, mg, c0, c1, col, c1 - c0);
+      }
+    }
+  });
+}
+
+// float32 depthwise through the AVX2 plane kernel (conv_kernels.h); false when it
+// cannot run here (the portable loops below take over).
+bool conv_depthwise_f32(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+  const Shape& xs = in[0].shape;
+  const Shape& ws = in[1].shape;
+  const Spatial sp = conv_geometry(n, xs, ws);
+  const int64_t nb = xs[0], c = xs[1], m = ws[0], mult = m / c;
+  const DwGeom g{sp.in[0], sp.in[1], sp.out[0], sp.out[1], sp.k[0], sp.k[1],
+                 sp.s[0],  sp.s[1],  sp.d[0],   sp.d[1],   sp.pb[0], sp.pb[1]};
+  if (!depthwise_plane_supported(g)) return false;
+  const float* x = in[0].ptr<const float>();
+  const float* w = in[1].ptr<const float>();
+  float* py = y.ptr<float>();
+  const float* bias = in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr;
+  const float* sum =
+      n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const float>() : nullptr;
+  Unary k = Unary::kIdentity;
+  UnaryParams up;
+  const bool has_act = node_activation(n, k, up);
+  const ConvEpilogue e = ConvEpilogue::of(has_act, k, up);
+  const int64_t plane_in = g.h * g.w, plane_out = g.oh * g.ow;
+  parallel_for(nb * m, y.numel() * g.kh * g.kw, [&](int64_t q0, int64_t q1) {
+    float* buf = static_cast<float*>(thread_scratch(static_cast<std::size_t>(g.scratch_floats()) * 4, 1));
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t b = q / m, oc = q % m;
+      depthwise_plane(g, x + (b * c + oc / mult) * plane_in, w + oc * g.kh * g.kw,
+                      bias ? bias[oc] : 0.f, sum ? sum + q * plane_out : nullptr, e,
+                      py + q * plane_out, buf);
+    }
+  });
+  return true;
 }
 
 template <typename T>
@@ -282,7 +430,8 @@ void conv_run(const Node& n, const std::vector<TensorView>& in, std::vector<Tens
   } else {
     XRT_CHECK(in[0].dtype == DType::kFloat32, UnsupportedOperationError, n.where(),
               ": Conv on the CPU takes float32 or float64, got ", dtype_name(in[0].dtype));
-    kDepthwise ? conv_depthwise_typed<float>(n, in, out[0]) : conv_im2col_typed<float>(n, in, out[0]);
+    if (!kDepthwise) conv_im2col_f32(n, in, out[0]);
+    else if (!conv_depthwise_f32(n, in, out[0])) conv_depthwise_typed<float>(n, in, out[0]);
   }
 }
 

@@ -15,18 +15,27 @@
 #include "backends/cpu/ops/epilogue.h"
 #include "backends/cpu/ops/parallel.h"
 
+#ifdef XRT_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
 namespace xpuruntime::cpu {
 namespace {
 
 const std::vector<DType> kGemmTypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
                                        DType::kBFloat16};
 
+std::atomic<std::size_t> g_scratch_peak{0};
+std::atomic<std::size_t> g_scratch_total{0};  // all threads' scratch buffers now
+
 struct Scratch {
   void* p = nullptr;
   std::size_t bytes = 0;
-  ~Scratch() { std::free(p); }
+  ~Scratch() {
+    g_scratch_total.fetch_sub(bytes);
+    std::free(p);
+  }
 };
-std::atomic<std::size_t> g_scratch_peak{0};
 
 // MatMul output shape, with the 1-D promotions recorded.
 Shape matmul_shape(const Node& n, Shape a, Shape b) {
@@ -211,6 +220,93 @@ void gemm_run(const Node& n, const std::vector<TensorView>& in, std::vector<Tens
   apply_node_activation(n, out[0]);
 }
 
+// Our pool splits the problem (batches, else column blocks, else row blocks) and
+// each piece runs the kernel single-threaded: one thread pool for the whole plan,
+// and a helper that is slow to start never stalls the caller. Every C element is
+// computed by the same kernel over the same K order as unsplit, so results are
+// identical. Nested in another parallel_for (a Conv tile) it runs as one piece.
+template <typename F>
+void split_gemm(const matmul::GemmProblem& p, F&& piece) {
+  const int64_t es = static_cast<int64_t>(dtype_size(p.dtype));
+  const int threads = parallel_threads();
+  auto at = [es](const void* base, int64_t elems) { return static_cast<const char*>(base) + elems * es; };
+  if (threads > 1 && p.batch >= threads) {
+    parallel_for(p.batch, p.flops(), [&](int64_t b0, int64_t b1) {
+      matmul::GemmProblem q = p;
+      q.batch = b1 - b0;
+      q.a.data = at(p.a.data, b0 * p.a.bs);
+      q.b.data = at(p.b.data, b0 * p.b.bs);
+      q.c = const_cast<char*>(at(p.c, b0 * p.c_bs));
+      piece(q);
+    });
+  } else if (threads > 1 && p.n >= 64) {
+    const int64_t blocks = (p.n + 31) / 32;  // 32-column pieces keep the micro-kernels' tiles whole
+    parallel_for(blocks, p.flops(), [&](int64_t j0, int64_t j1) {
+      const int64_t c0 = j0 * 32, c1 = std::min(p.n, j1 * 32);
+      matmul::GemmProblem q = p;
+      q.n = c1 - c0;
+      q.b.data = at(p.b.data, c0 * p.b.cs);
+      q.c = const_cast<char*>(at(p.c, c0 * p.c_cs));
+      if (p.bias) q.bias = at(p.bias, c0);
+      piece(q);
+    });
+  } else if (threads > 1 && p.m >= 64) {
+    const int64_t blocks = (p.m + 15) / 16;
+    parallel_for(blocks, p.flops(), [&](int64_t i0, int64_t i1) {
+      const int64_t r0 = i0 * 16, r1 = std::min(p.m, i1 * 16);
+      matmul::GemmProblem q = p;
+      q.m = r1 - r0;
+      q.a.data = at(p.a.data, r0 * p.a.rs);
+      q.c = const_cast<char*>(at(p.c, r0 * p.c_rs));
+      piece(q);
+    });
+  } else {
+    piece(p);
+  }
+}
+
+// One row of A (a classifier's Gemm at batch 1): a GEMV. OpenBLAS 0.3.21's sgemm
+// packs B even for M = 1, doubling the memory traffic of a bandwidth-bound
+// product. False when the problem is not of that form.
+bool blas_gemv(const matmul::GemmProblem& q) {
+#ifdef XRT_HAVE_CBLAS
+  if (q.m != 1 || q.batch != 1 || q.activation != matmul::Activation::kNone || q.a.cs < 1 ||
+      q.c_cs < 1 || (q.dtype != DType::kFloat32 && q.dtype != DType::kFloat64))
+    return false;
+  const bool rows_n = q.b.cs == 1 && q.b.rs >= q.n;  // B row-major K×N: y = Bᵀ·a
+  const bool rows_k = q.b.rs == 1 && q.b.cs >= q.k;  // Bᵀ row-major N×K: y = Bᵀ·a
+  if (!rows_n && !rows_k) return false;
+  const auto t = rows_n ? CblasTrans : CblasNoTrans;
+  const blasint rows = static_cast<blasint>(rows_n ? q.k : q.n), cols = static_cast<blasint>(rows_n ? q.n : q.k);
+  const blasint ld = static_cast<blasint>(std::max<int64_t>(1, rows_n ? q.b.rs : q.b.cs));
+  // y starts as the bias (or zero) and beta is 1: never scales stale arena bytes.
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    T* c = static_cast<T*>(q.c);
+    const T* bias = static_cast<const T*>(q.bias);
+    for (int64_t j = 0; j < q.n; ++j) c[j * q.c_cs] = bias ? bias[j] : T(0);
+    const T* a = static_cast<const T*>(q.a.data);
+    const T* b = static_cast<const T*>(q.b.data);
+    const blasint incx = static_cast<blasint>(q.a.cs), incy = static_cast<blasint>(q.c_cs);
+    if constexpr (std::is_same_v<T, float>) cblas_sgemv(CblasRowMajor, t, rows, cols, 1.f, b, ld, a, incx, 1.f, c, incy);
+    else cblas_dgemv(CblasRowMajor, t, rows, cols, 1.0, b, ld, a, incx, 1.0, c, incy);
+  };
+  if (q.dtype == DType::kFloat32) run(float{});
+  else run(double{});
+  return true;
+#else
+  (void)q;
+  return false;
+#endif
+}
+
+void blas_single_threaded() {
+#ifdef XRT_HAVE_CBLAS
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+#endif
+}
+
 }  // namespace
 
 const std::vector<std::string>& gemm_kernel_names() {
@@ -225,37 +321,16 @@ const std::vector<std::string>& gemm_kernel_names() {
 
 void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
   if (kernel == "cpu_blas") {
-    matmul::cpu_gemm_blas(p);  // OpenBLAS threads on its own (OPENBLAS_NUM_THREADS)
+    // OpenBLAS single-threaded inside each piece of our pool's split: its own
+    // threads spin after every call and, at one thread per core, would fight our
+    // pool's helpers for the cores between ops; its threaded level-3 driver also
+    // serializes concurrent callers (the Conv tiles) on a global lock.
+    blas_single_threaded();
+    split_gemm(p, [](const matmul::GemmProblem& q) {
+      if (!blas_gemv(q)) matmul::cpu_gemm_blas(q);
+    });
   } else if (kernel == "cpu_blocked") {
-    // Our pool splits the problem (batches, else column blocks) and each piece runs
-    // the kernel single-threaded: one thread pool for the whole plan, and a helper
-    // that is slow to start never stalls the caller. Every C element is computed by
-    // the same kernel over the same K order as unsplit, so results are identical.
-    const std::size_t es = dtype_size(p.dtype);
-    const int threads = parallel_threads();
-    if (threads > 1 && p.batch >= threads) {
-      parallel_for(p.batch, p.flops(), [&](int64_t b0, int64_t b1) {
-        matmul::GemmProblem q = p;
-        q.batch = b1 - b0;
-        q.a.data = static_cast<const char*>(p.a.data) + b0 * p.a.bs * static_cast<int64_t>(es);
-        q.b.data = static_cast<const char*>(p.b.data) + b0 * p.b.bs * static_cast<int64_t>(es);
-        q.c = static_cast<char*>(p.c) + b0 * p.c_bs * static_cast<int64_t>(es);
-        matmul::cpu_gemm_blocked(q, 1);
-      });
-    } else if (threads > 1 && p.n >= 64) {
-      const int64_t blocks = (p.n + 31) / 32;  // 32-column pieces keep the micro-kernel's tiles whole
-      parallel_for(blocks, p.flops(), [&](int64_t j0, int64_t j1) {
-        const int64_t c0 = j0 * 32, c1 = std::min(p.n, j1 * 32);
-        matmul::GemmProblem q = p;
-        q.n = c1 - c0;
-        q.b.data = static_cast<const char*>(p.b.data) + c0 * p.b.cs * static_cast<int64_t>(es);
-        q.c = static_cast<char*>(p.c) + c0 * p.c_cs * static_cast<int64_t>(es);
-        if (p.bias) q.bias = static_cast<const char*>(p.bias) + c0 * static_cast<int64_t>(es);
-        matmul::cpu_gemm_blocked(q, 1);
-      });
-    } else {
-      matmul::cpu_gemm_blocked(p, 1);
-    }
+    split_gemm(p, [](const matmul::GemmProblem& q) { matmul::cpu_gemm_blocked(q, 1); });
   } else {
     XRT_THROW(UnsupportedOperationError, "matmul kernel '", kernel,
               "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_blas, cpu_blocked)");
@@ -276,9 +351,11 @@ void* thread_scratch(std::size_t bytes, int slot) {
     s.p = std::aligned_alloc(64, rounded);
     XRT_CHECK(s.p != nullptr, OutOfMemoryError, "scratch allocation of ", rounded,
               " bytes failed");
+    // The peak counts every thread's buffers together (Conv tiles hold one each).
+    const std::size_t total = g_scratch_total.fetch_add(rounded - s.bytes) + rounded - s.bytes;
     s.bytes = rounded;
     std::size_t prev = g_scratch_peak.load();
-    while (rounded > prev && !g_scratch_peak.compare_exchange_weak(prev, rounded)) {
+    while (total > prev && !g_scratch_peak.compare_exchange_weak(prev, total)) {
     }
   }
   return s.p;

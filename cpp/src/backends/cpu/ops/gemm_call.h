@@ -21,7 +21,7 @@ std::string node_gemm_kernel(const Node& n);
 // A per-thread buffer of at least `bytes` (64-byte aligned, grows, never shrinks).
 // Valid until the same thread asks again.
 void* thread_scratch(std::size_t bytes, int slot = 0);
-// High-water mark of all scratch buffers (bytes), for memory reports.
+// High-water mark of all threads' scratch buffers together (bytes), for memory reports.
 std::size_t scratch_peak_bytes();
 
 }  // namespace xpuruntime::cpu

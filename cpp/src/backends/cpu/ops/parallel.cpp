@@ -50,15 +50,28 @@ class Pool {
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    if (workers_.empty()) {
+      fn(0, n);
+      return;
+    }
+    const int64_t chunks = std::min<int64_t>(n, 4 * threads());
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
-    if (!busy.owns_lock() || workers_.empty()) {
-      fn(0, n);  // another thread's job holds the pool: work alone
+    if (!busy.owns_lock()) {
+      // Another thread's job holds the pool: work alone, over the same chunks and
+      // nested loops inline as in a pooled job, so results that depend on the
+      // split (a GEMM cut into column pieces) are the same bits either way.
+      struct InJob {
+        bool outer = t_in_job;
+        InJob() { t_in_job = true; }
+        ~InJob() { t_in_job = outer; }
+      } in_job;
+      for (int64_t c = 0; c < chunks; ++c) fn(n * c / chunks, n * (c + 1) / chunks);
       return;
     }
     auto job = std::make_shared<Job>();
     job->fn = &fn;
     job->n = n;
-    job->chunks = std::min<int64_t>(n, 4 * threads());
+    job->chunks = chunks;
     {
       std::lock_guard<std::mutex> lk(mu_);
       job_ = job;

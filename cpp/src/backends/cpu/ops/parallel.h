@@ -5,8 +5,10 @@
 // and sleep on a condition variable between jobs.
 //
 // Threads: XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware concurrency
-// (the caller counts as one). A parallel_for inside another, or while another
-// thread's job holds the pool, runs inline on the calling thread. Thread-safe.
+// (the caller counts as one). A parallel_for inside another runs inline on the
+// calling thread; while another thread's job holds the pool, the calling thread
+// runs the same chunks itself (so split-dependent results keep their bits).
+// Thread-safe.
 #pragma once
 
 #include <cstdint>

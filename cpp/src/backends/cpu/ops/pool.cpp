@@ -220,11 +220,19 @@ OpDef global_pool_def(const std::string& type, bool is_max) {
 parallel_for(planes, in[0].numel(), [&](int64_t p_begin, int64_t p_end) {
   for (int64_t p = p_begin; p < p_end; ++p) {
             double acc = is_max ? -INFINITY : 0.0;
-            for (int64_t i = 0; i < sz; ++i) {
-              double v = N::load(x[p * sz + i]);
-              acc = is_max ? std::max(acc, v) : acc + v;
+            if (is_max) {
+              for (int64_t i = 0; i < sz; ++i) acc = std::max<double>(acc, N::load(x[p * sz + i]));
+            } else {
+              // Four running sums break the add latency chain (vectorizes); the
+              // order is fixed, so results are deterministic.
+              double part[4] = {0.0, 0.0, 0.0, 0.0};
+              int64_t i = 0;
+              for (; i + 4 <= sz; i += 4)
+                for (int j = 0; j < 4; ++j) part[j] += N::load(x[p * sz + i + j]);
+              for (; i < sz; ++i) part[0] += N::load(x[p * sz + i]);
+              acc = (part[0] + part[1]) + (part[2] + part[3]);
+              acc /= static_cast<double>(sz);
             }
-            if (!is_max) acc /= static_cast<double>(sz);
             y[p] = N::store(static_cast<typename N::C>(acc));
   }
 });
