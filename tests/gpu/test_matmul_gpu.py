@@ -235,3 +235,46 @@ def test_mismatched_devices_and_unsupported_dtype_raise():
         ops.matmul(a, torch.randn(4, 4))
     with pytest.raises(xrt.UnsupportedOperationError, match="dtype_unsupported"):
         ops.matmul(a.double(), a.double(), policy=_require("cublasLt"))
+
+
+def test_caller_workspace_is_used_and_checked():
+    a = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    b = torch.randn(512, 384, device="cuda", dtype=torch.float16)
+    ws = torch.empty(32 << 20, device="cuda", dtype=torch.uint8)
+    for kernel in ("cublas", "cublasLt"):
+        _check(_torch(ops.matmul_with_kernel(kernel, a, b, workspace=ws)), a, b)
+        with pytest.raises(xrt.InvalidArgumentError, match="workspace"):
+            ops.matmul_with_kernel(kernel, a, b, workspace=ws[:1024])
+    with pytest.raises(xrt.InvalidArgumentError, match="workspace"):
+        ops.matmul_with_kernel("cublasLt", a, b, workspace=torch.empty(32 << 20, dtype=torch.uint8))
+    # still usable after the refusals
+    _check(_torch(ops.matmul_with_kernel("cublasLt", a, b)), a, b)
+
+
+def test_matmul_with_torch_workspace_inside_a_cuda_graph():
+    a = torch.randn(64, 768, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(768, 2304, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(64, 2304, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    previous = xrt.stream.current_stream("cuda:0")
+
+    def call():
+        ws = torch.empty(32 << 20, device="cuda", dtype=torch.uint8)
+        xrt.stream.set_current_stream(xrt.Stream.wrap("cuda:0", torch.cuda.current_stream().cuda_stream))
+        ops.matmul_with_kernel("cublasLt", a, b, out=out, workspace=ws)
+
+    try:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call()
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            call()
+    finally:
+        xrt.stream.set_current_stream(previous)
+    out.zero_()
+    a.copy_(torch.randn_like(a))  # the replay must read the new values
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(out, a, b)

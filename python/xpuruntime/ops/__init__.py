@@ -132,12 +132,17 @@ def matmul_with_kernel(
     out: Any = None,
     execution_policy: Any = None,
     algorithm: str = "",
+    workspace: Any = None,
 ) -> _core.Tensor:
     """Runs one named matmul kernel directly, bypassing the policy (records no decision).
 
     For tests and benchmarks that compare kernels; ``algorithm`` is a kernel-specific id
-    (a cuBLASLt algorithm as written into pins). Raises ``UnsupportedOperationError`` with
-    the kernel's reason when it cannot run the case.
+    (a cuBLASLt algorithm as written into pins). ``workspace`` is an optional contiguous
+    buffer (anything with ``__dlpack__``) used as the kernel's scratch instead of one of
+    ours; the PyTorch integration passes one from torch's allocator so the call can be
+    captured in a CUDA graph. Raises ``UnsupportedOperationError`` with the kernel's
+    reason when it cannot run the case, ``InvalidArgumentError`` when the workspace is
+    smaller than the kernel needs.
     """
     return _ops.matmul_with_kernel(
         kernel,
@@ -148,6 +153,7 @@ def matmul_with_kernel(
         out=out,
         execution_policy=execution_policy,
         algorithm=algorithm,
+        workspace=workspace,
     )
 
 

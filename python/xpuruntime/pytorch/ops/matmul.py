@@ -20,6 +20,9 @@ from . import _bridge
 __all__ = ["matmul_support", "xrt_matmul"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
+# What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
+# cuBLAS's recommendation for Hopper).
+_WORKSPACE_BYTES = 32 << 20
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -52,17 +55,6 @@ def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None
             "backend_unavailable",
             "this build of _core has no matmul kernels (_core.ops.matmul_with_kernel)",
         )
-    if torch.cuda.is_current_stream_capturing():
-        # Their workspace comes from xpuruntime's caching allocator, which has no
-        # CUDA-graph memory pool: a block reused after capture would alias memory
-        # the graph still uses on replay.
-        return "attribute_unsupported", f"{kernel} is not capture-safe (workspace outside torch's graph pool)"
-    if torch.cuda.current_stream(a.device).cuda_stream != 0:
-        # Seen on an H200 (2026-11-22): _core.ops.matmul_with_kernel segfaulted when
-        # torch's current stream was a side stream (the warm-up of a CUDA-graph
-        # capture), while 50 GPT-2 training steps on the default stream ran. Until
-        # that is fixed in the matmul kernels, they are routed on the default stream only.
-        return "backend_unavailable", f"{kernel} via _core.ops is only routed on torch's default stream"
     return None
 
 
@@ -72,10 +64,19 @@ def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     out = torch.empty(_out_shape(a, b), device=a.device, dtype=a.dtype)
     dev = f"cuda:{a.device.index if a.device.index is not None else torch.cuda.current_device()}"
     handle = int(torch.cuda.current_stream(a.device).cuda_stream)
+    # The kernel's scratch comes from torch's caching allocator, which knows about
+    # streams and CUDA-graph pools: under capture it lives in the graph's private
+    # pool, so a replay never shares it with memory allocated after the capture.
+    workspace = torch.empty(_WORKSPACE_BYTES, device=a.device, dtype=torch.uint8)
     with torch.cuda.device(a.device), use_stream(_core.Stream.wrap(dev, handle)):
         # detached views: DLPack refuses tensors that require grad (autograd is ours, above)
         _core.ops.matmul_with_kernel(
-            kernel, a.detach(), b.detach(), bias=bias.detach() if bias is not None else None, out=out
+            kernel,
+            a.detach(),
+            b.detach(),
+            bias=bias.detach() if bias is not None else None,
+            out=out,
+            workspace=workspace,
         )
     return out
 

@@ -276,7 +276,8 @@ thread_local LastDecision t_last;
 
 // Consumes p's inputs (moved into the launch); p.result stays.
 void run_kernel(const Kernel& kernel, const OpContext& ctx, Prepared& p,
-                const std::string& algorithm, std::size_t workspace) {
+                const std::string& algorithm, std::size_t workspace,
+                const std::optional<Tensor>& given = std::nullopt) {
   KernelLaunch launch;
   launch.ctx = &ctx;
   launch.inputs = std::move(p.inputs);
@@ -284,7 +285,15 @@ void run_kernel(const Kernel& kernel, const OpContext& ctx, Prepared& p,
   launch.stream = p.stream;
   launch.algorithm = algorithm;
   Tensor ws;  // stream-ordered: the allocator reuses it only after this stream's work
-  if (workspace > 0) {
+  if (workspace > 0 && given.has_value()) {
+    const auto bytes = static_cast<std::size_t>(given->nbytes());
+    XRT_CHECK(given->device() == ctx.device && given->is_contiguous() && bytes >= workspace,
+              InvalidArgumentError, "matmul: kernel '", kernel.def().name, "' needs a contiguous ",
+              workspace, "-byte workspace on ", ctx.device.str(), "; got ", bytes, " bytes on ",
+              given->device().str(), given->is_contiguous() ? "" : " (not contiguous)");
+    launch.workspace = given->data_ptr();
+    launch.workspace_bytes = workspace;
+  } else if (workspace > 0) {
     ws = Tensor::empty({static_cast<int64_t>(workspace)}, DType::kUInt8, ctx.device, p.stream);
     launch.workspace = ws.data_ptr();
     launch.workspace_bytes = workspace;
@@ -384,7 +393,7 @@ Tensor matmul_with_kernel(const std::string& kernel, const MatmulArgs& args,
   Support s = KernelRegistry::check(*k, ctx);
   XRT_CHECK(s.ok, UnsupportedOperationError, "matmul: kernel '", kernel, "' cannot run ",
             ctx.case_key(), ": ", s.reason_code, " (", s.detail, ")");
-  run_kernel(*k, ctx, p, algorithm, k->workspace_bytes(ctx));
+  run_kernel(*k, ctx, p, algorithm, k->workspace_bytes(ctx), args.workspace);
   return p.result;
 }
 

@@ -38,6 +38,10 @@ struct MatmulArgs {
   // null: defaults (no tf32, 32 MiB workspace, no strict assertions).
   const ExecutionPolicy* execution = nullptr;
   std::string node;  // call-site name for the decision log
+  // Scratch from the caller (e.g. torch's graph-aware allocator under CUDA graph
+  // capture) used instead of a block of ours; must hold the kernel's need. Only
+  // matmul_with_kernel reads it.
+  std::optional<Tensor> workspace;
 };
 
 // Dispatches one matmul and returns its output (args.out when given). Throws
