@@ -4,7 +4,7 @@ Covers the direct depthwise kernel (strides 1-3, dilation, asymmetric padding,
 channel multipliers, odd plane sizes, every fused activation), the im2col kernel's
 tilings (column tiles, row tiles for narrow planes, the GEMV of 1×1 planes,
 groups, batches, 1-D and 3-D), the fused residual, and the GEMV path of a
-one-row Gemm/MatMul — under both CPU GEMM kernels.
+one-row Gemm/MatMul — under both CPU GEMM kernels; and 2-D MaxPool against ORT.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -147,6 +148,8 @@ IM2COL_CASES = [
     ((1, 3, 45, 45), (16, 3, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 1),  # stem-like
     ((1, 32, 31, 29), (40, 32, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1),  # column tiles, im2col
     ((1, 64, 7, 7), (72, 64, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1),  # narrow: row tiles
+    ((1, 300, 9, 9), (40, 300, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1),  # row tiles, channel chunks
+    ((2, 96, 8, 8), (34, 48, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 2),  # chunks, groups, batch
     ((1, 24, 14, 14), (64, 24, 3, 3), [2, 2], [0, 1, 1, 0], [1, 1], 1),
     ((2, 8, 19, 17), (12, 4, 3, 3), [1, 2], [1, 1, 1, 1], [2, 1], 2),  # groups, dilation
     ((2, 12, 9, 9), (12, 4, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 3),  # grouped 1×1
@@ -203,3 +206,27 @@ def test_depthwise_kernel_is_chosen_for_depthwise_convs() -> None:
     sess = xrt.InferenceSession(model, device="cpu", engine="native")
     step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
     assert step["kernel"] == "cpu_depthwise" and step["activation"] == "Relu"
+
+
+@pytest.mark.parametrize(
+    "shape,k,s,pads,dil,ceil",
+    [
+        ((1, 3, 112, 112), [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 0),
+        ((2, 2, 13, 17), [3, 2], [1, 2], [1, 0, 1, 1], [1, 1], 1),
+        ((1, 2, 20, 21), [3, 3], [2, 2], [2, 2, 2, 2], [2, 2], 0),
+        ((1, 1, 9, 9), [5, 5], [3, 3], [0, 0, 0, 0], [1, 1], 1),
+    ],
+)
+def test_maxpool_2d_matches_onnxruntime(shape, k, s, pads, dil, ceil) -> None:  # type: ignore[no-untyped-def]
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node("MaxPool", ["X"], ["Y"], kernel_shape=k, strides=s, pads=pads, dilations=dil, ceil_mode=ceil)
+    graph = helper.make_graph(
+        [node], "p", [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = onnx.shape_inference.infer_shapes(model)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    out = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native").run({"X": x})["Y"]
+    np.testing.assert_array_equal(out, ref)

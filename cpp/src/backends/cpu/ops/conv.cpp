@@ -132,11 +132,19 @@ void im2col(const T* x, int64_t channels, const Spatial& g, T* col, int64_t c0, 
         if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
           std::fill(d, d + run, T(0));
         } else {
+          // Columns t whose input i2 = (o2 + t)·s + off lies in the row: [lo, hi);
+          // zeros around, a plain (strided) copy inside, no per-element test.
           const T* xr = xc + (i0 * g.in[1] + i1) * g.in[2];
-          for (int64_t t = 0; t < run; ++t) {
-            const int64_t i2 = (o2 + t) * g.s[2] + off;
-            d[t] = (i2 >= 0 && i2 < g.in[2]) ? xr[i2] : T(0);
-          }
+          const int64_t s2 = g.s[2], first = o2 * s2 + off;
+          const int64_t lo = std::clamp<int64_t>(first >= 0 ? 0 : (-first + s2 - 1) / s2, 0, run);
+          const int64_t last = g.in[2] - 1 - first;  // t·s2 <= last
+          const int64_t hi = last < 0 ? lo : std::clamp<int64_t>(last / s2 + 1, lo, run);
+          std::fill(d, d + lo, T(0));
+          const T* src = xr + first;
+          if (s2 == 1) std::copy(src + lo, src + hi, d + lo);
+          else
+            for (int64_t t = lo; t < hi; ++t) d[t] = src[t * s2];
+          std::fill(d + hi, d + run, T(0));
         }
         o += run;
       }
@@ -148,6 +156,10 @@ void im2col(const T* x, int64_t channels, const Spatial& g, T* col, int64_t c0, 
 // under this many bytes, so the convolution's workspace is bounded (a 7×7 stem on
 // 224² would need 7 MB) and a float32 tile's B panel stays in L2.
 constexpr int64_t kIm2colBlockBytes = 512 * 1024;
+// float32 tiles: im2col (and accumulator) scratch per thread. Small enough that
+// all threads' scratch together stays well under a network's activations (peak
+// memory), large enough for GEMM tiles that keep OpenBLAS efficient.
+constexpr int64_t kTileScratchBytes = 256 * 1024;
 
 template <typename T>
 void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
@@ -223,10 +235,11 @@ void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorV
 // inline), then bias/residual/activation on the tile while it is in cache. One
 // pool owns the cores; no barrier between im2col, GEMM and epilogue.
 //   column tiles  when the output plane is wide (each tile its own im2col block,
-//                 bounded by kIm2colBlockBytes, or a slice of the input for 1×1);
+//                 bounded by kTileScratchBytes, or a slice of the input for 1×1);
 //   row tiles     when it is narrow (late ResNet stages, 7×7 or 14×14 planes):
-//                 im2col of the whole plane once, then blocks of output channels,
-//                 so the weights are read once instead of once per column tile;
+//                 blocks of output channels over the whole plane, the input
+//                 channels walked in chunks (im2col of a chunk, GEMM, accumulate),
+//                 so the weights are read once and the scratch stays bounded;
 //   GEMV          for 1×1 convolutions of a 1×1 plane (squeeze-excitation).
 void conv_im2col_f32(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
   const Shape& xs = in[0].shape;
@@ -288,27 +301,54 @@ void conv_im2col_f32(const Node& n, const std::vector<TensorView>& in, TensorVie
     });
     return;
   }
-  // Column tiles: at most kIm2colBlockBytes of im2col, or of C for a 1×1 conv;
-  // enough tiles for every thread twice over.
-  const int64_t cap = std::max<int64_t>(16, kIm2colBlockBytes / 4 / (pointwise ? mg : kdim));
+  // Column tiles: at most kTileScratchBytes of im2col per thread, or as much C for
+  // a 1×1 conv; enough tiles for every thread twice over.
   const int64_t want = threads > 1 ? (2 * threads + gemms - 1) / gemms : 1;
+  const int64_t cap = std::max<int64_t>(16, kTileScratchBytes / 4 / (pointwise ? mg : kdim));
   const int64_t cb = std::min({cap, out_sz, (out_sz + want - 1) / want});
   const int64_t ncb = (out_sz + cb - 1) / cb;
-  if (threads > 1 && cb < 64 && ncb > 1 && mg >= 16 * threads) {
-    // Row tiles over the whole plane.
-    const int64_t rb = 16, nrb = (mg + rb - 1) / rb;
-    float* col = pointwise ? nullptr
-                           : static_cast<float*>(thread_scratch(static_cast<std::size_t>(kdim * out_sz) * 4, 1));
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t gi = 0; gi < group; ++gi) {
+  if (cb < 48 && ncb > 1 && mg >= 16) {
+    // Narrow plane (or deep kernel): tiles this thin would re-read all weights per
+    // tile. Row tiles instead, each over the whole plane, walking the input
+    // channels in chunks whose im2col fits the scratch and accumulating.
+    const int64_t nrb = std::min((mg + 15) / 16, want);
+    const int64_t rb = (mg + nrb - 1) / nrb;
+    const int64_t kp = g.k_size();
+    const int64_t tmp_floats = rb * out_sz;
+    const int64_t col_budget = std::max<int64_t>(kp * out_sz, kTileScratchBytes / 4 - tmp_floats);
+    int64_t cc = pointwise ? cg : std::max<int64_t>(1, col_budget / (kp * out_sz));
+    const int64_t chunks = (cg + cc - 1) / cc;
+    cc = (cg + chunks - 1) / chunks;
+    parallel_for(gemms * nrb, gemms * mg * out_sz * kdim, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t bg = t / nrb, r0 = t % nrb * rb, r1 = std::min(mg, r0 + rb);
+        const int64_t b = bg / group, gi = bg % group;
+        if (r0 >= r1) continue;
         const float* xg = x + (b * c + gi * cg) * in_sz;
-        if (!pointwise) im2col<float>(xg, cg, g, col, 0, out_sz);
-        const float* bm = pointwise ? xg : col;
-        parallel_for(nrb, mg * out_sz * kdim, [&](int64_t t0, int64_t t1) {
-          tile(b, gi, t0 * rb, std::min(mg, t1 * rb), 0, out_sz, bm, out_sz);
-        });
+        const int64_t row = b * m + gi * mg + r0;
+        float* yc = py + row * out_sz;
+        float* col = pointwise ? nullptr : static_cast<float*>(thread_scratch(static_cast<std::size_t>(kp * cc * out_sz) * 4, 1));
+        float* tmp = chunks > 1 ? static_cast<float*>(thread_scratch(static_cast<std::size_t>(tmp_floats) * 4, 0)) : nullptr;
+        for (int64_t ch = 0; ch < chunks; ++ch) {
+          const int64_t c0 = ch * cc, c1 = std::min(cg, c0 + cc);
+          if (!pointwise) im2col<float>(xg + c0 * in_sz, c1 - c0, g, col, 0, out_sz);
+          matmul::GemmProblem q;
+          q.dtype = DType::kFloat32;
+          q.m = r1 - r0;
+          q.n = out_sz;
+          q.k = (c1 - c0) * kp;
+          q.a = {w + (gi * mg + r0) * kdim + c0 * kp, kdim, 1, 0};
+          q.b = {pointwise ? xg + c0 * in_sz : col, out_sz, 1, 0};
+          q.c = ch == 0 ? yc : tmp;
+          q.c_rs = out_sz;
+          run_gemm(gemm, q);
+          if (ch > 0)
+            for (int64_t i = 0; i < (r1 - r0) * out_sz; ++i) yc[i] += tmp[i];
+        }
+        conv_epilogue_rows(e, yc, r1 - r0, out_sz, out_sz, bias ? bias + gi * mg + r0 : nullptr,
+                           sum ? sum + row * out_sz : nullptr);
       }
-    }
+    });
     return;
   }
   parallel_for(gemms * ncb, gemms * mg * out_sz * kdim, [&](int64_t t0, int64_t t1) {

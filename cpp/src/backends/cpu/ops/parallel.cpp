@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +16,16 @@ namespace xpuruntime::cpu {
 namespace {
 
 thread_local bool t_in_job = false;
+
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
 
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
@@ -95,11 +106,20 @@ class Pool {
   void loop() {
     uint64_t seen = 0;
     for (;;) {
+      // Spin a little before sleeping: a plan's ops follow each other within
+      // microseconds, and waking a sleeping thread costs tens of microseconds
+      // (more in a VM), as long as a small op itself, so without this the helper
+      // would join small ops too late to take any chunk.
+      const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+      for (int i = 0; gen_.load(std::memory_order_acquire) == seen; ++i) {
+        if ((i & 63) == 0 && std::chrono::steady_clock::now() > spin_until) break;
+        cpu_relax();
+      }
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return gen_ != seen; });
-        seen = gen_;
+        cv_.wait(lk, [&] { return gen_.load(std::memory_order_relaxed) != seen; });
+        seen = gen_.load(std::memory_order_relaxed);
         job = job_;
       }
       if (!job) continue;
@@ -113,7 +133,7 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<Job> job_;
-  uint64_t gen_ = 0;
+  std::atomic<uint64_t> gen_{0};  // written under mu_, read lock-free while spinning
   std::vector<std::thread> workers_;
 };
 
