@@ -128,10 +128,12 @@ XRT_AVX2 void epilogue_rows_avx2(const ConvEpilogue& e, float* y, int64_t rows, 
 XRT_AVX2 void fill_phases(const DwGeom& g, const float* x, float* buf) {
   const int64_t len = g.phase_len();
   const __m256 zero = _mm256_setzero_ps();
-  for (int64_t ih = 0; ih < g.h; ++ih) {
+  // Padded rows: row pr holds input row pr - ph, or zeros (top/bottom padding), so
+  // every tap of every output row reads a row and the kernel tests nothing.
+  for (int64_t j = 0; j < g.padded_rows() * g.sw * len; j += 8) _mm256_storeu_ps(buf + j, zero);
+  for (int64_t ih = std::max<int64_t>(0, -g.ph); ih < std::min(g.h, g.padded_rows() - g.ph); ++ih) {
     const float* xr = x + ih * g.w;
-    float* row = buf + ih * g.sw * len;
-    for (int64_t j = 0; j < g.sw * len; j += 8) _mm256_storeu_ps(row + j, zero);
+    float* row = buf + (ih + g.ph) * g.sw * len;
     // Entries j whose source column j·sw + q - pw lies in [0, w), for q = 0.
     if (g.sw == 1) {
       const int64_t j0 = std::min(len, g.pw), n = std::min(g.w, len - j0);
@@ -159,11 +161,13 @@ XRT_AVX2 void fill_phases(const DwGeom& g, const float* x, float* buf) {
         _mm256_storeu_ps(p0 + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
         _mm256_storeu_ps(p1 + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
       }
+      // The edges: [0, ja) and [j, end); past `end` both phases read beyond the row.
+      const int64_t end = std::min(len, (g.w + g.pw + 1) / 2 + 1);
       for (int64_t q = 0; q < 2; ++q) {
         float* dst = row + q * len;
-        for (int64_t i = 0; i < len; ++i) {
+        for (int64_t i = 0; i < end; ++i) {
           if (i == ja) i = j;  // [ja, j) done by the vector loop
-          if (i >= len) break;
+          if (i >= end) break;
           const int64_t iw = 2 * i + q - g.pw;
           if (iw >= 0 && iw < g.w) dst[i] = xr[iw];
         }
@@ -184,31 +188,38 @@ constexpr int kMaxTaps = 16;  // per kernel dimension; conv.cpp falls back beyon
 
 // V vectors of one output row from column o: accumulate every valid tap, add the
 // residual, activate, store (the last vector masked when kMasked).
-template <Act A, int V, bool kMasked>
-XRT_AVX2 inline void dw_block(const float* const* rows, const float* const* wrows, int nrows,
-                              const int64_t* coff, int64_t kw, int64_t o, __m256 vb,
-                              const VecParams& p, __m256i mask, const float* sr, float* yr) {
-  __m256 acc[V];
-  for (int v = 0; v < V; ++v) acc[v] = vb;
-  for (int i = 0; i < nrows; ++i) {
-    const float* r = rows[i] + o;
-    const float* wr = wrows[i];
+// R output rows × V vectors from column o: accumulate every tap, add the residual,
+// activate, store (the last vector masked when kMasked). Several rows at once
+// give narrow planes (7×7, 14×14) independent FMA chains.
+template <Act A, int R, int V, bool kMasked>
+XRT_AVX2 inline void dw_block(const float* base, int64_t row_step, int64_t kh_step, const float* w,
+                              int64_t kh, int64_t kw, const int64_t* coff, int64_t o, __m256 vb,
+                              const VecParams& p, __m256i mask, const float* sr, float* yr,
+                              int64_t ow) {
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = vb;
+  for (int64_t i = 0; i < kh; ++i) {
+    const float* rb = base + i * kh_step + o;
+    const float* wr = w + i * kw;
     for (int64_t j = 0; j < kw; ++j) {
       const __m256 wv = _mm256_broadcast_ss(wr + j);
-      const float* src = r + coff[j];
-      for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src + 8 * v), acc[v]);
+      const float* src = rb + coff[j];
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v)
+          acc[r][v] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src + r * row_step + 8 * v), acc[r][v]);
     }
   }
-  for (int v = 0; v < V; ++v) {
-    const bool last_masked = kMasked && v == V - 1;
-    __m256 t = acc[v];
-    if (sr) {
-      t = _mm256_add_ps(t, last_masked ? _mm256_maskload_ps(sr + o + 8 * v, mask)
-                                       : _mm256_loadu_ps(sr + o + 8 * v));
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) {
+      const bool last_masked = kMasked && v == V - 1;
+      const int64_t at = r * ow + o + 8 * v;
+      __m256 t = acc[r][v];
+      if (sr) t = _mm256_add_ps(t, last_masked ? _mm256_maskload_ps(sr + at, mask) : _mm256_loadu_ps(sr + at));
+      t = act_vec<A>(p, t);
+      if (last_masked) _mm256_maskstore_ps(yr + at, mask, t);
+      else _mm256_storeu_ps(yr + at, t);
     }
-    t = act_vec<A>(p, t);
-    if (last_masked) _mm256_maskstore_ps(yr + o + 8 * v, mask, t);
-    else _mm256_storeu_ps(yr + o + 8 * v, t);
   }
 }
 
@@ -223,24 +234,28 @@ XRT_AVX2 void depthwise_plane_avx2(const DwGeom& g, const float* x, const float*
   const __m256 vb = _mm256_set1_ps(bias);
   const int64_t full = g.ow / 8 * 8, rem = g.ow - full;
   const __m256i mask = tail_mask(rem > 0 ? rem : 8);
-  const float* rows[kMaxTaps];
-  const float* wrows[kMaxTaps];
-  for (int64_t oh = 0; oh < g.oh; ++oh) {
-    int nrows = 0;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-      if (ih < 0 || ih >= g.h) continue;
-      rows[nrows] = buf + ih * g.sw * len;
-      wrows[nrows++] = w + i * g.kw;
+  const int64_t row_step = g.sh * g.sw * len, kh_step = g.dh * g.sw * len;
+  int64_t oh = 0;
+  if (g.ow <= 8) {
+    for (; oh + 4 <= g.oh; oh += 4) {
+      const float* base = buf + oh * row_step;
+      const float* sr = sum ? sum + oh * g.ow : nullptr;
+      if (rem) dw_block<A, 4, 1, true>(base, row_step, kh_step, w, g.kh, g.kw, coff, 0, vb, p, mask, sr, y + oh * g.ow, g.ow);
+      else dw_block<A, 4, 1, false>(base, row_step, kh_step, w, g.kh, g.kw, coff, 0, vb, p, mask, sr, y + oh * g.ow, g.ow);
     }
+  }
+  for (; oh < g.oh; ++oh) {
+    const float* base = buf + oh * row_step;
     float* yr = y + oh * g.ow;
     const float* sr = sum ? sum + oh * g.ow : nullptr;
     int64_t o = 0;
-    for (; o + 32 <= full; o += 32) dw_block<A, 4, false>(rows, wrows, nrows, coff, g.kw, o, vb, p, mask, sr, yr);
-    for (; o + 8 <= full; o += 8) dw_block<A, 1, false>(rows, wrows, nrows, coff, g.kw, o, vb, p, mask, sr, yr);
-    if (rem) dw_block<A, 1, true>(rows, wrows, nrows, coff, g.kw, o, vb, p, mask, sr, yr);
-    if (A == Act::kOther) run_unary(e.unary, e.params, DType::kFloat32, yr, yr, g.ow);
+    for (; o + 32 <= full; o += 32)
+      dw_block<A, 1, 4, false>(base, row_step, kh_step, w, g.kh, g.kw, coff, o, vb, p, mask, sr, yr, g.ow);
+    for (; o + 8 <= full; o += 8)
+      dw_block<A, 1, 1, false>(base, row_step, kh_step, w, g.kh, g.kw, coff, o, vb, p, mask, sr, yr, g.ow);
+    if (rem) dw_block<A, 1, 1, true>(base, row_step, kh_step, w, g.kh, g.kw, coff, o, vb, p, mask, sr, yr, g.ow);
   }
+  if (A == Act::kOther) run_unary(e.unary, e.params, DType::kFloat32, y, y, g.oh * g.ow);
 }
 
 XRT_AVX2 void gemv_avx2(const float* a, int64_t rows, int64_t k, const float* x, float* y) {

@@ -43,7 +43,8 @@ void conv_epilogue_rows(const ConvEpilogue& e, float* y, int64_t rows, int64_t c
 struct DwGeom {
   int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw;  // ph/pw: top/left padding
   int64_t phase_len() const;                             // floats per phase row
-  int64_t scratch_floats() const { return h * sw * phase_len(); }
+  int64_t padded_rows() const { return (oh - 1) * sh + (kh - 1) * dh + 1; }  // rows read
+  int64_t scratch_floats() const { return padded_rows() * sw * phase_len(); }
 };
 // True when depthwise_plane can run g here (AVX2/FMA CPU, kernel up to 16×16).
 bool depthwise_plane_supported(const DwGeom& g);
