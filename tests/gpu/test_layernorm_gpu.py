@@ -16,7 +16,7 @@ F = torch.nn.functional
 
 import xpuruntime.pytorch as xrt_torch
 from xpuruntime.pytorch.ops import _bridge
-from xpuruntime.pytorch.ops.layernorm import layer_norm_fwd
+from xpuruntime.pytorch.ops.layernorm import layer_norm_bwd, layer_norm_fwd
 
 
 def _skip_reason() -> str:
@@ -78,3 +78,94 @@ def test_layernorm_in_captured_graph():
     x.copy_(torch.randn_like(x))
     graph.replay()
     assert torch.equal(out, xrt_torch.ops.fused_layernorm(x, 1024, w, None))
+
+
+# ---- launch configurations (benchmarks/sweep_layernorm.py) and the eager fast path -------------
+def _plugin():
+    import ctypes
+
+    from xpuruntime import _core
+
+    path = next(
+        (s["path"] if isinstance(s, dict) else s.path)
+        for s in _core.plugin_statuses()
+        if (s["name"] if isinstance(s, dict) else s.name) == "cuda"
+    )
+    lib = ctypes.CDLL(path)
+    lib.xrt_layernorm_set_config.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    return lib
+
+
+def _set_config(lib, spec: str) -> None:
+    import ctypes
+
+    err = ctypes.create_string_buffer(256)
+    assert lib.xrt_layernorm_set_config(spec.encode(), err, 256) == 0, err.value
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("rows,cols", [(37, 768), (301, 4096), (5, 1024)])
+def test_every_forward_configuration_matches_float64(rows, cols, dtype):
+    """Every threads-per-row / grid / prefetch / hint variant (and every backward
+    threads-per-row) is right on every row: rows not a multiple of the rows per CTA,
+    grids smaller and larger than the rows."""
+    lib = _plugin()
+    g = torch.Generator(device="cuda").manual_seed(rows + cols)
+    x = (torch.randn(rows, cols, device="cuda", generator=g) * 3 + 20).to(dtype)
+    w = torch.randn(cols, device="cuda", generator=g).to(dtype)
+    b = torch.randn(cols, device="cuda", generator=g).to(dtype)
+    dy = torch.randn(rows, cols, device="cuda", generator=g).to(dtype)
+    xd, wd, bd = (t.double().requires_grad_() for t in (x, w, b))
+    ref = F.layer_norm(xd, (cols,), wd, bd, 1e-5)
+    ref.backward(dy.double())
+    n_vec = cols * x.element_size() // 16
+    tested = 0
+    try:
+        for tpr in (32, 64, 128, 256, 512, 1024):
+            if -(-n_vec // tpr) > 4:
+                continue
+            for grid in ("persistent", "tile"):
+                for prefetch in (0, 1):
+                    for hint in ("default", "cs", "nol1"):
+                        _set_config(
+                            lib, f"tpr={tpr},grid={grid},prefetch={prefetch},hint={hint},bwd_tpr={tpr}"
+                        )
+                        y, mean, rstd = layer_norm_fwd(x, [cols], w, b, 1e-5)
+                        assert _rel(y, ref) < TOL[dtype], (tpr, grid, prefetch, hint)
+                        assert _rel(mean, x.double().mean(-1)) < 1e-6
+                        tested += 1
+            # the backward variant of this threads-per-row
+            dx, dw, db = layer_norm_bwd(dy, x, [cols], mean, rstd, w, True, True)
+            for got, want in zip((dx, dw, db), (xd.grad, wd.grad, bd.grad)):
+                assert _rel(got, want) < TOL[dtype], ("backward", tpr)
+    finally:
+        _set_config(lib, "")
+    assert tested >= 12
+
+
+def test_bad_configuration_is_rejected():
+    import ctypes
+
+    lib = _plugin()
+    err = ctypes.create_string_buffer(256)
+    assert lib.xrt_layernorm_set_config(b"tpr=48", err, 256) == 1
+    assert b"power of two" in err.value
+    assert lib.xrt_layernorm_set_config(b"grid=sideways", err, 256) == 1
+
+
+def test_eager_paths_match_the_custom_op():
+    """fused_layernorm without autograd (no statistics written) and through the
+    direct autograd.Function give the custom op's results bit for bit."""
+    x = torch.randn(65, 1024, device="cuda", dtype=torch.bfloat16) + 3
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    y_op, mean, rstd = layer_norm_fwd(x, [1024], w, b, 1e-5)
+    with torch.no_grad():
+        assert torch.equal(xrt_torch.ops.fused_layernorm(x, 1024, w, b), y_op)
+    dx_op, dw_op, db_op = layer_norm_bwd(dy, x, [1024], mean, rstd, w, True, True)
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    y = xrt_torch.ops.fused_layernorm(xg, 1024, wg, bg)
+    assert torch.equal(y, y_op)
+    y.backward(dy)
+    assert torch.equal(xg.grad, dx_op) and torch.equal(wg.grad, dw_op) and torch.equal(bg.grad, db_op)

@@ -1,14 +1,18 @@
 // Launchers of the fused LayerNorm kernels: pick the register-resident variant
-// (threads per row, vectors per thread) for the row length, size the persistent
-// grid from the device, and export the extern "C" entry points.
+// (threads per row, vectors per thread) and the forward launch configuration
+// (grid, cache hints, prefetch) for the shape, and export the extern "C" entry
+// points. The configuration can be overridden at run time (XRT_LN_CONFIG, or
+// xrt_layernorm_set_config from a sweep); see layernorm_config.h.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda_kernels/layernorm/layernorm_config.h"
 #include "backends/cuda_kernels/layernorm/layernorm_impl.h"
 #include "backends/cuda_kernels/layernorm/layernorm_kernel.cuh"
 #include "xpuruntime/error.h"
@@ -16,14 +20,8 @@
 namespace xpuruntime::cuda_kernels {
 namespace {
 
-// At most this many 16-byte vectors of a row per thread when the launcher picks:
-// more registers per thread cost occupancy (rows in flight) faster than they add
-// parallelism. Measured on an H200 at 32768 x 4096 bf16: forward best at 2
-// (256 threads a row), backward at 1 (512 threads a row; it holds x, dy and the
-// dweight/dbias partial sums).
-constexpr int kMaxVptForward = 2;
-constexpr int kMaxVptBackward = 1;
-
+// The default configurations (forward and backward) are chosen in
+// layernorm_config.cpp; this file turns a configuration into a launch.
 int element_bytes(LnDType t) { return t == LnDType::kFloat32 ? 4 : 2; }
 
 struct Plan {
@@ -34,25 +32,19 @@ struct Plan {
 
 bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Smallest power-of-two group (32..1024 threads) that holds the row in at most
-// max_vpt vectors per thread (up to 4 for rows too long for 1024 threads, or for a
-// threads_per_row hint); vectors per thread rounded up to 1, 2 or 4.
-Plan make_plan(LnDType dtype, int64_t cols, int32_t tpr_hint, bool pointers_aligned, int max_vpt) {
+// The row in 16-byte vectors over tpr threads (a power of two in 32..1024, from
+// the configuration). Vectors per thread select a compiled variant (1..4); rows
+// needing more take the scalar kernels, as do rows that are not whole vectors and
+// unaligned pointers.
+Plan make_plan(LnDType dtype, int64_t cols, int32_t tpr, bool pointers_aligned) {
   Plan plan;
   const int vec = 16 / element_bytes(dtype);
-  if (cols % vec != 0 || !pointers_aligned) return plan;
-  const int64_t n_vec = cols / vec;
-  int tpr = 32;
-  if (tpr_hint > 0) {
-    tpr = tpr_hint;
-  } else {
-    while (tpr < 1024 && static_cast<int64_t>(tpr) * max_vpt < n_vec) tpr *= 2;
-  }
-  const int64_t need = (n_vec + tpr - 1) / tpr;
+  if (cols % vec != 0 || !pointers_aligned || tpr <= 0) return plan;
+  const int64_t need = (cols / vec + tpr - 1) / tpr;
   if (need > 4) return plan;  // the largest compiled variant
   plan.vectorized = true;
   plan.tpr = tpr;
-  plan.vpt = need <= 1 ? 1 : need <= 2 ? 2 : 4;
+  plan.vpt = static_cast<int>(need);
   return plan;
 }
 
@@ -101,15 +93,21 @@ struct BwdOccupancy {
   }
 };
 
-template <typename T, int kTPR, int kVPT>
-void launch_fwd_vec(const LayerNormFwdArgs& a, cudaStream_t stream) {
+// Occupancy is looked up per compiled kernel (cached); a persistent grid is SMs x
+// resident CTAs, a tile grid one CTA per kRowsPerCta rows.
+template <typename T, int kTPR, int kVPT, bool kPrefetch>
+void launch_fwd_kernel(const LayerNormFwdArgs& a, const ln::FwdConfig& c, cudaStream_t stream) {
   using G = ln::RowGroups<kTPR>;
-  auto kernel = ln::ln_fwd_kernel<T, kTPR, kVPT>;
-  static std::atomic<int> occ_cache[64] = {};
-  const int per_sm = occupancy(kernel, G::kThreads, occ_cache);
+  auto kernel = ln::ln_fwd_kernel<T, kTPR, kVPT, kPrefetch>;
   const int64_t groups = (a.rows + G::kRowsPerCta - 1) / G::kRowsPerCta;
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(groups, static_cast<int64_t>(sm_count()) * per_sm));
-  kernel<<<static_cast<unsigned>(grid), G::kThreads, 0, stream>>>(a);
+  int64_t grid = groups;
+  if (c.grid != ln::LnGrid::kTile) {
+    static std::atomic<int> occ_cache[64] = {};
+    const int per_sm = occupancy(kernel, G::kThreads, occ_cache);
+    grid = std::min<int64_t>(groups, static_cast<int64_t>(sm_count()) * per_sm);
+  }
+  grid = std::max<int64_t>(1, std::min<int64_t>(grid, 0x7fffffff));
+  kernel<<<static_cast<unsigned>(grid), G::kThreads, 0, stream>>>(a, c.hint);
   XRT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -129,6 +127,7 @@ void by_plan(const Plan& p, Args&&... args) {
     switch (p.vpt) {
       case 1: Launch<T, kTPR, 1>::run(args...); break;
       case 2: Launch<T, kTPR, 2>::run(args...); break;
+      case 3: Launch<T, kTPR, 3>::run(args...); break;
       default: Launch<T, kTPR, 4>::run(args...); break;
     }
   };
@@ -145,7 +144,13 @@ void by_plan(const Plan& p, Args&&... args) {
 
 template <typename T, int kTPR, int kVPT>
 struct FwdLaunch {
-  static void run(const LayerNormFwdArgs& a, cudaStream_t s) { launch_fwd_vec<T, kTPR, kVPT>(a, s); }
+  static void run(const LayerNormFwdArgs& a, const ln::FwdConfig& c, cudaStream_t s) {
+    if (c.prefetch != 0) {
+      launch_fwd_kernel<T, kTPR, kVPT, true>(a, c, s);
+    } else {
+      launch_fwd_kernel<T, kTPR, kVPT, false>(a, c, s);
+    }
+  }
 };
 template <typename T, int kTPR, int kVPT>
 struct BwdLaunch {
@@ -167,11 +172,11 @@ int64_t scalar_grid(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t
 template <typename T>
 void forward_typed(const LayerNormFwdArgs& a) {
   const auto stream = static_cast<cudaStream_t>(a.stream);
-  const Plan plan = make_plan(a.dtype, a.cols, a.threads_per_row,
-                              aligned16(a.x) && aligned16(a.y) && aligned16(a.weight) && aligned16(a.bias),
-                              kMaxVptForward);
+  const ln::FwdConfig cfg = ln::resolve_fwd_config(a.dtype, a.rows, a.cols, a.threads_per_row);
+  const Plan plan = make_plan(a.dtype, a.cols, cfg.tpr,
+                              aligned16(a.x) && aligned16(a.y) && aligned16(a.weight) && aligned16(a.bias));
   if (plan.vectorized) {
-    by_plan<T, FwdLaunch>(plan, a, stream);
+    by_plan<T, FwdLaunch>(plan, a, cfg, stream);
   } else {
     ln::ln_fwd_scalar_kernel<T><<<static_cast<unsigned>(scalar_grid(a.rows)), ln::kScalarThreads, 0, stream>>>(a);
     XRT_CUDA_CHECK(cudaGetLastError());
@@ -179,10 +184,11 @@ void forward_typed(const LayerNormFwdArgs& a) {
 }
 
 Plan bwd_plan(const LayerNormBwdArgs& a) {
-  return make_plan(a.dtype, a.cols, a.threads_per_row,
+  int32_t tpr = a.threads_per_row > 0 ? a.threads_per_row : ln::current_override().bwd_tpr;
+  if (tpr <= 0) tpr = ln::default_bwd_tpr(a.dtype, a.cols);
+  return make_plan(a.dtype, a.cols, tpr,
                    aligned16(a.x) && aligned16(a.dy) && aligned16(a.dx) && aligned16(a.weight) &&
-                       aligned16(a.workspace),
-                   kMaxVptBackward);
+                       aligned16(a.workspace));
 }
 
 template <typename T>
@@ -247,8 +253,9 @@ int guarded(Fn fn, char* err, size_t err_len) {
 
 void layernorm_forward(const LayerNormFwdArgs& a) {
   check_shape(a.rows, a.cols);
-  XRT_CHECK(a.x != nullptr && a.y != nullptr && a.mean != nullptr && a.rstd != nullptr,
-            InvalidArgumentError, "layernorm forward: x, y, mean and rstd must be given");
+  XRT_CHECK(a.x != nullptr && a.y != nullptr && (a.mean == nullptr) == (a.rstd == nullptr),
+            InvalidArgumentError,
+            "layernorm forward: x and y must be given, and mean and rstd both or neither");
   if (a.rows == 0) return;
   by_dtype(a.dtype, [&](auto tag) { forward_typed<decltype(tag)>(a); });
 }
@@ -302,4 +309,25 @@ extern "C" int xrt_layernorm_backward_workspace_bytes(
   return xpuruntime::cuda_kernels::guarded(
       [&] { *bytes = xpuruntime::cuda_kernels::layernorm_backward_workspace_bytes(*args); }, err,
       err_len);
+}
+
+extern "C" int xrt_layernorm_set_config(const char* spec, char* err, size_t err_len) {
+  namespace ln = xpuruntime::cuda_kernels::ln;
+  return xpuruntime::cuda_kernels::guarded(
+      [&] { ln::set_override(ln::parse_override(spec != nullptr ? spec : "")); }, err, err_len);
+}
+
+extern "C" int xrt_layernorm_describe_config(int32_t dtype, int64_t rows, int64_t cols, char* out,
+                                             size_t out_len) {
+  namespace ln = xpuruntime::cuda_kernels::ln;
+  return xpuruntime::cuda_kernels::guarded(
+      [&] {
+        const std::string d = ln::describe(
+            ln::resolve_fwd_config(static_cast<xpuruntime::cuda_kernels::LnDType>(dtype), rows, cols, 0));
+        if (out != nullptr && out_len > 0) {
+          std::strncpy(out, d.c_str(), out_len - 1);
+          out[out_len - 1] = '\0';
+        }
+      },
+      out, out_len);
 }

@@ -1,7 +1,8 @@
 // Plain-argument interface of the fused LayerNorm kernels (no CUDA headers): the
 // binding and the plugin's launchers share it. x, y, dy, dx are contiguous
 // [rows, cols]; weight/bias/dweight/dbias are [cols] of the same dtype as x (or
-// null); mean/rstd are fp32 [rows]. Statistics are always computed in fp32.
+// null); mean/rstd are fp32 [rows] (optional in the forward pass). Statistics are
+// always computed in fp32.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +19,7 @@ struct LayerNormFwdArgs {
   const void* weight = nullptr;  // optional
   const void* bias = nullptr;    // optional
   void* y = nullptr;
-  float* mean = nullptr;
+  float* mean = nullptr;  // both or neither: without them (inference) they are not written
   float* rstd = nullptr;
   float eps = 1e-5f;
   int32_t threads_per_row = 0;  // 0: chosen by the launcher (benchmarks may force one)
@@ -61,4 +62,11 @@ int xrt_layernorm_backward(const xpuruntime::cuda_kernels::LayerNormBwdArgs* arg
                            size_t err_len);
 int xrt_layernorm_backward_workspace_bytes(const xpuruntime::cuda_kernels::LayerNormBwdArgs* args,
                                            int64_t* bytes, char* err, size_t err_len);
+// Launch-configuration override for sweeps (syntax in layernorm_config.h; "" clears
+// it): affects every later launch in the process. 0 on success, 1 on a bad spec.
+int xrt_layernorm_set_config(const char* spec, char* err, size_t err_len);
+// The forward configuration a launch of this shape would use now (dtype as
+// LnDType), written to out as "tpr=..,grid=..,hint=..,prefetch=..".
+int xrt_layernorm_describe_config(int32_t dtype, int64_t rows, int64_t cols, char* out,
+                                  size_t out_len);
 }

@@ -1,8 +1,10 @@
 // Fused LayerNorm kernels. The fast path keeps a whole row in registers: a group
 // of kTPR threads owns a row, each thread kVPT 16-byte vectors of it, so x is
 // read once, mean and variance are two exact passes over registers (no
-// E[x^2] - E[x]^2 cancellation), and y is written once. Row groups loop over rows
-// with a stride, so weight and bias are loaded into registers once per thread.
+// E[x^2] - E[x]^2 cancellation), and y is written once. Weight and bias stay in
+// registers, packed in their own dtype, for all the rows a group handles. The
+// forward launch (grid, prefetch of the next row, cache hints) is chosen per
+// shape in layernorm_config.cpp and can be swept (benchmarks/sweep_layernorm.py).
 // Backward fuses dx with the dweight/dbias partial sums of each row group
 // (stage 1), then ln_bwd_reduce_parts sums the partials per column (stage 2).
 // Shapes the fast path cannot take (cols not a multiple of 16 bytes, rows too
@@ -42,9 +44,105 @@ __device__ __forceinline__ float to_f(T v) {
   return static_cast<float>(v);
 }
 
+// 16-byte vectors <-> fp32 in the narrowest instructions: bf16 widens by a shift,
+// and 16-bit types narrow two at a time (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32).
+// Keeping weight, bias and the prefetched row packed halves their registers.
+template <typename T>
+struct Pack;
+
+template <>
+struct Pack<float> {
+  static constexpr int kN = 4;
+  __device__ __forceinline__ static void unpack(const uint4& r, float (&o)[4]) {
+    o[0] = __uint_as_float(r.x), o[1] = __uint_as_float(r.y);
+    o[2] = __uint_as_float(r.z), o[3] = __uint_as_float(r.w);
+  }
+  __device__ __forceinline__ static uint4 pack(const float (&i)[4]) {
+    return make_uint4(__float_as_uint(i[0]), __float_as_uint(i[1]), __float_as_uint(i[2]),
+                      __float_as_uint(i[3]));
+  }
+};
+
+template <>
+struct Pack<__nv_bfloat16> {
+  static constexpr int kN = 8;
+  __device__ __forceinline__ static void unpack(const uint4& r, float (&o)[8]) {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      o[2 * k] = __uint_as_float(w[k] << 16);
+      o[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+  }
+  __device__ __forceinline__ static uint4 pack(const float (&i)[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(i[2 * k], i[2 * k + 1]);
+      w[k] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+};
+
+template <>
+struct Pack<__half> {
+  static constexpr int kN = 8;
+  __device__ __forceinline__ static void unpack(const uint4& r, float (&o)[8]) {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+      o[2 * k] = f.x, o[2 * k + 1] = f.y;
+    }
+  }
+  __device__ __forceinline__ static uint4 pack(const float (&i)[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const __half2 h = __floats2half2_rn(i[2 * k], i[2 * k + 1]);
+      w[k] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+};
+
+// Cache hints for the streamed x and y (weight and bias always use the default:
+// every CTA re-reads them, so they should stay cached). The hint is uniform over
+// the grid, so the branch costs a few instructions and no divergence.
+enum LnHint : int {
+  kHintDefault = 0,    // ld.global.nc / st.global
+  kHintStreaming = 1,  // ld.global.cs / st.global.cs: evict-first in L1 and L2
+  kHintNoL1 = 2,       // ld.global.nc.L1::no_allocate / st.global.cs
+};
+
+__device__ __forceinline__ uint4 load_x(const uint4* p, int hint) {
+  if (hint == kHintStreaming) return __ldcs(p);
+  if (hint == kHintNoL1) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+  }
+  return __ldg(p);
+}
+
+__device__ __forceinline__ void store_y(uint4* p, const uint4& v, int hint) {
+  if (hint == kHintDefault) {
+    *p = v;
+  } else {
+    __stcs(p, v);
+  }
+}
+
 // Sums kN values over the kTPR threads of each row group. Row groups are aligned
 // blocks of kTPR consecutive threads. For kTPR > 32 the warps of a group meet in
-// shared memory (red: kThreads/32 * kN floats); every thread of the CTA must call.
+// shared memory (red: kThreads/32 * kN floats) and every thread of the CTA must
+// call. There is no barrier after the reads of `red`: callers alternate between
+// two buffers, so a buffer is written again only after the barrier of the other
+// one, which every thread reaches after finishing its reads (one __syncthreads
+// per reduction instead of two).
 template <int kTPR, int kThreads, int kN>
 __device__ __forceinline__ void row_allreduce(float (&v)[kN], float* red) {
   constexpr int kStart = kTPR < 32 ? kTPR / 2 : 16;
@@ -69,7 +167,6 @@ __device__ __forceinline__ void row_allreduce(float (&v)[kN], float* red) {
       for (int w = 0; w < kWarpsPerRow; ++w) s += red[(first + w) * kN + i];
       v[i] = s;
     }
-    __syncthreads();  // red is reused by the next call
   }
 }
 
@@ -81,61 +178,68 @@ struct RowGroups {
   static constexpr int kRowsPerCta = kThreads / kTPR;
 };
 
-template <typename T, int kTPR, int kVPT>
+// Forward. Each row group walks rows base + row_in_cta, stepping by the grid's
+// rows; with a grid of ceil(rows / kRowsPerCta) CTAs ("tile" mode) that is one
+// row per group and the hardware scheduler provides the rows in flight, with a
+// smaller (persistent) grid each group loops. kPrefetch issues the loads of the
+// group's next row before the current row's two reductions and stores, so loads
+// stay in flight across them; without it the next row is loaded after the stores
+// and the registers of the raw copy are free (higher occupancy). x is loaded
+// before weight/bias so that the first row's latency covers theirs.
+template <typename T, int kTPR, int kVPT, bool kPrefetch>
 __global__ void __launch_bounds__(RowGroups<kTPR>::kThreads)
-    ln_fwd_kernel(const __grid_constant__ LayerNormFwdArgs a) {
-  using IO = VecIO<T>;
-  constexpr int kN = IO::kN;
+    ln_fwd_kernel(const __grid_constant__ LayerNormFwdArgs a, const int hint) {
+  using P = Pack<T>;
+  constexpr int kN = P::kN;
   constexpr int kThreads = RowGroups<kTPR>::kThreads, kRowsPerCta = RowGroups<kTPR>::kRowsPerCta;
-  __shared__ float red[kThreads / 32];
+  constexpr int kRed = kTPR > 32 ? kThreads / 32 : 1;
+  __shared__ float red[2][kRed];
   const int row_in_cta = threadIdx.x / kTPR, lane = threadIdx.x % kTPR;
   const int64_t cols = a.cols, n_vec = cols / kN;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-
-  float w[kVPT][kN], bias[kVPT][kN];
-#pragma unroll
-  for (int i = 0; i < kVPT; ++i) {
-    const int64_t j = lane + static_cast<int64_t>(i) * kTPR;
-#pragma unroll
-    for (int e = 0; e < kN; ++e) w[i][e] = 1.0f, bias[i][e] = 0.0f;
-    if (j < n_vec) {
-      if (a.weight != nullptr) IO::load(static_cast<const T*>(a.weight) + j * kN, w[i]);
-      if (a.bias != nullptr) IO::load(static_cast<const T*>(a.bias) + j * kN, bias[i]);
-    }
-  }
-
-  // The next row of this group is loaded (raw 16-byte vectors) while the current
-  // one is reduced and written, so every thread keeps loads in flight across the
-  // two reductions. (Measured on an H200: keeping weight/bias in registers and
-  // the row in fp32 beats re-reading them to save registers, 3130 vs 2520 GB/s.)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kRowsPerCta;
-  uint4 raw[kVPT];
-  auto load_raw = [&](int64_t row, uint4 (&r)[kVPT]) {
+
+  // Slots past the row's end (j >= n_vec) hold zeros and are masked where it matters.
+  auto load_row = [&](int64_t row, uint4 (&r)[kVPT]) {
     const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * cols);
 #pragma unroll
     for (int i = 0; i < kVPT; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * kTPR;
-      r[i] = (row < a.rows && j < n_vec) ? __ldg(x + j) : make_uint4(0, 0, 0, 0);
+      r[i] = (row < a.rows && j < n_vec) ? load_x(x + j, hint) : make_uint4(0, 0, 0, 0);
     }
   };
-  load_raw(static_cast<int64_t>(blockIdx.x) * kRowsPerCta + row_in_cta, raw);
+  uint4 raw[kVPT];
+  load_row(static_cast<int64_t>(blockIdx.x) * kRowsPerCta + row_in_cta, raw);
+
+  uint4 w[kVPT], b[kVPT];
+  {
+    float ones[kN];
+#pragma unroll
+    for (int e = 0; e < kN; ++e) ones[e] = 1.0f;
+    const uint4 one = P::pack(ones);
+    const auto* wp = static_cast<const uint4*>(a.weight);
+    const auto* bp = static_cast<const uint4*>(a.bias);
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i) {
+      const int64_t j = lane + static_cast<int64_t>(i) * kTPR;
+      w[i] = (wp != nullptr && j < n_vec) ? __ldg(wp + j) : one;
+      b[i] = (bp != nullptr && j < n_vec) ? __ldg(bp + j) : make_uint4(0, 0, 0, 0);
+    }
+  }
+
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < a.rows; base += stride) {
     const int64_t row = base + row_in_cta;
     float v[kVPT][kN];
 #pragma unroll
-    for (int i = 0; i < kVPT; ++i) {
-      const T* e = reinterpret_cast<const T*>(&raw[i]);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) v[i][k] = static_cast<float>(e[k]);
-    }
-    load_raw(row + stride, raw);
+    for (int i = 0; i < kVPT; ++i) P::unpack(raw[i], v[i]);
+    if constexpr (kPrefetch) load_row(row + stride, raw);
     float s[1] = {0.0f};
 #pragma unroll
     for (int i = 0; i < kVPT; ++i) {
 #pragma unroll
       for (int e = 0; e < kN; ++e) s[0] += v[i][e];
     }
-    row_allreduce<kTPR, kThreads, 1>(s, red);
+    row_allreduce<kTPR, kThreads, 1>(s, red[0]);
     const float mean = s[0] * inv_cols;
     float q[1] = {0.0f};
 #pragma unroll
@@ -147,25 +251,32 @@ __global__ void __launch_bounds__(RowGroups<kTPR>::kThreads)
         q[0] += d * d;
       }
     }
-    row_allreduce<kTPR, kThreads, 1>(q, red);
+    row_allreduce<kTPR, kThreads, 1>(q, red[1]);
     const float rstd = rsqrtf(q[0] * inv_cols + a.eps);
     if (row < a.rows) {
-      T* y = static_cast<T*>(a.y) + row * cols;
+      uint4* y = reinterpret_cast<uint4*>(static_cast<T*>(a.y) + row * cols);
 #pragma unroll
       for (int i = 0; i < kVPT; ++i) {
         const int64_t j = lane + static_cast<int64_t>(i) * kTPR;
         if (j < n_vec) {
-          float out[kN];
+          float wf[kN], bf[kN], out[kN];
+          // Opaque to the optimiser: without it the widening of weight/bias is
+          // hoisted out of the row loop and they occupy fp32 registers again.
+          asm volatile("" : "+r"(w[i].x), "+r"(w[i].y), "+r"(w[i].z), "+r"(w[i].w));
+          asm volatile("" : "+r"(b[i].x), "+r"(b[i].y), "+r"(b[i].z), "+r"(b[i].w));
+          P::unpack(w[i], wf);
+          P::unpack(b[i], bf);
 #pragma unroll
-          for (int e = 0; e < kN; ++e) out[e] = (v[i][e] - mean) * rstd * w[i][e] + bias[i][e];
-          IO::store(y + j * kN, out);
+          for (int e = 0; e < kN; ++e) out[e] = (v[i][e] - mean) * rstd * wf[e] + bf[e];
+          store_y(y + j, P::pack(out), hint);
         }
       }
-      if (lane == 0) {
+      if (lane == 0 && a.mean != nullptr) {  // statistics are optional (inference)
         a.mean[row] = mean;
         a.rstd[row] = rstd;
       }
     }
+    if constexpr (!kPrefetch) load_row(row + stride, raw);
   }
 }
 
@@ -177,7 +288,8 @@ __global__ void __launch_bounds__(RowGroups<kTPR>::kThreads)
   using IO = VecIO<T>;
   constexpr int kN = IO::kN;
   constexpr int kThreads = RowGroups<kTPR>::kThreads, kRowsPerCta = RowGroups<kTPR>::kRowsPerCta;
-  __shared__ float red[kThreads / 32 * 2];
+  constexpr int kRed = kTPR > 32 ? kThreads / 32 * 2 : 1;
+  __shared__ float red[2][kRed];
   const int row_in_cta = threadIdx.x / kTPR, lane = threadIdx.x % kTPR;
   const int64_t cols = a.cols, n_vec = cols / kN;
   const float inv_cols = 1.0f / static_cast<float>(cols);
@@ -223,7 +335,7 @@ __global__ void __launch_bounds__(RowGroups<kTPR>::kThreads)
         for (int e = 0; e < kN; ++e) xh[i][e] = g[i][e] = 0.0f;
       }
     }
-    row_allreduce<kTPR, kThreads, 2>(sums, red);
+    row_allreduce<kTPR, kThreads, 2>(sums, red[it & 1]);
     const float c1 = sums[0] * inv_cols, c2 = sums[1] * inv_cols;
     if (active) {
       T* dx = static_cast<T*>(a.dx) + row * cols;
@@ -324,7 +436,7 @@ __global__ void __launch_bounds__(kScalarThreads)
       const float bv = b != nullptr ? to_f(b[c]) : 0.0f;
       y[c] = static_cast<T>((to_f(x[c]) - mean) * rstd * wv + bv);
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && a.mean != nullptr) {
       a.mean[row] = mean;
       a.rstd[row] = rstd;
     }
