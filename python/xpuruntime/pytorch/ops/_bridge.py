@@ -194,31 +194,63 @@ def flash_backward(
     return dq, dk, dv
 
 
+# torch's own accessor of the current raw stream (what inductor's generated code
+# calls); ~10x cheaper than building a torch.cuda.Stream. Absent on CPU-only builds.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _raw_stream(index: int) -> int:
+    """The current torch stream of CUDA device ``index`` as an integer handle."""
+    if _current_raw_stream is not None:
+        return int(_current_raw_stream(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
 def layernorm_forward(
-    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, cols: int, eps: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fused LayerNorm forward over the last ``cols`` elements; returns (y, mean, rstd)."""
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    cols: int,
+    eps: float,
+    with_stats: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Fused LayerNorm forward over the last ``cols`` elements; returns (y, mean, rstd).
+
+    ``with_stats=False`` (no backward will follow) neither allocates nor writes
+    mean and rstd, and returns None for them.
+
+    This is on every forward call, so it avoids what costs host time there (the
+    kernel of a GPT-2 sized layer runs for a few microseconds): a ``torch.cuda.device``
+    context only when ``x`` is not on the current device and the raw stream handle
+    instead of a ``Stream`` object. (mean and rstd stay separate allocations: custom
+    op outputs must not alias each other.)
+    """
+    index = x.device.index
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return layernorm_forward(x, weight, bias, cols, eps, with_stats)
     x = x.contiguous()
     rows = x.numel() // cols
     y = torch.empty_like(x)
-    mean = torch.empty(rows, device=x.device, dtype=torch.float32)
-    rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
+    mean = rstd = None
+    if with_stats:
+        mean = torch.empty(rows, device=x.device, dtype=torch.float32)
+        rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
     w = weight.contiguous() if weight is not None else None
     b = bias.contiguous() if bias is not None else None
-    with torch.cuda.device(x.device):
-        _core.cuda_kernels.layernorm_forward(
-            dtype=LN_DTYPES[x.dtype],
-            rows=rows,
-            cols=cols,
-            x=x.data_ptr(),
-            weight=w.data_ptr() if w is not None else 0,
-            bias=b.data_ptr() if b is not None else 0,
-            y=y.data_ptr(),
-            mean=mean.data_ptr(),
-            rstd=rstd.data_ptr(),
-            eps=float(eps),
-            stream=stream_handle(x),
-        )
+    _core.cuda_kernels.layernorm_forward(
+        dtype=LN_DTYPES[x.dtype],
+        rows=rows,
+        cols=cols,
+        x=x.data_ptr(),
+        weight=w.data_ptr() if w is not None else 0,
+        bias=b.data_ptr() if b is not None else 0,
+        y=y.data_ptr(),
+        mean=mean.data_ptr() if mean is not None else 0,
+        rstd=rstd.data_ptr() if rstd is not None else 0,
+        eps=float(eps),
+        stream=_raw_stream(index),
+    )
     return y, mean, rstd
 
 
@@ -233,33 +265,34 @@ def layernorm_backward(
     want_dbias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Fused LayerNorm backward; returns (dx, dweight or None, dbias or None)."""
+    index = x.device.index
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return layernorm_backward(dy, x, mean, rstd, weight, cols, want_dweight, want_dbias)
     x, dy = x.contiguous(), dy.contiguous()
     rows = x.numel() // cols
     dx = torch.empty_like(x)
     dw = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dweight else None
     db = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dbias else None
     w = weight.contiguous() if weight is not None else None
-    with torch.cuda.device(x.device):
-        nbytes = int(
-            _core.cuda_kernels.layernorm_backward_workspace_bytes(
-                dtype=LN_DTYPES[x.dtype], rows=rows, cols=cols
-            )
-        )
-        ws = torch.empty(max(nbytes // 4, 4), device=x.device, dtype=torch.float32)
-        _core.cuda_kernels.layernorm_backward(
-            dtype=LN_DTYPES[x.dtype],
-            rows=rows,
-            cols=cols,
-            dy=dy.data_ptr(),
-            x=x.data_ptr(),
-            mean=mean.data_ptr(),
-            rstd=rstd.data_ptr(),
-            weight=w.data_ptr() if w is not None else 0,
-            dx=dx.data_ptr(),
-            dweight=dw.data_ptr() if dw is not None else 0,
-            dbias=db.data_ptr() if db is not None else 0,
-            workspace=ws.data_ptr(),
-            workspace_bytes=ws.numel() * 4,
-            stream=stream_handle(x),
-        )
+    nbytes = int(
+        _core.cuda_kernels.layernorm_backward_workspace_bytes(dtype=LN_DTYPES[x.dtype], rows=rows, cols=cols)
+    )
+    ws = torch.empty(max(nbytes // 4, 4), device=x.device, dtype=torch.float32)
+    _core.cuda_kernels.layernorm_backward(
+        dtype=LN_DTYPES[x.dtype],
+        rows=rows,
+        cols=cols,
+        dy=dy.data_ptr(),
+        x=x.data_ptr(),
+        mean=mean.data_ptr(),
+        rstd=rstd.data_ptr(),
+        weight=w.data_ptr() if w is not None else 0,
+        dx=dx.data_ptr(),
+        dweight=dw.data_ptr() if dw is not None else 0,
+        dbias=db.data_ptr() if db is not None else 0,
+        workspace=ws.data_ptr(),
+        workspace_bytes=ws.numel() * 4,
+        stream=_raw_stream(index),
+    )
     return dx, dw, db

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from . import _bridge
 
-__all__ = ["fused_layernorm", "layernorm_support"]
+__all__ = ["fused_layernorm", "layer_norm_forward", "layernorm_support"]
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -31,39 +31,43 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
 def layernorm_support(
     x: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, bias: Tensor | None = None
 ) -> tuple[str, str] | None:
-    """Why the ``fused`` kernel cannot run this case: ``(reason_code, detail)``, or None."""
-    shape = tuple(int(s) for s in normalized_shape)
-    if len(shape) == 0 or len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape) :]) != shape:
+    """Why the ``fused`` kernel cannot run this case: ``(reason_code, detail)``, or None.
+
+    On every call of fused_layernorm and of routed F.layer_norm, so written for
+    host time (~2 us): one ``x.device`` object, torch.Size compared as a tuple.
+    """
+    shape = tuple([int(s) for s in normalized_shape])
+    n = len(shape)
+    if n == 0 or n > x.dim() or x.shape[-n:] != shape:
         return (
             "shape_unsupported",
             f"normalized_shape {shape} is not the trailing shape of input {tuple(x.shape)}",
         )
-    cols = math.prod(shape)
-    if cols == 0:
+    if math.prod(shape) == 0:
         return "shape_unsupported", "normalized_shape has no elements"
-    if not x.dtype.is_floating_point:
-        return "dtype_unsupported", f"{x.dtype} is not a floating dtype"
+    dtype, device = x.dtype, x.device
+    if not dtype.is_floating_point:
+        return "dtype_unsupported", f"{dtype} is not a floating dtype"
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
             continue
-        if tuple(t.shape) != shape:
+        if t.shape != shape:
             return "shape_unsupported", f"{name} shape {tuple(t.shape)} != normalized_shape {shape}"
-        if t.dtype != x.dtype:
-            return "dtype_unsupported", f"{name} dtype {t.dtype} != input dtype {x.dtype}"
-        if t.device != x.device:
-            return "device_mismatch", f"{name} is on {t.device}, input on {x.device}"
-    if x.device.type == "cpu":
+        if t.dtype != dtype:
+            return "dtype_unsupported", f"{name} dtype {t.dtype} != input dtype {dtype}"
+        if t.device != device:
+            return "device_mismatch", f"{name} is on {t.device}, input on {device}"
+    if device.type == "cpu":
         return None
-    if x.device.type != "cuda":
-        return "device_mismatch", f"no fused kernel for device type {x.device.type}"
-    if x.dtype not in _bridge.LN_DTYPES:
-        return "dtype_unsupported", f"CUDA kernels take float32/float16/bfloat16, got {x.dtype}"
+    if device.type != "cuda":
+        return "device_mismatch", f"no fused kernel for device type {device.type}"
+    if dtype not in _bridge.LN_DTYPES:
+        return "dtype_unsupported", f"CUDA kernels take float32/float16/bfloat16, got {dtype}"
     why = _bridge.cuda_kernels_unavailable()
     if why:
         return "backend_unavailable", why
-    why = _bridge.capability_problem(
-        x.device.index if x.device.index is not None else torch.cuda.current_device()
-    )
+    index = device.index
+    why = _bridge.capability_problem(index if index is not None else torch.cuda.current_device())
     if why:
         return "capability_too_low", why
     return None
@@ -183,6 +187,87 @@ def _backward(ctx, grad_y, grad_mean, grad_rstd):
 layer_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ---- eager fast path ------------------------------------------------------------------------
+# The custom op costs tens of microseconds of host time per call (dispatcher, the
+# autograd wrapper, a Python kernel call): as much as the whole kernel of a GPT-2
+# sized LayerNorm, and visible in any timing of a single call. In plain eager mode
+# nothing needs the dispatcher, so fused_layernorm (and the routing of F.layer_norm)
+# call the kernels directly, through an autograd.Function when a gradient is needed.
+# torch.compile, dispatch modes (fake tensors, tracing, FlopCounter) and tensor
+# subclasses keep the custom op, which is what they understand.
+# (functorch transforms wrap tensors in ones whose Python type is still Tensor.)
+_dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+
+
+def _eager_direct_ok(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
+    """True when calling the CUDA kernels directly is indistinguishable from the custom op."""
+    if _dispatch_depth is None or _functorch_active is None:
+        return False
+    if _dispatch_depth() != 0 or _functorch_active() or torch.compiler.is_compiling():
+        return False
+    return (
+        type(x) is torch.Tensor
+        and (weight is None or type(weight) is torch.Tensor)
+        and (bias is None or type(bias) is torch.Tensor)
+    )
+
+
+class _DirectLayerNorm(torch.autograd.Function):
+    """The CUDA kernels called directly, with the custom ops' gradient formula."""
+
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, bias, eps):  # type: ignore[override]
+        y, mean, rstd = _bridge.layernorm_forward(x, weight, bias, math.prod(normalized_shape), eps)
+        ctx.save_for_backward(x, mean, rstd, weight)
+        ctx.normalized_shape = list(normalized_shape)
+        ctx.has_weight = weight is not None
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):  # type: ignore[override]
+        x, mean, rstd, weight = ctx.saved_tensors
+        if torch.is_grad_enabled() or not _eager_direct_ok(grad_y, x, weight):
+            # create_graph (the custom op says it has no double backward) or a mode
+            # that must see the op.
+            return _backward(ctx, grad_y, None, None)
+        need_w = ctx.has_weight and ctx.needs_input_grad[2]
+        need_b = ctx.has_bias and ctx.needs_input_grad[3]
+        shape = ctx.normalized_shape
+        dx, dw, db = _bridge.layernorm_backward(
+            grad_y.contiguous(), x, mean, rstd, weight, math.prod(shape), need_w, need_b
+        )
+        return (
+            dx.reshape(x.shape),
+            None,
+            dw.reshape(shape) if need_w else None,
+            db.reshape(shape) if need_b else None,
+            None,
+        )
+
+
+def layer_norm_forward(
+    x: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
+) -> Tensor:
+    """y of ``layer_norm_fwd`` for a supported case, on the cheapest path that is equivalent.
+
+    Without autograd, mean and rstd are neither allocated nor written.
+    """
+    if x.device.type == "cuda" and _eager_direct_ok(x, weight, bias):
+        grad = torch.is_grad_enabled() and (
+            x.requires_grad
+            or (weight is not None and weight.requires_grad)
+            or (bias is not None and bias.requires_grad)
+        )
+        if not grad:
+            cols = math.prod(normalized_shape)
+            return _bridge.layernorm_forward(x, weight, bias, cols, eps, with_stats=False)[0]
+        return _DirectLayerNorm.apply(x, normalized_shape, weight, bias, eps)
+    y, _, _ = layer_norm_fwd(x, normalized_shape, weight, bias, eps)
+    return y
+
+
 def fused_layernorm(
     input: Tensor,
     normalized_shape: Sequence[int] | int,
@@ -207,5 +292,4 @@ def fused_layernorm(
 
         record_direct_fallback("layernorm", "fused", why, (input,))
         return torch.nn.functional.layer_norm(input, shape, weight, bias, eps)
-    y, _, _ = layer_norm_fwd(input, shape, weight, bias, float(eps))
-    return y
+    return layer_norm_forward(input, shape, weight, bias, float(eps))
