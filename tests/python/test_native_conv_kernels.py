@@ -9,6 +9,7 @@ one-row Gemm/MatMul — under both CPU GEMM kernels; and 2-D MaxPool against ORT
 
 from __future__ import annotations
 
+import gc
 import itertools
 
 import numpy as np
@@ -18,6 +19,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xpuruntime as xrt
 from xpuruntime import ops
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_sessions_after_module():  # type: ignore[no-untyped-def]
+    """Frees this module's sessions (and their arenas) before other modules run, so
+    allocator-statistics tests elsewhere never see them released mid-test."""
+    yield
+    gc.collect()
+
 
 GEMMS = ["cpu_blocked"] + (["cpu_blas"] if ops.cpu_gemm_info()["blas_available"] else [])
 
