@@ -67,6 +67,16 @@ def env() -> dict:
     }
 
 
+def write_results(results: dict, out_dir: str, stem: str) -> str:
+    """Writes ``results`` to ``out_dir/<stem>_<device>.json`` and returns the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{stem}_{results['env']['device'].replace(' ', '_')}.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+    print("wrote", path)
+    return path
+
+
 def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
@@ -164,11 +174,7 @@ def main() -> None:
             f"{c['rows']}x{c['cols']:<8d} fwd {c['ours_fwd_call_ms'] * 1e3:8.1f} / {c['torch_fwd_call_ms'] * 1e3:8.1f}"
             f"   bwd {c['ours_bwd_call_ms'] * 1e3:8.1f} / {c['torch_bwd_call_ms'] * 1e3:8.1f}"
         )
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"layernorm_{results['env']['device'].replace(' ', '_')}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
-    print("wrote", path)
+    write_results(results, args.out, "layernorm")
 
 
 if __name__ == "__main__":

@@ -36,20 +36,18 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
-import json
 import math
 import os
-import platform
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
-import xpuruntime
 from xpuruntime import _core
 from xpuruntime.pytorch.ops import _bridge
 from xpuruntime.pytorch.ops.layernorm import fused_layernorm, layer_norm_bwd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_layernorm import ROTATE_BYTES, bench_ms, env, write_results
 
 SHAPES = [
     (32768, 4096, torch.bfloat16),
@@ -67,8 +65,6 @@ EXTRA_SHAPES = [
 ]
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 1e-2}
 LN_DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # LnDType
-ROTATE_BYTES = 512 << 20  # inputs rotate over at least this much memory (L2 is 50-60 MB)
-SLEEP_CYCLES = 1_000_000  # ~0.5 ms of spin ahead of each timed call: hides host time
 
 
 # ---- the plugin's configuration entry points --------------------------------------------------
@@ -128,38 +124,15 @@ def bwd_configs(cols: int, dtype: torch.dtype) -> list[str]:
     ]
 
 
-# ---- timing -------------------------------------------------------------------------------------------
+# ---- timing (bench_layernorm.bench_ms: device time, or one synchronised call) -------------------------
 def device_ms(fn, iters: int, warmup: int = 3) -> float:
     """Median GPU time of ``fn()`` (fn(i) gets the iteration, to rotate inputs)."""
-    for i in range(warmup):
-        fn(i)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SLEEP_CYCLES)
-        s.record()
-        fn(i)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    return bench_ms(fn, iters, warmup, device_time=True)
 
 
 def call_ms(fn, iters: int, warmup: int = 3) -> float:
     """Median latency of one synchronised call from an idle GPU (host overhead included)."""
-    for i in range(warmup):
-        fn(i)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(i)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    return bench_ms(fn, iters, warmup, device_time=False)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -420,14 +393,7 @@ def main() -> None:
     results = {
         "benchmark": "layernorm_sweep",
         "method": " ".join(__doc__.split("\n\n")[1:4]).replace("\n", " "),
-        "env": {
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "xpuruntime": xpuruntime.__version__,
-            "python": platform.python_version(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        },
+        "env": env(),
         "cases": [],
     }
     for rows, cols, dtype in shapes:
@@ -445,11 +411,7 @@ def main() -> None:
             f"   {r['rows']}x{r['cols']} {r['dtype']:9s} best {b['config'] if b else '-':44s} "
             f"{b['GBps'] if b else 0:6.0f} GB/s   default {r['default_config']} {r['default_fwd']['GBps']:6.0f} GB/s"
         )
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"layernorm_sweep_{results['env']['device'].replace(' ', '_')}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
-    print("wrote", path)
+    write_results(results, args.out, "layernorm_sweep")
 
 
 if __name__ == "__main__":

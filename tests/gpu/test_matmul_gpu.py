@@ -135,17 +135,18 @@ def test_tf32_only_when_the_policy_allows_it():
         assert not torch.equal(fast, strict), f"{kernel}: allow_tf32 changed nothing"
 
 
-def test_runs_on_the_callers_torch_stream():
+@pytest.mark.parametrize("kernel", ["cublasLt", "skinny"])
+def test_runs_on_the_callers_torch_stream(kernel):
     s = torch.cuda.Stream()
-    a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
-    b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+    a = torch.randn(16, 2048, device="cuda", dtype=torch.float16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
     previous = xrt.stream.current_stream("cuda:0")
     with torch.cuda.stream(s):
         xrt.stream.set_current_stream(xrt.Stream.wrap("cuda:0", s.cuda_stream))
         try:
             torch.cuda._sleep(50_000_000)  # keeps s busy: our GEMM must queue behind it
             a2 = a * 2  # produced on s
-            c = ops.matmul(a2, b, policy=_require("cublasLt"))
+            c = ops.matmul(a2, b, policy=_require(kernel))
         finally:
             xrt.stream.set_current_stream(previous)
     s.synchronize()
