@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..dispatch import Candidate, Decision
 from .ops.attention import draw_rng_state, flash_attention_support, flash_attn_fwd
 from .ops.layernorm import layer_norm_forward, layernorm_support
-from .ops.matmul import matmul_support, xrt_matmul
+from .ops.matmul import matmul_forward, matmul_support
 
 #: Kernels per op key, in the order ``auto`` tries them.
 OP_KERNELS: dict[str, tuple[str, ...]] = {
@@ -304,7 +304,7 @@ def run(
         call = autocast_view(call)
     f = call.fields
     if call.op == "matmul":
-        return xrt_matmul(f["a"], f["b"], f["bias"], kernel)
+        return matmul_forward(f["a"], f["b"], f["bias"], kernel)
     if call.op == "attention":
         q, k, v = f["query"], f["key"], f["value"]
         scale = f["scale"] if f["scale"] is not None else q.shape[-1] ** -0.5

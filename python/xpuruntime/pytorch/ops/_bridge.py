@@ -37,6 +37,30 @@ def custom_op(name: str, **kwargs) -> Callable:
     return torch.library.custom_op(name, **kwargs)
 
 
+# ---- eager fast path ------------------------------------------------------------------------
+# A torch.library custom op costs tens of microseconds of host time per call
+# (dispatcher, autograd wrapper, a Python kernel): as much as the whole kernel of a
+# GPT-2-sized LayerNorm or GEMM. In plain eager mode nothing needs the dispatcher, so
+# the ops call our kernels directly (through an autograd.Function when a gradient is
+# needed). torch.compile, dispatch modes (fake tensors, tracing, FlopCounter) and
+# tensor subclasses keep the custom ops, which is what they understand.
+_dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+
+
+def eager_direct_ok(*tensors: torch.Tensor | None) -> bool:
+    """True when calling the CUDA kernels directly is indistinguishable from the custom op.
+
+    (functorch transforms wrap tensors in ones whose Python type is still Tensor,
+    hence the explicit check.)
+    """
+    if _dispatch_depth is None or _functorch_active is None:
+        return False
+    if _dispatch_depth() != 0 or _functorch_active() or torch.compiler.is_compiling():
+        return False
+    return all(t is None or type(t) is torch.Tensor for t in tensors)
+
+
 @functools.cache
 def cuda_kernels_unavailable() -> str:
     """Why our CUDA kernels cannot run in this process ("" when they can)."""

@@ -187,30 +187,9 @@ def _backward(ctx, grad_y, grad_mean, grad_rstd):
 layer_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-# ---- eager fast path ------------------------------------------------------------------------
-# The custom op costs tens of microseconds of host time per call (dispatcher, the
-# autograd wrapper, a Python kernel call): as much as the whole kernel of a GPT-2
-# sized LayerNorm, and visible in any timing of a single call. In plain eager mode
-# nothing needs the dispatcher, so fused_layernorm (and the routing of F.layer_norm)
-# call the kernels directly, through an autograd.Function when a gradient is needed.
-# torch.compile, dispatch modes (fake tensors, tracing, FlopCounter) and tensor
-# subclasses keep the custom op, which is what they understand.
-# (functorch transforms wrap tensors in ones whose Python type is still Tensor.)
-_dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
-
-
+# ---- eager fast path (see _bridge.eager_direct_ok) ------------------------------------------
 def _eager_direct_ok(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
-    """True when calling the CUDA kernels directly is indistinguishable from the custom op."""
-    if _dispatch_depth is None or _functorch_active is None:
-        return False
-    if _dispatch_depth() != 0 or _functorch_active() or torch.compiler.is_compiling():
-        return False
-    return (
-        type(x) is torch.Tensor
-        and (weight is None or type(weight) is torch.Tensor)
-        and (bias is None or type(bias) is torch.Tensor)
-    )
+    return _bridge.eager_direct_ok(x, weight, bias)
 
 
 class _DirectLayerNorm(torch.autograd.Function):

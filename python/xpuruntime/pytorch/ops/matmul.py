@@ -11,13 +11,15 @@ dispatch and autograd paths); the kernels themselves are CUDA-only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from ... import _core
 from . import _bridge
 
-__all__ = ["matmul_support", "xrt_matmul"]
+__all__ = ["matmul_forward", "matmul_support", "xrt_matmul"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
@@ -115,21 +117,52 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.has_bias = bias is not None
 
 
-def _backward(ctx, grad):
+def _grads(ctx, grad, mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor]):
+    """(da, db, dbias, None) with the gradient products computed by ``mm``."""
     a, b = ctx.saved_tensors
     grad = grad.contiguous()
     da = db = dbias = None
     if ctx.needs_input_grad[0]:
-        da = _sum_to(xrt_matmul(grad, b.transpose(-1, -2), None, ctx.kernel), a.shape)
+        da = _sum_to(mm(grad, b.transpose(-1, -2), None, ctx.kernel), a.shape)
     if ctx.needs_input_grad[1]:
         if b.dim() == 2:  # the linear case: one GEMM over all leading dimensions
             k, n = b.shape
-            db = xrt_matmul(a.reshape(-1, k).transpose(0, 1), grad.reshape(-1, n), None, ctx.kernel)
+            db = mm(a.reshape(-1, k).transpose(0, 1), grad.reshape(-1, n), None, ctx.kernel)
         else:
-            db = _sum_to(xrt_matmul(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
+            db = _sum_to(mm(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         dbias = grad.reshape(-1, grad.shape[-1]).sum(0)
     return da, db, dbias, None
 
 
+def _backward(ctx, grad):
+    return _grads(ctx, grad, xrt_matmul)
+
+
 xrt_matmul.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- eager fast path (see _bridge.eager_direct_ok) ------------------------------------------
+class _DirectMatmul(torch.autograd.Function):
+    """The CUDA kernels called directly, with the custom op's gradient formula."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, kernel):  # type: ignore[override]
+        _setup_context(ctx, (a, b, bias, kernel), None)
+        return _run_cuda(a, b, bias, kernel)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad, *ctx.saved_tensors):
+            return _backward(ctx, grad)  # create_graph, or a mode that must see the op
+        return _grads(ctx, grad, _run_cuda)
+
+
+def matmul_forward(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
+    """``a @ b (+ bias)`` on ``kernel`` for a supported case, on the cheapest equivalent path."""
+    if a.device.type == "cuda" and _bridge.eager_direct_ok(a, b, bias):
+        grad = torch.is_grad_enabled() and (
+            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+        )
+        return _DirectMatmul.apply(a, b, bias, kernel) if grad else _run_cuda(a, b, bias, kernel)
+    return xrt_matmul(a, b, bias, kernel)
