@@ -71,12 +71,8 @@ _LN_DEFAULTS = {"weight": None, "bias": None, "eps": 1e-5}
 
 def _matmul_call(name: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, ok: bool) -> Call:
     tensors = (a, b) if bias is None else (a, b, bias)
-    # Capture and side streams are part of the case (see matmul_support).
-    capturing = a.is_cuda and (
-        torch.cuda.is_current_stream_capturing() or torch.cuda.current_stream(a.device).cuda_stream != 0
-    )
     fields = {"a": a, "b": b, "bias": bias, "plain": ok}
-    return Call("matmul", name, tensors, fields, (bias is not None, ok, capturing))
+    return Call("matmul", name, tensors, fields, (bias is not None, ok))
 
 
 def parse_call(func: Callable, args: tuple, kwargs: dict) -> Call | None:

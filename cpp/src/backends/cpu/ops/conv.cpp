@@ -76,7 +76,7 @@ bool conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& o
 template <typename T>
 void conv_epilogue(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
   const int64_t nb = y.shape[0], m = y.shape[1];
-  const int64_t plane = nb * m ? y.numel() / (nb * m) : 0;
+  const int64_t plane = nb * m != 0 ? y.numel() / (nb * m) : 0;
   const T* bias = in.size() > 2 && in[2].data ? in[2].ptr<const T>() : nullptr;
   const T* sum = n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const T>() : nullptr;
   Unary k = Unary::kIdentity;
@@ -161,22 +161,56 @@ constexpr int64_t kIm2colBlockBytes = 512 * 1024;
 // memory), large enough for GEMM tiles that keep OpenBLAS efficient.
 constexpr int64_t kTileScratchBytes = 256 * 1024;
 
+// The geometry both im2col paths work from: grouped channel counts, the GEMM's K,
+// plane sizes, and whether the kernel is 1x1/stride 1/no padding (the input is
+// then its own im2col matrix).
+struct GroupedConv {
+  Spatial g;
+  int64_t nb, c, m, group, cg, mg, kdim, out_sz, in_sz;
+  bool pointwise;
+};
+
+GroupedConv grouped_conv(const Node& n, const Shape& xs, const Shape& ws) {
+  GroupedConv v;
+  v.g = as3d(conv_geometry(n, xs, ws));
+  v.nb = xs[0], v.c = xs[1], v.m = ws[0];
+  v.group = n.attr_int("group", 1);
+  v.cg = v.c / v.group, v.mg = v.m / v.group;
+  v.kdim = v.cg * v.g.k_size(), v.out_sz = v.g.out_size(), v.in_sz = v.g.in_size();
+  v.pointwise = true;
+  for (int i = 0; i < 3; ++i) {
+    v.pointwise = v.pointwise && v.g.k[i] == 1 && v.g.s[i] == 1 && v.g.pb[i] == 0 && v.g.pe[i] == 0;
+  }
+  return v;
+}
+
+// What a float32 Conv node fuses into its output: the bias (input 2), a residual
+// sum (input 3, attribute _sum) and an activation (node attributes).
+struct FusedOutputs {
+  const float* bias;
+  const float* sum;
+  ConvEpilogue e;
+};
+
+FusedOutputs fused_outputs(const Node& n, const std::vector<TensorView>& in) {
+  FusedOutputs f;
+  f.bias = in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr;
+  f.sum = n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const float>() : nullptr;
+  Unary k = Unary::kIdentity;
+  UnaryParams up;
+  const bool has_act = node_activation(n, k, up);
+  f.e = ConvEpilogue::of(has_act, k, up);
+  return f;
+}
+
 template <typename T>
 void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
-  const Shape& xs = in[0].shape;
-  const Shape& ws = in[1].shape;
-  const Spatial g = as3d(conv_geometry(n, xs, ws));
-  const int64_t nb = xs[0], c = xs[1], m = ws[0];
-  const int64_t group = n.attr_int("group", 1);
-  const int64_t cg = c / group, mg = m / group;
-  const int64_t kdim = cg * g.k_size(), out_sz = g.out_size(), in_sz = g.in_size();
+  const auto [g, nb, c, m, group, cg, mg, kdim, out_sz, in_sz, pointwise] =
+      grouped_conv(n, in[0].shape, in[1].shape);
   const T* x = in[0].ptr<const T>();
   const T* w = in[1].ptr<const T>();
   T* py = y.ptr<T>();
   const std::string gemm = node_gemm_kernel(n);
-  bool pointwise = true;
-  for (int i = 0; i < 3; ++i)
-    pointwise = pointwise && g.k[i] == 1 && g.s[i] == 1 && g.pb[i] == 0 && g.pe[i] == 0;
   matmul::GemmProblem p;
   p.dtype = in[0].dtype;
   p.m = mg;
@@ -242,27 +276,13 @@ void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorV
 //                 so the weights are read once and the scratch stays bounded;
 //   GEMV          for 1×1 convolutions of a 1×1 plane (squeeze-excitation).
 void conv_im2col_f32(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
-  const Shape& xs = in[0].shape;
-  const Shape& ws = in[1].shape;
-  const Spatial g = as3d(conv_geometry(n, xs, ws));
-  const int64_t nb = xs[0], c = xs[1], m = ws[0];
-  const int64_t group = n.attr_int("group", 1);
-  const int64_t cg = c / group, mg = m / group;
-  const int64_t kdim = cg * g.k_size(), out_sz = g.out_size(), in_sz = g.in_size();
+  const auto [g, nb, c, m, group, cg, mg, kdim, out_sz, in_sz, pointwise] =
+      grouped_conv(n, in[0].shape, in[1].shape);
   const float* x = in[0].ptr<const float>();
   const float* w = in[1].ptr<const float>();
   float* py = y.ptr<float>();
-  const float* bias = in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr;
-  const float* sum =
-      n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const float>() : nullptr;
-  Unary k = Unary::kIdentity;
-  UnaryParams up;
-  const bool has_act = node_activation(n, k, up);
-  const ConvEpilogue e = ConvEpilogue::of(has_act, k, up);
+  const auto [bias, sum, e] = fused_outputs(n, in);
   const std::string gemm = node_gemm_kernel(n);
-  bool pointwise = true;
-  for (int i = 0; i < 3; ++i)
-    pointwise = pointwise && g.k[i] == 1 && g.s[i] == 1 && g.pb[i] == 0 && g.pe[i] == 0;
   if (out_sz == 0 || mg == 0) return;
   if (kdim == 0) {
     std::memset(y.data, 0, y.nbytes());
@@ -380,13 +400,7 @@ bool conv_depthwise_f32(const Node& n, const std::vector<TensorView>& in, Tensor
   const float* x = in[0].ptr<const float>();
   const float* w = in[1].ptr<const float>();
   float* py = y.ptr<float>();
-  const float* bias = in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr;
-  const float* sum =
-      n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const float>() : nullptr;
-  Unary k = Unary::kIdentity;
-  UnaryParams up;
-  const bool has_act = node_activation(n, k, up);
-  const ConvEpilogue e = ConvEpilogue::of(has_act, k, up);
+  const auto [bias, sum, e] = fused_outputs(n, in);
   const int64_t plane_in = g.h * g.w, plane_out = g.oh * g.ow;
   parallel_for(nb * m, y.numel() * g.kh * g.kw, [&](int64_t q0, int64_t q1) {
     float* buf = static_cast<float*>(thread_scratch(static_cast<std::size_t>(g.scratch_floats()) * 4, 1));
