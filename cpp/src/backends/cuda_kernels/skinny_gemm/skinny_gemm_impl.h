@@ -10,7 +10,8 @@
 // through distributed shared memory (sm_90): no workspace, no atomics, no second
 // kernel, a fixed summation order (deterministic) and safe under graph capture.
 //
-// Measured on an H200 (GPU time in CUDA graphs, .carry sweep of 2026-11-22): on
+// Measured on an H200 (GPU time in CUDA graphs, benchmarks/skinny_sweep, results in
+// benchmarks/results/skinny_sweep_NVIDIA_H200.json): on
 // par with cuBLAS where B streams from HBM (16x4096x4096: 12.0 us vs 12.9; 16x4096
 // x11008: 24.9 vs 27.1), 10-20% slower where B sits in L2 or the problem is tiny
 // (8x768x768: 4.9 us vs 3.3). The tile shape and depth were swept (block N 64-256,
