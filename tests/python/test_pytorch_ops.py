@@ -304,6 +304,30 @@ def test_matmul_op_autograd_formula_gradcheck(a_shape, b_shape, bias):
     torch.library.opcheck(xrt_matmul, (a.detach().float(), b.detach().float(), None, "cublas"))
 
 
+def test_matmul_op_linear_weight_gradient_is_contiguous():
+    """weight.t() as the right operand (how F.linear is routed): the weight's gradient
+    arrives in the weight's layout, so autograd accumulates it without a strided copy."""
+    from xpuruntime.pytorch.ops.matmul import xrt_matmul
+
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    dout = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
+    wt = w.t()
+    seen = []
+    wt.register_hook(seen.append)
+    xrt_matmul(x, wt, bias, "cublasLt").backward(dout)
+    assert seen[0].t().is_contiguous()  # the op's own gradient, before autograd's transpose
+    ref_w = torch.einsum("bso,bsi->oi", dout, x.detach())
+    torch.testing.assert_close(w.grad, ref_w, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(x.grad, dout @ w.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(bias.grad, dout.sum((0, 1)), rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda a, b: xrt_matmul(a, b.t(), None, "cublas"), (x, w), eps=1e-6, atol=1e-7, rtol=1e-5
+    )
+
+
 # ---- _core.cuda_kernels: the binding exists in every build --------------------------------
 def test_cuda_kernels_binding_validates_and_names_why_it_cannot_run():
     import xpuruntime

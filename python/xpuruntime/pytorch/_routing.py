@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..dispatch import Candidate, Decision
-from .ops.attention import draw_rng_state, flash_attention_support, flash_attn_fwd
+from .ops.attention import attention_forward, draw_rng_state, flash_attention_support
 from .ops.layernorm import layer_norm_forward, layernorm_support
 from .ops.matmul import matmul_forward, matmul_support
 
@@ -306,8 +306,7 @@ def run(
         scale = f["scale"] if f["scale"] is not None else q.shape[-1] ** -0.5
         p = float(f["dropout_p"])
         rng = draw_rng_state(q.device) if p > 0.0 else None
-        out, _ = flash_attn_fwd(q, k, v, f["attn_mask"], p, bool(f["is_causal"]), float(scale), rng)
-        return out
+        return attention_forward(q, k, v, f["attn_mask"], p, bool(f["is_causal"]), float(scale), rng)
     if call.op == "layernorm":
         ns = f["normalized_shape"]
         ns = [int(ns)] if isinstance(ns, int) else [int(s) for s in ns]

@@ -79,11 +79,6 @@ def capability_problem(device_index: int) -> str:
     return ""
 
 
-def stream_handle(t: torch.Tensor) -> int:
-    """The current torch CUDA stream of ``t``'s device, as an integer handle."""
-    return int(torch.cuda.current_stream(t.device).cuda_stream)
-
-
 def rows_aligned(t: torch.Tensor) -> torch.Tensor:
     """``t`` with a contiguous last dimension and 16-byte aligned rows and base (a copy when needed)."""
     esize = t.element_size()
@@ -112,6 +107,18 @@ def mask_args(
     return ("bool" if m.dtype == torch.bool else "additive"), m, (s[0], s[1], s[2], s[3])
 
 
+# torch's own accessor of the current raw stream (what inductor's generated code
+# calls); ~10x cheaper than building a torch.cuda.Stream. Absent on CPU-only builds.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _raw_stream(index: int) -> int:
+    """The current torch stream of CUDA device ``index`` as an integer handle."""
+    if _current_raw_stream is not None:
+        return int(_current_raw_stream(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
 def flash_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -123,34 +130,37 @@ def flash_forward(
     rng_state: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Runs our FlashAttention-2 forward on 4-D CUDA tensors ``[B, H, S, D]``."""
+    index = q.device.index
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return flash_forward(q, k, v, mask, dropout_p, causal, scale, rng_state)
     q, k, v = rows_aligned(q), rows_aligned(k), rows_aligned(v)
     B, Hq, Sq, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
     out = torch.empty((B, Hq, Sq, D), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
-    with torch.cuda.device(q.device):
-        _core.cuda_kernels.flash_attention_forward(
-            dtype=FLASH_DTYPES[q.dtype],
-            shape=(B, Hq, Hkv, Sq, Sk, D),
-            q=q.data_ptr(),
-            k=k.data_ptr(),
-            v=v.data_ptr(),
-            out=out.data_ptr(),
-            lse=lse.data_ptr(),
-            q_stride=strides3(q),
-            k_stride=strides3(k),
-            v_stride=strides3(v),
-            out_stride=strides3(out),
-            scale=float(scale),
-            causal=bool(causal),
-            mask_kind=kind,
-            mask=m.data_ptr() if m is not None else 0,
-            mask_stride=mstride,
-            dropout_p=float(dropout_p),
-            rng_state=rng_state.data_ptr() if rng_state is not None else 0,
-            stream=stream_handle(q),
-        )
+    _core.cuda_kernels.flash_attention_forward(
+        dtype=FLASH_DTYPES[q.dtype],
+        shape=(B, Hq, Hkv, Sq, Sk, D),
+        q=q.data_ptr(),
+        k=k.data_ptr(),
+        v=v.data_ptr(),
+        out=out.data_ptr(),
+        lse=lse.data_ptr(),
+        q_stride=strides3(q),
+        k_stride=strides3(k),
+        v_stride=strides3(v),
+        out_stride=strides3(out),
+        scale=float(scale),
+        causal=bool(causal),
+        mask_kind=kind,
+        mask=m.data_ptr() if m is not None else 0,
+        mask_stride=mstride,
+        dropout_p=float(dropout_p),
+        rng_state=rng_state.data_ptr() if rng_state is not None else 0,
+        stream=_raw_stream(index),
+    )
     return out, lse
 
 
@@ -168,6 +178,10 @@ def flash_backward(
     rng_state: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Runs our FlashAttention-2 backward; returns (dq, dk, dv) shaped like q, k, v."""
+    index = q.device.index
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return flash_backward(dout, q, k, v, out, lse, mask, dropout_p, causal, scale, rng_state)
     q, k, v, out, dout = (rows_aligned(t) for t in (q, k, v, out, dout))
     lse = lse.contiguous()
     B, Hq, Sq, D = q.shape
@@ -179,55 +193,42 @@ def flash_backward(
     dq_accum = torch.empty((B, Hq, Sq, D), device=dev, dtype=torch.float32)
     dsum = torch.empty((B, Hq, Sq), device=dev, dtype=torch.float32)
     kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
-    with torch.cuda.device(dev):
-        _core.cuda_kernels.flash_attention_backward(
-            dtype=FLASH_DTYPES[dt],
-            shape=(B, Hq, Hkv, Sq, Sk, D),
-            q=q.data_ptr(),
-            k=k.data_ptr(),
-            v=v.data_ptr(),
-            out=out.data_ptr(),
-            dout=dout.data_ptr(),
-            lse=lse.data_ptr(),
-            dq=dq.data_ptr(),
-            dk=dk.data_ptr(),
-            dv=dv.data_ptr(),
-            dq_accum=dq_accum.data_ptr(),
-            dsum=dsum.data_ptr(),
-            q_stride=strides3(q),
-            k_stride=strides3(k),
-            v_stride=strides3(v),
-            out_stride=strides3(out),
-            dout_stride=strides3(dout),
-            dq_stride=strides3(dq),
-            dk_stride=strides3(dk),
-            dv_stride=strides3(dv),
-            scale=float(scale),
-            causal=bool(causal),
-            mask_kind=kind,
-            mask=m.data_ptr() if m is not None else 0,
-            mask_stride=mstride,
-            dropout_p=float(dropout_p),
-            rng_state=rng_state.data_ptr() if rng_state is not None else 0,
-            stream=stream_handle(q),
-        )
+    _core.cuda_kernels.flash_attention_backward(
+        dtype=FLASH_DTYPES[dt],
+        shape=(B, Hq, Hkv, Sq, Sk, D),
+        q=q.data_ptr(),
+        k=k.data_ptr(),
+        v=v.data_ptr(),
+        out=out.data_ptr(),
+        dout=dout.data_ptr(),
+        lse=lse.data_ptr(),
+        dq=dq.data_ptr(),
+        dk=dk.data_ptr(),
+        dv=dv.data_ptr(),
+        dq_accum=dq_accum.data_ptr(),
+        dsum=dsum.data_ptr(),
+        q_stride=strides3(q),
+        k_stride=strides3(k),
+        v_stride=strides3(v),
+        out_stride=strides3(out),
+        dout_stride=strides3(dout),
+        dq_stride=strides3(dq),
+        dk_stride=strides3(dk),
+        dv_stride=strides3(dv),
+        scale=float(scale),
+        causal=bool(causal),
+        mask_kind=kind,
+        mask=m.data_ptr() if m is not None else 0,
+        mask_stride=mstride,
+        dropout_p=float(dropout_p),
+        rng_state=rng_state.data_ptr() if rng_state is not None else 0,
+        stream=_raw_stream(index),
+    )
     if Hq != Hkv:  # grouped-query attention: each kv head collects its query heads
         g = Hq // Hkv
         dk = dk.view(B, Hkv, g, Sk, D).sum(2)
         dv = dv.view(B, Hkv, g, Sk, D).sum(2)
     return dq, dk, dv
-
-
-# torch's own accessor of the current raw stream (what inductor's generated code
-# calls); ~10x cheaper than building a torch.cuda.Stream. Absent on CPU-only builds.
-_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _raw_stream(index: int) -> int:
-    """The current torch stream of CUDA device ``index`` as an integer handle."""
-    if _current_raw_stream is not None:
-        return int(_current_raw_stream(index))
-    return int(torch.cuda.current_stream(index).cuda_stream)
 
 
 def layernorm_forward(

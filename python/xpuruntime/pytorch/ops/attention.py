@@ -34,7 +34,7 @@ from torch import Tensor
 from . import _bridge
 from ._philox import dropout_keep_mask
 
-__all__ = ["flash_attention_support", "fused_attention"]
+__all__ = ["attention_forward", "flash_attention_support", "fused_attention"]
 
 
 # ---- support ------------------------------------------------------------------------
@@ -268,6 +268,52 @@ def _backward(ctx, grad_out, grad_lse):
 flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ---- eager fast path (see _bridge.eager_direct_ok) ------------------------------------------
+class _DirectAttention(torch.autograd.Function):
+    """The CUDA kernels called directly, with the custom ops' gradient formula."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state):  # type: ignore[override]
+        out, lse = _bridge.flash_forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)
+        ctx.save_for_backward(q, k, v, out, lse, attn_mask, rng_state)
+        ctx.dropout_p, ctx.is_causal, ctx.scale = dropout_p, is_causal, scale
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
+        q, k, v, out, lse, attn_mask, rng_state = ctx.saved_tensors
+        if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad_out, q, k, v):
+            return _backward(ctx, grad_out, grad_lse)  # create_graph, or a mode that must see the op
+        dq, dk, dv = _bridge.flash_backward(
+            grad_out, q, k, v, out, lse, attn_mask, ctx.dropout_p, ctx.is_causal, ctx.scale, rng_state
+        )
+        return dq, dk, dv, None, None, None, None, None
+
+
+def attention_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float,
+    rng_state: Tensor | None,
+) -> Tensor:
+    """The output of ``flash_attn_fwd`` for a supported case, on the cheapest equivalent path.
+
+    In plain eager mode on CUDA the kernels are called directly (the custom op's
+    dispatch costs more host time than a short attention kernel runs); torch.compile,
+    dispatch modes and tensor subclasses get the custom op.
+    """
+    if q.device.type == "cuda" and _bridge.eager_direct_ok(q, k, v, attn_mask, rng_state):
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return _DirectAttention.apply(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)[0]
+        return _bridge.flash_forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)[0]
+    return flash_attn_fwd(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)[0]
+
+
 # ---- public API -------------------------------------------------------------------------
 def draw_rng_state(device: torch.device) -> Tensor:
     """A fresh ``[seed, offset]`` int64 tensor on ``device`` from torch's generator.
@@ -330,5 +376,5 @@ def fused_attention(
     else:
         sc = float(scale) if scale is not None else 1.0 / math.sqrt(query.shape[-1])
         rng = draw_rng_state(query.device) if dropout_p > 0.0 else None
-        out, _ = flash_attn_fwd(query, key, value, attn_mask, float(dropout_p), bool(is_causal), sc, rng)
+        out = attention_forward(query, key, value, attn_mask, float(dropout_p), bool(is_causal), sc, rng)
     return out.squeeze(0) if squeeze else out

@@ -127,7 +127,15 @@ def _grads(ctx, grad, mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor]
     if ctx.needs_input_grad[1]:
         if b.dim() == 2:  # the linear case: one GEMM over all leading dimensions
             k, n = b.shape
-            db = mm(a.reshape(-1, k).transpose(0, 1), grad.reshape(-1, n), None, ctx.kernel)
+            a2, g2 = a.reshape(-1, k), grad.reshape(-1, n)
+            if b.stride(0) == 1 and b.stride(1) == k and k > 1:
+                # b is weight.t() of an nn.Linear weight [n, k]: compute the weight's
+                # gradient in the weight's own layout (g^T a) and hand back its
+                # transpose, so the gradient autograd accumulates is contiguous and no
+                # strided copy of every weight gradient runs after the backward.
+                db = mm(g2.transpose(0, 1), a2, None, ctx.kernel).transpose(0, 1)
+            else:
+                db = mm(a2.transpose(0, 1), g2, None, ctx.kernel)
         else:
             db = _sum_to(mm(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
     if ctx.has_bias and ctx.needs_input_grad[2]:
