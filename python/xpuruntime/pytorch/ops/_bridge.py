@@ -48,6 +48,11 @@ _dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 
 
+# nn.Parameter disables __torch_function__ (it behaves as a plain tensor), and module
+# weights reach the kernels as Parameters whenever no autocast cast replaced them.
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def eager_direct_ok(*tensors: torch.Tensor | None) -> bool:
     """True when calling the CUDA kernels directly is indistinguishable from the custom op.
 
@@ -58,7 +63,7 @@ def eager_direct_ok(*tensors: torch.Tensor | None) -> bool:
         return False
     if _dispatch_depth() != 0 or _functorch_active() or torch.compiler.is_compiling():
         return False
-    return all(t is None or type(t) is torch.Tensor for t in tensors)
+    return all(t is None or type(t) in _PLAIN_TENSOR_TYPES for t in tensors)
 
 
 @functools.cache
