@@ -117,7 +117,7 @@ def mask_args(
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _raw_stream(index: int) -> int:
+def raw_stream(index: int) -> int:
     """The current torch stream of CUDA device ``index`` as an integer handle."""
     if _current_raw_stream is not None:
         return int(_current_raw_stream(index))
@@ -164,7 +164,7 @@ def flash_forward(
         mask_stride=mstride,
         dropout_p=float(dropout_p),
         rng_state=rng_state.data_ptr() if rng_state is not None else 0,
-        stream=_raw_stream(index),
+        stream=raw_stream(index),
     )
     return out, lse
 
@@ -227,7 +227,7 @@ def flash_backward(
         mask_stride=mstride,
         dropout_p=float(dropout_p),
         rng_state=rng_state.data_ptr() if rng_state is not None else 0,
-        stream=_raw_stream(index),
+        stream=raw_stream(index),
     )
     if Hq != Hkv:  # grouped-query attention: each kv head collects its query heads
         g = Hq // Hkv
@@ -279,7 +279,7 @@ def layernorm_forward(
         mean=mean.data_ptr() if mean is not None else 0,
         rstd=rstd.data_ptr() if rstd is not None else 0,
         eps=float(eps),
-        stream=_raw_stream(index),
+        stream=raw_stream(index),
     )
     return y, mean, rstd
 
@@ -323,6 +323,6 @@ def layernorm_backward(
         dbias=db.data_ptr() if db is not None else 0,
         workspace=ws.data_ptr(),
         workspace_bytes=ws.numel() * 4,
-        stream=_raw_stream(index),
+        stream=raw_stream(index),
     )
     return dx, dw, db

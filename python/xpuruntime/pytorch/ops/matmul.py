@@ -29,6 +29,12 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _out_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
+    # The common cases without torch.broadcast_shapes, which costs tens of
+    # microseconds of host time (it runs through torch._refs) on every call.
+    if b.dim() == 2 or a.shape[:-2] == b.shape[:-2]:
+        return (*a.shape[:-1], b.shape[-1])
+    if a.dim() == 2:
+        return (*b.shape[:-2], a.shape[-2], b.shape[-1])
     batch = torch.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     return (*batch, a.shape[-2], b.shape[-1])
 
@@ -63,14 +69,16 @@ def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None
 def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     from ...runtime.stream import use_stream
 
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return _run_cuda(a, b, bias, kernel)
     out = torch.empty(_out_shape(a, b), device=a.device, dtype=a.dtype)
-    dev = f"cuda:{a.device.index if a.device.index is not None else torch.cuda.current_device()}"
-    handle = int(torch.cuda.current_stream(a.device).cuda_stream)
     # The kernel's scratch comes from torch's caching allocator, which knows about
     # streams and CUDA-graph pools: under capture it lives in the graph's private
     # pool, so a replay never shares it with memory allocated after the capture.
     workspace = torch.empty(_WORKSPACE_BYTES, device=a.device, dtype=torch.uint8)
-    with torch.cuda.device(a.device), use_stream(_core.Stream.wrap(dev, handle)):
+    with use_stream(_core.Stream.wrap(f"cuda:{index}", _bridge.raw_stream(index))):
         # detached views: DLPack refuses tensors that require grad (autograd is ours, above)
         _core.ops.matmul_with_kernel(
             kernel,
