@@ -34,7 +34,7 @@ BACKENDS = {
 }
 
 
-def bench_ms(fn, iters: int, warmup: int = 5, calls: int = 5) -> float:
+def bench_ms(fn, iters: int, warmup: int = 5, calls: int = 5, raw: bool = False):
     """Median device time of one call in a steady stream of calls.
 
     Each sample enqueues one call *before* the start event and times the next
@@ -45,7 +45,8 @@ def bench_ms(fn, iters: int, warmup: int = 5, calls: int = 5) -> float:
     then runs dry between calls. (Results before 2026-11-22 03:40 UTC timed single
     calls between two events; before this change the first of the ``calls`` calls
     paid its host work with the device idle.) The routing overhead itself is
-    measured separately, on a tiny case, by ``routing_overhead_us``.
+    measured separately, on a tiny case, by ``routing_overhead_us``. ``raw``: the
+    samples instead of their median.
     """
     for _ in range(warmup):
         fn()
@@ -60,7 +61,7 @@ def bench_ms(fn, iters: int, warmup: int = 5, calls: int = 5) -> float:
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e) / calls)
-    return statistics.median(times)
+    return times if raw else statistics.median(times)
 
 
 def routing_overhead_us(reps: int = 2000) -> dict:
@@ -111,44 +112,61 @@ def check(out, q, k, v, causal):
     return ((got - ref).norm() / ref.norm()).item()
 
 
-def run_case(B, H, S, D, causal, iters):
+def run_case(B, H, S, D, causal, iters, rounds=3):
+    """Every kernel measured in ``rounds`` interleaved rounds (median over all samples),
+    so that clock drift over the run does not favour whichever kernel runs first."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     dout = torch.randn_like(q)
     flops = 4 * B * H * S * S * D / (2 if causal else 1)
     res = {"B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": "bfloat16", "kernels": {}}
 
-    def measure(name, fwd):
-        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    def unrouted(fn):
+        # The policy (attention="auto") stays set for the whole case; the other
+        # kernels run with torch-function modes disabled so it does not reroute them.
+        def call(*a):
+            with torch._C.DisableTorchFunction():
+                return fn(*a)
 
-        def fb():
-            fwd(*leaves).backward(dout)
+        return call
 
-        with torch.no_grad():
-            out = fwd(q, k, v)
-        entry = {"rel_err": check(out, q, k, v, causal)}
-        with torch.no_grad():
-            entry["fwd_ms"] = bench_ms(lambda: fwd(q, k, v), iters)
-        entry["fwdbwd_ms"] = bench_ms(fb, max(iters // 2, 5))
-        entry["fwd_tflops"] = flops / entry["fwd_ms"] / 1e9
-        entry["fwdbwd_tflops"] = 3.5 * flops / entry["fwdbwd_ms"] / 1e9  # backward = 2.5x forward FLOPs
-        res["kernels"][name] = entry
-
-    measure("flash_v2", lambda q_, k_, v_: xrt_torch.ops.fused_attention(q_, k_, v_, is_causal=causal))
+    fwds = {
+        "flash_v2": unrouted(lambda q_, k_, v_: xrt_torch.ops.fused_attention(q_, k_, v_, is_causal=causal))
+    }
     for name, be in BACKENDS.items():
 
         def f(q_, k_, v_, be=be):
             with sdpa_kernel([be]):
                 return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal)
 
-        try:
-            measure(name, f)
-        except RuntimeError as e:
-            res["kernels"][name] = {"error": str(e)[:200]}
+        fwds[name] = unrouted(f)
     # attention="auto" + best_performance: the routed call itself (timing happens on its first call)
+    fwds["auto"] = lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal)
     xrt_torch.set_kernel_policy(attention="auto", auto_strategy="best_performance")
     try:
-        measure("auto", lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal))
+        samples: dict[str, dict[str, list[float]]] = {}
+        for name, fwd in list(fwds.items()):
+            try:
+                with torch.no_grad():
+                    out = fwd(q, k, v)
+            except RuntimeError as e:
+                res["kernels"][name] = {"error": str(e)[:200]}
+                del fwds[name]
+                continue
+            res["kernels"][name] = {"rel_err": check(out, q, k, v, causal)}
+            samples[name] = {"fwd": [], "fb": []}
+        for _ in range(rounds):
+            for name, fwd in fwds.items():
+                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+
+                def fb(fwd=fwd, leaves=leaves):
+                    fwd(*leaves).backward(dout)
+
+                with torch.no_grad():
+                    samples[name]["fwd"] += bench_ms(
+                        lambda fwd=fwd: fwd(q, k, v), max(iters // rounds, 5), raw=True
+                    )
+                samples[name]["fb"] += bench_ms(fb, max(iters // (2 * rounds), 4), raw=True)
         picks = [
             d for d in xrt_torch.decision_log() if d.op == "attention" and list(d.shapes[0]) == [B, H, S, D]
         ]
@@ -156,6 +174,12 @@ def run_case(B, H, S, D, causal, iters):
         res["auto_timings_ms"] = [d.timings for d in picks]
     finally:
         xrt_torch.clear_kernel_policy()
+    for name, smp in samples.items():
+        entry = res["kernels"][name]
+        entry["fwd_ms"] = statistics.median(smp["fwd"])
+        entry["fwdbwd_ms"] = statistics.median(smp["fb"])
+        entry["fwd_tflops"] = flops / entry["fwd_ms"] / 1e9
+        entry["fwdbwd_tflops"] = 3.5 * flops / entry["fwdbwd_ms"] / 1e9  # backward = 2.5x forward FLOPs
     ok = [e for n, e in res["kernels"].items() if n in BACKENDS and "fwd_ms" in e]
     ours = res["kernels"]["flash_v2"]
     best_fwd = min(e["fwd_ms"] for e in ok)
