@@ -124,6 +124,19 @@ def raw_stream(index: int) -> int:
     return int(torch.cuda.current_stream(index).cuda_stream)
 
 
+def _bshd_like(t: torch.Tensor) -> bool:
+    """True when ``t`` ([B, H, S, D]) is laid out sequence-major, heads inside a
+    position ([B, S, H, D] memory transposed, as models split a fused QKV projection)."""
+    return t.shape[1] > 1 and t.shape[2] > 1 and t.stride(1) < t.stride(2)
+
+
+def _empty_bhsd(B: int, H: int, S: int, D: int, like: torch.Tensor, bshd: bool) -> torch.Tensor:
+    """An uninitialised [B, H, S, D] tensor, stored [B, S, H, D] when ``bshd``."""
+    if bshd:
+        return torch.empty((B, S, H, D), device=like.device, dtype=like.dtype).transpose(1, 2)
+    return torch.empty((B, H, S, D), device=like.device, dtype=like.dtype)
+
+
 def flash_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -133,16 +146,23 @@ def flash_forward(
     causal: bool,
     scale: float,
     rng_state: torch.Tensor | None,
+    layout_like_inputs: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Runs our FlashAttention-2 forward on 4-D CUDA tensors ``[B, H, S, D]``."""
+    """Runs our FlashAttention-2 forward on 4-D CUDA tensors ``[B, H, S, D]``.
+
+    ``layout_like_inputs``: when q is stored sequence-major ([B, S, H, D] memory),
+    store the output the same way, so the usual ``out.transpose(1, 2).reshape(B, S,
+    H * D)`` that follows is a view instead of a copy (the eager path; the custom op
+    keeps the contiguous layout its fake implementation promises).
+    """
     index = q.device.index
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
-            return flash_forward(q, k, v, mask, dropout_p, causal, scale, rng_state)
+            return flash_forward(q, k, v, mask, dropout_p, causal, scale, rng_state, layout_like_inputs)
     q, k, v = rows_aligned(q), rows_aligned(k), rows_aligned(v)
     B, Hq, Sq, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    out = torch.empty((B, Hq, Sq, D), device=q.device, dtype=q.dtype)
+    out = _empty_bhsd(B, Hq, Sq, D, q, layout_like_inputs and _bshd_like(q))
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
     _core.cuda_kernels.flash_attention_forward(
@@ -181,20 +201,28 @@ def flash_backward(
     causal: bool,
     scale: float,
     rng_state: torch.Tensor | None,
+    layout_like_inputs: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Runs our FlashAttention-2 backward; returns (dq, dk, dv) shaped like q, k, v."""
+    """Runs our FlashAttention-2 backward; returns (dq, dk, dv) shaped like q, k, v.
+
+    ``layout_like_inputs``: each gradient stored sequence-major when its input is
+    (see :func:`flash_forward`), so autograd's transposes back are views.
+    """
     index = q.device.index
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
-            return flash_backward(dout, q, k, v, out, lse, mask, dropout_p, causal, scale, rng_state)
+            return flash_backward(
+                dout, q, k, v, out, lse, mask, dropout_p, causal, scale, rng_state, layout_like_inputs
+            )
     q, k, v, out, dout = (rows_aligned(t) for t in (q, k, v, out, dout))
     lse = lse.contiguous()
     B, Hq, Sq, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
     dev, dt = q.device, q.dtype
-    dq = torch.empty((B, Hq, Sq, D), device=dev, dtype=dt)
-    dk = torch.empty((B, Hq, Sk, D), device=dev, dtype=dt)
-    dv = torch.empty((B, Hq, Sk, D), device=dev, dtype=dt)
+    like = layout_like_inputs and Hq == Hkv  # GQA sums per-query-head buffers: contiguous
+    dq = _empty_bhsd(B, Hq, Sq, D, q, layout_like_inputs and _bshd_like(q))
+    dk = _empty_bhsd(B, Hq, Sk, D, q, like and _bshd_like(k))
+    dv = _empty_bhsd(B, Hq, Sk, D, q, like and _bshd_like(v))
     dq_accum = torch.empty((B, Hq, Sq, D), device=dev, dtype=torch.float32)
     dsum = torch.empty((B, Hq, Sq), device=dev, dtype=torch.float32)
     kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))

@@ -274,7 +274,7 @@ class _DirectAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state):  # type: ignore[override]
-        out, lse = _bridge.flash_forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)
+        out, lse = _bridge.flash_forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state, True)
         ctx.save_for_backward(q, k, v, out, lse, attn_mask, rng_state)
         ctx.dropout_p, ctx.is_causal, ctx.scale = dropout_p, is_causal, scale
         ctx.mark_non_differentiable(lse)
@@ -286,7 +286,7 @@ class _DirectAttention(torch.autograd.Function):
         if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad_out, q, k, v):
             return _backward(ctx, grad_out, grad_lse)  # create_graph, or a mode that must see the op
         dq, dk, dv = _bridge.flash_backward(
-            grad_out, q, k, v, out, lse, attn_mask, ctx.dropout_p, ctx.is_causal, ctx.scale, rng_state
+            grad_out, q, k, v, out, lse, attn_mask, ctx.dropout_p, ctx.is_causal, ctx.scale, rng_state, True
         )
         return dq, dk, dv, None, None, None, None, None
 
@@ -310,7 +310,7 @@ def attention_forward(
     if q.device.type == "cuda" and _bridge.eager_direct_ok(q, k, v, attn_mask, rng_state):
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return _DirectAttention.apply(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)[0]
-        return _bridge.flash_forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)[0]
+        return _bridge.flash_forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state, True)[0]
     return flash_attn_fwd(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)[0]
 
 
