@@ -218,9 +218,9 @@ def test_eager_path_keeps_sequence_major_layouts():
     grads_op = flash_attn_bwd(dout.contiguous(), q, k, v, out_op, lse, None, 0.0, True, D**-0.5, None)
     leaf = qkv.clone().requires_grad_()
     ql, kl, vl = split(leaf)
-    seen = []
-    for t in (ql, kl, vl):
-        t.register_hook(seen.append)
+    seen = [None, None, None]
+    for i, t in enumerate((ql, kl, vl)):
+        t.register_hook(lambda grad, i=i: seen.__setitem__(i, grad))
     out = xrt_torch.ops.fused_attention(ql, kl, vl, is_causal=True)
     assert out.transpose(1, 2).is_contiguous()  # stored [B, S, H, D]
     assert torch.equal(out, out_op)
