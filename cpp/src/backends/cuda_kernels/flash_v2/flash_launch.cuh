@@ -46,9 +46,43 @@ void launch_fwd(const FlashFwdArgs& a) {
   XRT_CUDA_CHECK(cudaGetLastError());
 }
 
+#if XRT_FLASH_SM90
+namespace sm90 {
+template <typename T, int kD>
+void run_flash_fwd_sm90(const FlashFwdArgs& a);  // sm90/flash_fwd_sm90_hdim*.cu (sm_90a)
+}  // namespace sm90
+
+// Whether the current device is compute capability 9.0 (the only one the sm_90a
+// code runs on). Asked once per device and cached (0 unknown, 1 yes, 2 no): the
+// hot path then costs one cudaGetDevice, which the runtime answers locally.
+inline bool current_device_is_sm90() {
+  static std::atomic<int8_t> cache[64] = {};
+  int device = 0;
+  XRT_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 64) {
+    const int8_t known = cache[device].load(std::memory_order_relaxed);
+    if (known != 0) return known == 1;
+  }
+  int major = 0, minor = 0;
+  XRT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  XRT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const bool yes = major == 9 && minor == 0;
+  if (device < 64) cache[device].store(yes ? 1 : 2, std::memory_order_relaxed);
+  return yes;
+}
+#endif
+
 template <typename T, int kD>
 void run_flash_fwd(const FlashFwdArgs& a) {
   const bool extras = a.mask.kind != FlashMaskKind::kNone || a.dropout_p > 0.0f;
+#if XRT_FLASH_SM90
+  // Hopper: the wgmma kernel covers the plain case (its softmax keeps maxima in
+  // the raw score domain, which needs scale > 0; anything else stays here).
+  if (!extras && a.scale > 0.0f && current_device_is_sm90()) {
+    sm90::run_flash_fwd_sm90<T, kD>(a);
+    return;
+  }
+#endif
   if (extras) {
     launch_fwd<FwdCfgFor<T, kD, true>>(a);
   } else {
