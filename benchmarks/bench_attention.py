@@ -112,9 +112,10 @@ def check(out, q, k, v, causal):
     return ((got - ref).norm() / ref.norm()).item()
 
 
-def run_case(B, H, S, D, causal, iters, rounds=3):
-    """Every kernel measured in ``rounds`` interleaved rounds (median over all samples),
-    so that clock drift over the run does not favour whichever kernel runs first."""
+def run_case(B, H, S, D, causal, iters, rounds=4):
+    """Every kernel measured in ``rounds`` interleaved rounds, in alternating order
+    (median over all samples), so that clock drift and power throttling over the run
+    favour no kernel."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     dout = torch.randn_like(q)
@@ -155,8 +156,11 @@ def run_case(B, H, S, D, causal, iters, rounds=3):
                 continue
             res["kernels"][name] = {"rel_err": check(out, q, k, v, causal)}
             samples[name] = {"fwd": [], "fb": []}
-        for _ in range(rounds):
-            for name, fwd in fwds.items():
+        for r in range(rounds):
+            # Alternate the order too: a kernel right after a power-hungry one can run
+            # at lower clocks, and a fixed order would pin that on the same kernel.
+            order = list(fwds.items())
+            for name, fwd in order if r % 2 == 0 else order[::-1]:
                 leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
 
                 def fb(fwd=fwd, leaves=leaves):
