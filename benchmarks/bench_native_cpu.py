@@ -6,7 +6,9 @@ configurations, exported by ``torch.onnx.export(dynamo=False)`` at opset 17).
 
 For each model it records: native plan compile time (the C++ compiler, from the
 plan's pass log) and session build time (front end included); p50/p90 latency of
-both engines (alternating blocks of runs, so machine load hits both alike), for the
+both engines (alternating blocks of runs, so machine load hits both alike; each block
+starts after a pause and two warm runs, so neither engine runs against the other's
+still-spinning threads), for the
 native engine under each CPU matmul kernel (policy ``matmul=cpu_blas`` /
 ``cpu_blocked``; the faster one is the headline); the native plan's
 arena (peak activation bytes) next to the sum of all intermediates, plus all
@@ -199,7 +201,12 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
                 if key == "ort"
                 else (lambda s=variants[key]["session"]: s.run(feeds))
             )
-            fn()  # re-warm after the other engine ran
+            # The engine that ran before may still hold the cores (ONNX Runtime's
+            # workers spin after a run, ours briefly): let its threads go to sleep,
+            # then re-warm, so no block starts against the previous one's spinning.
+            time.sleep(0.05)
+            fn()
+            fn()
             for _ in range(per_block):
                 a = time.perf_counter()
                 fn()

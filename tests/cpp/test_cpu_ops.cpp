@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
 #include "backends/cpu/ops/fused.h"
@@ -153,6 +154,17 @@ TEST(CpuOps, ConvIm2colMatchesDirectFloat64) {
   check_conv("cpu_im2col", 1, 6, 10, 10, 4, 3, 1, 2, 2, 2);  // groups + dilation
   check_conv("cpu_im2col", 2, 8, 7, 7, 6, 1, 1, 0, 1, 1);   // 1x1: GEMM on the input
   check_conv("cpu_im2col", 1, 3, 45, 41, 5, 7, 1, 3, 1, 1);  // several im2col column blocks
+}
+
+TEST(CpuOps, ConvDirectMatchesFloat64) {
+  if (!matmul::cpu_has_avx2_fma()) GTEST_SKIP() << "cpu_direct needs an AVX2/FMA CPU";
+  // Exact-size buffers, so the sanitizer build sees any read past the input.
+  check_conv("cpu_direct", 1, 4, 12, 12, 7, 3, 1, 0, 1, 1);   // no padding, 3x3: copied input
+  check_conv("cpu_direct", 2, 8, 7, 7, 6, 1, 1, 0, 1, 1);     // 1x1: the input itself, narrow column
+  check_conv("cpu_direct", 1, 5, 13, 11, 9, 3, 2, 1, 1, 1);   // stride 2: phase planes
+  check_conv("cpu_direct", 1, 6, 10, 10, 4, 3, 1, 2, 2, 2);   // groups + dilation
+  check_conv("cpu_direct", 1, 40, 9, 9, 13, 3, 1, 1, 1, 1);   // 360 taps: K chunks
+  check_conv("cpu_direct", 1, 3, 29, 31, 100, 7, 2, 3, 1, 1); // stem, >96 output channels
 }
 
 TEST(CpuOps, ConvDepthwiseMatchesDirectFloat64) {

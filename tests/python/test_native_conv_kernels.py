@@ -1,8 +1,8 @@
 """The native CPU Conv kernels against a NumPy float64 reference on random inputs.
 
 Covers the direct depthwise kernel (strides 1-3, dilation, asymmetric padding,
-channel multipliers, odd plane sizes, every fused activation), the im2col kernel's
-tilings (column tiles, row tiles for narrow planes, the GEMV of 1×1 planes,
+channel multipliers, odd plane sizes, every fused activation), the direct 2-D kernel
+(cpu_direct) and the im2col kernel's tilings (column tiles, row tiles for narrow planes, the GEMV of 1×1 planes,
 groups, batches, 1-D and 3-D), the fused residual, and the GEMV path of a
 one-row Gemm/MatMul — under both CPU GEMM kernels; and 2-D MaxPool against ORT.
 """
@@ -30,6 +30,10 @@ def _free_sessions_after_module():  # type: ignore[no-untyped-def]
 
 
 GEMMS = ["cpu_blocked"] + (["cpu_blas"] if ops.cpu_gemm_info()["blas_available"] else [])
+# Non-depthwise 2-D convolutions run on both kernels: cpu_direct (the default where
+# the CPU has AVX2/FMA) and cpu_im2col under each GEMM kernel.
+DIRECT_OK = ops.cpu_gemm_info()["isa"] == "avx2"  # cpu_direct needs AVX2/FMA
+DENSE = [("cpu_direct", GEMMS[0])] + [("cpu_im2col", g) for g in GEMMS]
 
 
 def ref_conv(x, w, b, strides, pads, dil, group):  # type: ignore[no-untyped-def]
@@ -46,7 +50,8 @@ def ref_conv(x, w, b, strides, pads, dil, group):  # type: ignore[no-untyped-def
     y = np.zeros((n, m, *out_sp))
     for tap in itertools.product(*[range(k) for k in ks]):
         sl = tuple(
-            slice(tap[i] * dil[i], tap[i] * dil[i] + (out_sp[i] - 1) * strides[i] + 1, strides[i]) for i in range(r)
+            slice(tap[i] * dil[i], tap[i] * dil[i] + (out_sp[i] - 1) * strides[i] + 1, strides[i])
+            for i in range(r)
         )
         for g in range(group):
             xs = xp[(slice(None), slice(g * cg, (g + 1) * cg)) + sl]
@@ -93,16 +98,25 @@ def conv_model(x_shape, w, b, strides, pads, dil, group, act=None, residual=Fals
         extra = {}
         act_ins = [cur]
         if act == "Clip":
-            inits += [numpy_helper.from_array(np.float32(0.0), "lo"), numpy_helper.from_array(np.float32(6.0), "hi")]
+            inits += [
+                numpy_helper.from_array(np.float32(0.0), "lo"),
+                numpy_helper.from_array(np.float32(6.0), "hi"),
+            ]
             act_ins += ["lo", "hi"]
         nodes.append(helper.make_node(act, act_ins, ["Y"], name="act", **extra))
     else:
         nodes.append(helper.make_node("Identity", [cur], ["Y"], name="out"))
-    graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, y_shape)], inits)
+    graph = helper.make_graph(
+        nodes, "conv", inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, y_shape)], inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def check(x_shape, w_shape, strides, pads, dil, group, act=None, residual=False, bias=True, seed=0):  # type: ignore[no-untyped-def]
+def check(
+    x_shape, w_shape, strides, pads, dil, group, act=None, residual=False, bias=True, seed=0, convs=None
+):  # type: ignore[no-untyped-def]
+    """Runs the model under each (conv kernel, GEMM kernel) of ``convs`` (default: the
+    default conv kernel under each GEMM kernel) and compares with float64."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
@@ -113,13 +127,23 @@ def check(x_shape, w_shape, strides, pads, dil, group, act=None, residual=False,
         feeds["R"] = rng.standard_normal(y.shape).astype(np.float32)
         y = y + feeds["R"]
     y = act_ref(act, y)
-    model = conv_model(x_shape, w, b, strides, pads, dil, group, act, residual, list(y.shape)).SerializeToString()
-    for gemm in GEMMS:
-        sess = xrt.InferenceSession(model, device="cpu", engine="native", kernel_policy=xrt.KernelPolicy(matmul=gemm))
+    model = conv_model(
+        x_shape, w, b, strides, pads, dil, group, act, residual, list(y.shape)
+    ).SerializeToString()
+    for conv, gemm in convs or [(None, g) for g in GEMMS]:
+        policy = xrt.KernelPolicy(matmul=gemm, **({"conv": conv} if conv else {}))
+        sess = xrt.InferenceSession(model, device="cpu", engine="native", kernel_policy=policy)
+        if conv == "cpu_direct" and not DIRECT_OK:
+            continue
+        if conv:
+            # cpu_direct turns 1×1 output planes down (prefer mode: im2col runs them).
+            want = "cpu_im2col" if conv == "cpu_direct" and np.prod(y.shape[2:]) <= 1 else conv
+            assert next(s["kernel"] for s in sess.plan.steps if s["op_type"] == "Conv") == want
         out = sess.run(feeds)["Y"]
         assert out.shape == y.shape
         err = np.abs(out - y).max()
-        assert err <= 1e-5 * max(1.0, np.abs(y).max()) * 4, (gemm, x_shape, w_shape, strides, pads, dil, act, err)
+        tag = (conv, gemm, x_shape, w_shape, strides, pads, dil, act, err)
+        assert err <= 1e-5 * max(1.0, np.abs(y).max()) * 4, tag
 
 
 DW_CASES = [
@@ -147,7 +171,18 @@ def test_depthwise_matches_float64_reference(case, act) -> None:  # type: ignore
 @pytest.mark.parametrize("act", ["HardSigmoid", "Clip", "LeakyRelu", "Sigmoid"])
 def test_depthwise_other_activations_and_residual(act) -> None:  # type: ignore[no-untyped-def]
     check((1, 6, 14, 14), (6, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 6, act=act, seed=3)
-    check((1, 6, 14, 14), (6, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 6, act=act, residual=True, bias=False, seed=4)
+    check(
+        (1, 6, 14, 14),
+        (6, 1, 3, 3),
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        6,
+        act=act,
+        residual=True,
+        bias=False,
+        seed=4,
+    )
 
 
 IM2COL_CASES = [
@@ -171,13 +206,84 @@ IM2COL_CASES = [
 @pytest.mark.parametrize("act", [None, "HardSwish"])
 def test_im2col_tilings_match_float64_reference(case, act) -> None:  # type: ignore[no-untyped-def]
     xs, ws, s, p, d, g = case
-    check(xs, ws, s, p, d, g, act=act, seed=sum(xs) + sum(ws))
+    check(xs, ws, s, p, d, g, act=act, seed=sum(xs) + sum(ws), convs=DENSE if len(xs) == 4 else None)
 
 
 def test_im2col_residual_and_no_bias() -> None:
-    check((1, 32, 28, 28), (32, 32, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, act="Relu", residual=True)
-    check((1, 64, 7, 7), (64, 64, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, act="Relu", residual=True, bias=False)
-    check((1, 40, 7, 7), (96, 40, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, act="Clip", residual=True)
+    for conv in (None, "cpu_im2col"):
+        both = [(conv, g) for g in GEMMS] if conv else DENSE
+        check(
+            (1, 32, 28, 28),
+            (32, 32, 3, 3),
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            1,
+            act="Relu",
+            residual=True,
+            convs=both,
+        )
+        check(
+            (1, 64, 7, 7),
+            (64, 64, 3, 3),
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            1,
+            act="Relu",
+            residual=True,
+            bias=False,
+        )
+        check(
+            (1, 40, 7, 7),
+            (96, 40, 1, 1),
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+            1,
+            act="Clip",
+            residual=True,
+            convs=both,
+        )
+
+
+DIRECT_CASES = [
+    # The direct kernel's own edges: (x shape, w shape, strides, pads, dilations, group)
+    ((1, 8, 12, 12), (7, 8, 3, 3), [1, 1], [0, 0, 0, 0], [1, 1], 1),  # no padding, kw > 1: copied
+    ((1, 8, 12, 12), (13, 8, 3, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1),  # kw == 1: the input itself
+    ((1, 5, 9, 16), (11, 5, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1),  # 144 positions: whole tiles
+    ((1, 5, 9, 15), (11, 5, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1),  # 135: 7 masked lanes
+    ((1, 6, 7, 7), (70, 6, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1),  # 49: one narrow column
+    ((1, 9, 14, 14), (130, 9, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1),  # narrow columns, >96 rows
+    ((1, 40, 11, 13), (9, 40, 3, 3), [2, 3], [1, 0, 2, 1], [1, 2], 1),  # phases, asymmetric pads
+    ((1, 3, 30, 31), (17, 3, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 1),  # 7×7 stem
+    ((1, 129, 10, 10), (20, 129, 2, 2), [1, 1], [0, 1, 1, 0], [1, 1], 1),  # K chunks of whole channels
+    ((3, 6, 5, 8), (4, 3, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 2),  # batch and groups
+    ((1, 4, 1, 40), (5, 4, 1, 3), [1, 1], [0, 1, 0, 1], [1, 1], 1),  # one output row
+]
+
+
+@pytest.mark.parametrize("case", DIRECT_CASES, ids=[f"direct{i}" for i in range(len(DIRECT_CASES))])
+@pytest.mark.parametrize("act", [None, "Relu"])
+def test_direct_kernel_matches_float64_reference(case, act) -> None:  # type: ignore[no-untyped-def]
+    xs, ws, s, p, d, g = case
+    check(xs, ws, s, p, d, g, act=act, seed=sum(xs) * 7 + sum(ws), convs=DENSE)
+    check(xs, ws, s, p, d, g, act=act, residual=True, bias=False, seed=sum(ws), convs=DENSE[:1])
+
+
+def test_direct_kernel_is_the_default_and_explained() -> None:
+    w = np.ones((6, 4, 3, 3), np.float32)
+    model = conv_model((1, 4, 9, 9), w, None, [1, 1], [1, 1, 1, 1], [1, 1], 1, None, y_shape=[1, 6, 9, 9])
+    sess = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native")
+    step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
+    assert step["kernel"] == ("cpu_direct" if DIRECT_OK else "cpu_im2col")
+    # A 1×1 output plane is rejected with its reason (cpu_im2col's GEMV runs it).
+    one = conv_model((1, 4, 3, 3), w, None, [1, 1], [0, 0, 0, 0], [1, 1], 1, None, y_shape=[1, 6, 1, 1])
+    sess = xrt.InferenceSession(one.SerializeToString(), device="cpu", engine="native")
+    assert next(s for s in sess.plan.steps if s["op_type"] == "Conv")["kernel"] == "cpu_im2col"
+    (d,) = sess.explain().filter(op="conv")
+    direct = next(c for c in d.candidates if c.kernel == "cpu_direct")
+    assert d.chosen == "cpu_im2col" and direct.reason_code in ("shape_unsupported", "capability_too_low")
 
 
 def test_conv_1d_and_3d() -> None:
@@ -203,7 +309,9 @@ def test_one_row_gemm_matches_numpy(trans_b: int) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     ref = a.astype(np.float64) @ (b.T if trans_b else b).astype(np.float64) + c
     for gemm in GEMMS:
-        sess = xrt.InferenceSession(model, device="cpu", engine="native", kernel_policy=xrt.KernelPolicy(matmul=gemm))
+        sess = xrt.InferenceSession(
+            model, device="cpu", engine="native", kernel_policy=xrt.KernelPolicy(matmul=gemm)
+        )
         out = sess.run({"A": a})["Y"]
         assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max(), gemm
 
@@ -211,7 +319,9 @@ def test_one_row_gemm_matches_numpy(trans_b: int) -> None:
 def test_depthwise_kernel_is_chosen_for_depthwise_convs() -> None:
     c = 8
     w = np.zeros((c, 1, 3, 3), np.float32)
-    model = conv_model((1, c, 10, 10), w, None, [1, 1], [1, 1, 1, 1], [1, 1], c, "Relu", y_shape=[1, c, 10, 10])
+    model = conv_model(
+        (1, c, 10, 10), w, None, [1, 1], [1, 1, 1, 1], [1, 1], c, "Relu", y_shape=[1, c, 10, 10]
+    )
     model = model.SerializeToString()
     sess = xrt.InferenceSession(model, device="cpu", engine="native")
     step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
@@ -229,14 +339,20 @@ def test_depthwise_kernel_is_chosen_for_depthwise_convs() -> None:
 )
 def test_maxpool_2d_matches_onnxruntime(shape, k, s, pads, dil, ceil) -> None:  # type: ignore[no-untyped-def]
     ort = pytest.importorskip("onnxruntime")
-    node = helper.make_node("MaxPool", ["X"], ["Y"], kernel_shape=k, strides=s, pads=pads, dilations=dil, ceil_mode=ceil)
+    node = helper.make_node(
+        "MaxPool", ["X"], ["Y"], kernel_shape=k, strides=s, pads=pads, dilations=dil, ceil_mode=ceil
+    )
     graph = helper.make_graph(
-        [node], "p", [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(shape))],
+        [node],
+        "p",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(shape))],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     model = onnx.shape_inference.infer_shapes(model)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"X": x}
+    )[0]
     out = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native").run({"X": x})["Y"]
     np.testing.assert_array_equal(out, ref)

@@ -36,6 +36,10 @@ struct ConvEpilogue {
 // ld for y and sum. bias and sum may be null.
 void conv_epilogue_rows(const ConvEpilogue& e, float* y, int64_t rows, int64_t cols, int64_t ld,
                         const float* bias, const float* sum);
+// The same, reading the pre-epilogue values from src (row stride lds) instead of y.
+void conv_epilogue_store(const ConvEpilogue& e, const float* src, int64_t lds, float* y,
+                         int64_t rows, int64_t cols, int64_t ld, const float* bias,
+                         const float* sum);
 
 // One depthwise channel plane (2-D, NCHW): y (oh × ow, dense) from x (h × w, dense)
 // and a kh × kw filter, plus bias (a scalar), residual plane `sum` (or null) and

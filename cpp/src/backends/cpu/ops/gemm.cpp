@@ -11,6 +11,7 @@
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/ops/elementwise.h"
+#include "backends/cpu/ops/conv_kernels.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "backends/cpu/ops/epilogue.h"
 #include "backends/cpu/ops/parallel.h"
@@ -300,6 +301,20 @@ bool blas_gemv(const matmul::GemmProblem& q) {
 #endif
 }
 
+// cpu_blocked's one-row product against a transposed B (a classifier's Gemm at
+// batch 1, weights N×K): one AVX2 dot product per output instead of packing all
+// of B for a single row. False when the problem is not of that form.
+bool blocked_gemv(const matmul::GemmProblem& q) {
+  if (q.m != 1 || q.batch != 1 || q.dtype != DType::kFloat32 ||
+      q.activation != matmul::Activation::kNone || q.a.cs != 1 || q.c_cs != 1 || q.b.rs != 1 ||
+      q.b.cs != q.k || !conv_kernels_avx2())
+    return false;
+  conv_gemv(ConvEpilogue{}, static_cast<const float*>(q.b.data), q.n, q.k,
+            static_cast<const float*>(q.a.data), static_cast<const float*>(q.bias), nullptr,
+            static_cast<float*>(q.c));
+  return true;
+}
+
 void blas_single_threaded() {
 #ifdef XRT_HAVE_CBLAS
   static std::once_flag once;
@@ -330,7 +345,9 @@ void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
       if (!blas_gemv(q)) matmul::cpu_gemm_blas(q);
     });
   } else if (kernel == "cpu_blocked") {
-    split_gemm(p, [](const matmul::GemmProblem& q) { matmul::cpu_gemm_blocked(q, 1); });
+    split_gemm(p, [](const matmul::GemmProblem& q) {
+      if (!blocked_gemv(q)) matmul::cpu_gemm_blocked(q, 1);
+    });
   } else {
     XRT_THROW(UnsupportedOperationError, "matmul kernel '", kernel,
               "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_blas, cpu_blocked)");
