@@ -112,10 +112,13 @@ def check(out, q, k, v, causal):
     return ((got - ref).norm() / ref.norm()).item()
 
 
-def run_case(B, H, S, D, causal, iters, rounds=4):
-    """Every kernel measured in ``rounds`` interleaved rounds, in alternating order
-    (median over all samples), so that clock drift and power throttling over the run
-    favour no kernel."""
+def run_case(B, H, S, D, causal, iters):
+    """Every kernel measured in interleaved samples: sample i of every kernel is taken
+    before sample i + 1 of any, in an order rotated each time (median over all
+    samples). Clock drift and power throttling then hit every kernel alike; with
+    whole rounds per kernel a kernel that ran right after a power-hungry one was
+    measured at lower clocks (auto, which runs cudnn, right after cudnn read 3%
+    slower than cudnn itself in results before 2026-11-23)."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     dout = torch.randn_like(q)
@@ -156,21 +159,23 @@ def run_case(B, H, S, D, causal, iters, rounds=4):
                 continue
             res["kernels"][name] = {"rel_err": check(out, q, k, v, causal)}
             samples[name] = {"fwd": [], "fb": []}
-        for r in range(rounds):
-            # Alternate the order too: a kernel right after a power-hungry one can run
-            # at lower clocks, and a fixed order would pin that on the same kernel.
-            order = list(fwds.items())
-            for name, fwd in order if r % 2 == 0 else order[::-1]:
-                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        steps = {}
+        for name, fwd in fwds.items():
+            leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
 
-                def fb(fwd=fwd, leaves=leaves):
-                    fwd(*leaves).backward(dout)
+            def fb(fwd=fwd, leaves=leaves):
+                fwd(*leaves).backward(dout)
 
+            steps[name] = (lambda fwd=fwd: fwd(q, k, v), fb)
+        names = list(fwds)
+        for i in range(max(iters, 8)):
+            order = names[i % len(names) :] + names[: i % len(names)]
+            for name in order if i % 2 == 0 else order[::-1]:
+                fwd_step, fb_step = steps[name]
                 with torch.no_grad():
-                    samples[name]["fwd"] += bench_ms(
-                        lambda fwd=fwd: fwd(q, k, v), max(iters // rounds, 5), raw=True
-                    )
-                samples[name]["fb"] += bench_ms(fb, max(iters // (2 * rounds), 4), raw=True)
+                    samples[name]["fwd"] += bench_ms(fwd_step, 1, warmup=1, raw=True)
+                if i % 2 == 0:
+                    samples[name]["fb"] += bench_ms(fb_step, 1, warmup=1, raw=True)
         picks = [
             d for d in xrt_torch.decision_log() if d.op == "attention" and list(d.shapes[0]) == [B, H, S, D]
         ]
