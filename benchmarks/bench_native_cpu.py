@@ -23,6 +23,7 @@ session creation cannot hide it), ORT with and without its memory arena.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -259,6 +260,18 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
     return res
 
 
+def cpu_model() -> str:
+    """The processor's marketing name (Linux), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--peak-child":
         _, _, engine, path, feeds, threads = sys.argv
@@ -281,18 +294,28 @@ def main() -> int:
     rows = [measure(m, cache, args.threads, args.iterations) for m in args.models.split(",")]
     import onnxruntime as ort
     import torch
+    import xpuruntime as xrt
 
     out = {
         "benchmark": "native engine vs ONNX Runtime CPU EP, one process, same thread count",
         "threads": args.threads,
         "iterations": args.iterations,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "cpu": platform.processor() or platform.machine(),
+            "cpu_model": cpu_model(),
             "cores": os.cpu_count(),
             "load_average_at_start": load_start,
             "load_average_at_end": os.getloadavg(),
         },
-        "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
+        "versions": {
+            "xpuruntime": xrt.__version__,
+            "onnxruntime": ort.__version__,
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+            "cpu_gemm": xrt.ops.cpu_gemm_info(),
+        },
         "goals": {"latency_ratio_max": 1.5, "compile_s_max": 2.0, "peak_activation": "<= ort"},
         "peak_activation_method": PEAK_METHOD,
         "results": rows,
