@@ -50,6 +50,8 @@ void launch_fwd(const FlashFwdArgs& a) {
 namespace sm90 {
 template <typename T, int kD>
 void run_flash_fwd_sm90(const FlashFwdArgs& a);  // sm90/flash_fwd_sm90_hdim*.cu (sm_90a)
+template <typename T, int kD>
+void run_flash_bwd_sm90(const FlashBwdArgs& a);  // sm90/flash_bwd_sm90_hdim*.cu (sm_90a)
 }  // namespace sm90
 
 // Whether the current device is compute capability 9.0 (the only one the sm_90a
@@ -112,6 +114,15 @@ void run_flash_bwd(const FlashBwdArgs& a) {
     XRT_CUDA_CHECK(cudaGetLastError());
   }
   const bool extras = a.mask.kind != FlashMaskKind::kNone || a.dropout_p > 0.0f;
+#if XRT_FLASH_SM90
+  // Hopper: the wgmma kernel covers the plain case and converts dQ itself (its
+  // dq_accum layout is its own). The zeroing and D above stay here, so their
+  // kernels are instantiated in one translation unit only.
+  if (!extras && current_device_is_sm90()) {
+    sm90::run_flash_bwd_sm90<T, kD>(a);
+    return;
+  }
+#endif
   if (extras) {
     launch_bwd_main<BwdConfig<T, kD, true>>(a);
   } else {
