@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import statistics
 import time
 
@@ -168,14 +169,15 @@ def run_case(B, H, S, D, causal, iters):
 
             steps[name] = (lambda fwd=fwd: fwd(q, k, v), fb)
         names = list(fwds)
-        for i in range(max(iters, 8)):
-            order = names[i % len(names) :] + names[: i % len(names)]
-            for name in order if i % 2 == 0 else order[::-1]:
+        shuffle = random.Random(B * H * S + D + causal)
+        for _ in range(max(iters, 8)):
+            # A fresh order per sample: a fixed cyclic order (even rotated) would
+            # always put the same kernel right after the same neighbour.
+            for name in shuffle.sample(names, len(names)):
                 fwd_step, fb_step = steps[name]
                 with torch.no_grad():
                     samples[name]["fwd"] += bench_ms(fwd_step, 1, warmup=1, raw=True)
-                if i % 2 == 0:
-                    samples[name]["fb"] += bench_ms(fb_step, 1, warmup=1, raw=True)
+                samples[name]["fb"] += bench_ms(fb_step, 1, warmup=1, raw=True)
         picks = [
             d for d in xrt_torch.decision_log() if d.op == "attention" and list(d.shapes[0]) == [B, H, S, D]
         ]

@@ -29,9 +29,14 @@ if [ "$STAGE" = tests ] || [ "$STAGE" = all ]; then
   r=$?; echo "pytest gpu rc=$r"; tail -25 "$OUT/pytest_gpu.log"; rc=$((rc|r))
 fi
 if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
+  # The logs go into the archive with the results: one file back, whatever the
+  # number of benchmarks (the device tool returns at most 8 files).
+  LOGS=$(mktemp -d)
   for b in bench_runtime bench_matmul bench_attention bench_layernorm bench_gpt2_step; do
-    timeout 200 python3 benchmarks/$b.py > "$OUT/$b.log" 2>&1; echo "$b rc=$?"; tail -14 "$OUT/$b.log"
+    timeout 200 python3 benchmarks/$b.py > "$LOGS/$b.log" 2>&1; echo "$b rc=$?"; tail -14 "$LOGS/$b.log"
   done
+  cp -r "$LOGS" benchmarks/results/logs
   tar czf "$OUT/results.tgz" benchmarks/results
+  rm -rf benchmarks/results/logs "$LOGS"
 fi
 exit $rc

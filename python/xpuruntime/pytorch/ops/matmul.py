@@ -147,8 +147,30 @@ def _grads(ctx, grad, mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor]
         else:
             db = _sum_to(mm(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
     if ctx.has_bias and ctx.needs_input_grad[2]:
-        dbias = grad.reshape(-1, grad.shape[-1]).sum(0)
+        g2 = grad.reshape(-1, grad.shape[-1])
+        if _column_sums_by_gemm(g2):
+            # The bias gradient (column sums of the output gradient) as the GEMM
+            # ones[1, tokens] @ g on our skinny kernel: a stream over g at close to
+            # memory bandwidth, fp32 accumulation like torch's sum; torch's column
+            # reduction reached about 1.3 TB/s on an H200 (the 48 bias gradients of
+            # a GPT-2-small step took 1.05 ms).
+            dbias = mm(g2.new_ones(1, g2.shape[0]), g2, None, "skinny").reshape(-1)
+        else:
+            dbias = g2.sum(0)
     return da, db, dbias, None
+
+
+_SM90: dict[int, bool] = {}
+
+
+def _column_sums_by_gemm(g2: Tensor) -> bool:
+    """Whether the skinny kernel (fp16/bf16, compute capability 9.0) takes g2's column sums."""
+    if g2.device.type != "cuda" or g2.dtype not in (torch.float16, torch.bfloat16) or g2.shape[0] < 2:
+        return False
+    index = g2.device.index if g2.device.index is not None else torch.cuda.current_device()
+    if index not in _SM90:
+        _SM90[index] = torch.cuda.get_device_capability(index) == (9, 0)
+    return _SM90[index]
 
 
 def _backward(ctx, grad):
