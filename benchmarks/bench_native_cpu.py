@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_session_overhead import cpu_name  # a sibling script (its folder is on sys.path)
 
 MODELS = ("resnet18", "mobilenet_v3_large", "bert_base", "gpt2_small")
 GEMMS = ("cpu_blas", "cpu_blocked")  # the policy-selectable matmul kernels, both measured
@@ -260,18 +261,6 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
     return res
 
 
-def cpu_model() -> str:
-    """The processor's marketing name (Linux), else what platform knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--peak-child":
         _, _, engine, path, feeds, threads = sys.argv
@@ -303,7 +292,7 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "cpu": platform.processor() or platform.machine(),
-            "cpu_model": cpu_model(),
+            "cpu_model": cpu_name(),
             "cores": os.cpu_count(),
             "load_average_at_start": load_start,
             "load_average_at_end": os.getloadavg(),

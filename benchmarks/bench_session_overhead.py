@@ -158,7 +158,8 @@ def bench_engine(
     return result
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The processor's marketing name (Linux), else what platform knows."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "calls_per_round": args.calls,
         "machine": {
             "platform": platform.platform(),
-            "cpu": _cpu_name(),
+            "cpu": cpu_name(),
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
             "numpy": np.__version__,
