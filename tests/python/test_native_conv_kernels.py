@@ -209,42 +209,20 @@ def test_im2col_tilings_match_float64_reference(case, act) -> None:  # type: ign
     check(xs, ws, s, p, d, g, act=act, seed=sum(xs) + sum(ws), convs=DENSE if len(xs) == 4 else None)
 
 
-def test_im2col_residual_and_no_bias() -> None:
-    for conv in (None, "cpu_im2col"):
-        both = [(conv, g) for g in GEMMS] if conv else DENSE
-        check(
-            (1, 32, 28, 28),
-            (32, 32, 3, 3),
-            [1, 1],
-            [1, 1, 1, 1],
-            [1, 1],
-            1,
-            act="Relu",
-            residual=True,
-            convs=both,
-        )
-        check(
-            (1, 64, 7, 7),
-            (64, 64, 3, 3),
-            [1, 1],
-            [1, 1, 1, 1],
-            [1, 1],
-            1,
-            act="Relu",
-            residual=True,
-            bias=False,
-        )
-        check(
-            (1, 40, 7, 7),
-            (96, 40, 1, 1),
-            [1, 1],
-            [0, 0, 0, 0],
-            [1, 1],
-            1,
-            act="Clip",
-            residual=True,
-            convs=both,
-        )
+RESIDUAL_CASES = [
+    # (x shape, w shape, pads, activation, bias)
+    ((1, 32, 28, 28), (32, 32, 3, 3), [1, 1, 1, 1], "Relu", True),
+    ((1, 64, 7, 7), (64, 64, 3, 3), [1, 1, 1, 1], "Relu", False),
+    ((1, 40, 7, 7), (96, 40, 1, 1), [0, 0, 0, 0], "Clip", True),
+]
+
+
+@pytest.mark.parametrize("case", RESIDUAL_CASES, ids=[f"residual{i}" for i in range(len(RESIDUAL_CASES))])
+@pytest.mark.parametrize("conv", [None, "cpu_im2col"], ids=["default", "im2col"])
+def test_im2col_residual_and_no_bias(case, conv) -> None:  # type: ignore[no-untyped-def]
+    xs, ws, pads, act, bias = case
+    convs = [(conv, g) for g in GEMMS] if conv else DENSE  # the named kernel, or every one
+    check(xs, ws, [1, 1], pads, [1, 1], 1, act=act, residual=True, bias=bias, convs=convs)
 
 
 DIRECT_CASES = [
