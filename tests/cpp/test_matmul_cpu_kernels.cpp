@@ -37,6 +37,17 @@ double unit_roundoff(DType t) {
     default: return std::ldexp(1.0, -24);
   }
 }
+// Half the spacing of the output format's subnormals: the absolute rounding error of
+// a result that lands below the smallest normal (fp16 reaches there at 6.1e-5, where
+// the relative bound alone is too tight).
+double subnormal_half_spacing(DType t) {
+  switch (t) {
+    case DType::kFloat64: return std::ldexp(1.0, -1075);
+    case DType::kFloat16: return std::ldexp(1.0, -25);
+    case DType::kBFloat16: return std::ldexp(1.0, -134);
+    default: return std::ldexp(1.0, -150);
+  }
+}
 // fp16/bf16 accumulate in fp32.
 double accumulate_roundoff(DType t) {
   return t == DType::kFloat64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
@@ -178,7 +189,8 @@ void check(const Case& cs, const std::function<void(const xm::GemmProblem&)>& ke
         ref = xm::activate(ref, cs.act);
         const double got = o.c.get(bi * p.c_bs + i * p.c_rs + j * p.c_cs);
         // 1.2: the activations' slopes are at most ~1.13.
-        const double tol = 1.2 * (cs.k + 4) * u_acc * mag + 2 * u_out * std::abs(ref) + 1e-300;
+        const double tol = 1.2 * (cs.k + 4) * u_acc * mag + 2 * u_out * std::abs(ref) +
+                           subnormal_half_spacing(cs.dtype) + 1e-300;
         if (!(std::abs(got - ref) <= tol) && bad++ < 5) {
           ADD_FAILURE() << describe(cs) << " C[" << bi << "," << i << "," << j << "] = " << got
                         << ", reference " << ref << ", tolerance " << tol;
