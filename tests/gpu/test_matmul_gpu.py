@@ -113,6 +113,57 @@ def test_cublaslt_epilogues(dtype, activation):
         _check(_torch(y), x, w.t(), bias=bias, activation=activation)
 
 
+def _check_row_sums(got, a):
+    a64 = a.double()
+    ref, mag = a64.sum(-1), a64.abs().sum(-1)
+    tol = 1.2 * (a.shape[-1] + 4) * 2.0**-24 * mag + 4 * U_OUT[a.dtype] * ref.abs() + 1e-30
+    err = (got.double() - ref).abs()
+    assert got.dtype == a.dtype and bool((err <= tol).all()), f"row sums: max err {err.max().item():.3e}"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "n_out,tokens,k_in", [(768, 8192, 2304), (2304, 4096, 768), (3072, 512, 768), (64, 1000, 96)]
+)
+def test_cublaslt_fused_row_sums_match_float64(dtype, n_out, tokens, k_in):
+    """a_row_sums on cuBLASLt (BGRAD epilogue) in the linear-backward layout: a = gᵀ
+    (a transposed view of the output gradient), b = the layer input; the product is
+    the weight gradient and the row sums the bias gradient."""
+    dt = DTYPES[dtype]
+    g = torch.randn(tokens, n_out, device="cuda").to(dt)
+    x = torch.randn(tokens, k_in, device="cuda").to(dt)
+    sums = torch.full((n_out,), float("nan"), device="cuda", dtype=dt)
+    w = ops.matmul_with_kernel("cublasLt", g.t(), x, a_row_sums=sums)
+    _check(_torch(w), g.t(), x)
+    _check_row_sums(sums, g.t())
+    # A contiguous a reduces over the other operand (BGRADA/B swap); cuBLASLt may
+    # offer no algorithm for it, which must surface as a typed error.
+    a = g.t().contiguous()
+    sums2 = torch.full_like(sums, float("nan"))
+    try:
+        w2 = ops.matmul_with_kernel("cublasLt", a, x, a_row_sums=sums2)
+    except xrt.UnsupportedOperationError as e:
+        assert "no algorithm" in str(e)
+    else:
+        _check(_torch(w2), a, x)
+        _check_row_sums(sums2, a)
+
+
+def test_fused_row_sums_refusals_on_gpu():
+    # a as a transposed view: the linear-backward layout cuBLASLt has BGRAD algorithms for
+    a = torch.randn(256, 64, device="cuda", dtype=torch.float16).t()
+    b = torch.randn(256, 32, device="cuda", dtype=torch.float16)
+    sums = torch.zeros(64, device="cuda", dtype=torch.float16)
+    for kernel, rows in (("cublas", 64), ("skinny", 16)):  # skinny takes M <= 16
+        with pytest.raises(xrt.UnsupportedOperationError, match="no fused row-sums"):
+            ops.matmul_with_kernel(kernel, a[:rows], b, a_row_sums=sums[:rows])
+    with pytest.raises(xrt.UnsupportedOperationError, match="float16 and bfloat16"):
+        ops.matmul_with_kernel("cublasLt", a.float(), b.float(), a_row_sums=sums.float())
+    assert bool((sums == 0).all())
+    ops.matmul_with_kernel("cublasLt", a, b, a_row_sums=sums)  # still usable after the refusals
+    _check_row_sums(sums, a)
+
+
 def test_auto_choice_prefers_cublaslt_for_epilogues_and_explains_cublas():
     x = torch.randn(8, 64, device="cuda", dtype=torch.float16)
     w = torch.randn(64, 32, device="cuda", dtype=torch.float16)

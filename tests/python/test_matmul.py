@@ -257,6 +257,33 @@ def test_direct_kernel_call_matches_and_reports_unknown_kernels():
         ops.matmul_with_kernel("nope", a, b)
 
 
+def test_fused_row_sums_are_validated_and_refused_by_the_cpu_kernels():
+    """a_row_sums (the fused bias gradient) is a cuBLASLt epilogue: the CPU kernels
+    refuse it with their reason, malformed outputs raise InvalidArgumentError, and
+    nothing is written before a refusal."""
+    a, b = _rand((6, 10), "float16"), _rand((10, 5), "float16")
+    sums = np.full(6, 7.0, np.float16)
+    for kernel in CPU_KERNELS:
+        with pytest.raises(xrt.UnsupportedOperationError, match=f"{kernel} has no fused row-sums"):
+            ops.matmul_with_kernel(kernel, a, b, a_row_sums=sums)
+    bad = [
+        (np.zeros(5, np.float16), {}, "shape \\[6\\]"),
+        (np.zeros(6, np.float32), {}, "float32"),
+        (np.zeros(12, np.float16)[::2], {}, "contiguous"),
+        (sums, {"bias": np.zeros(5, np.float16)}, "no bias"),
+        (sums, {"activation": "relu"}, "activation"),
+    ]
+    for out, kwargs, msg in bad:
+        with pytest.raises(xrt.InvalidArgumentError, match=msg):
+            ops.matmul_with_kernel("cpu_blocked", a, b, a_row_sums=out, **kwargs)
+    with pytest.raises(xrt.InvalidArgumentError, match="2-D"):
+        ops.matmul_with_kernel("cpu_blocked", _rand((2, 6, 10), "float16"), b, a_row_sums=sums)
+    with pytest.raises(xrt.InvalidArgumentError, match="overlaps"):
+        ops.matmul_with_kernel("cpu_blocked", a, b, a_row_sums=a.reshape(-1)[:6])
+    assert (sums == 7.0).all()  # untouched by every refusal
+    _check(ops.matmul_with_kernel("cpu_blocked", a, b), a, b, "float16")  # still usable
+
+
 @pytest.mark.skipif(BLAS, reason="this build has a CBLAS, so cpu_blas runs")
 def test_cpu_blas_without_cblas_refuses_with_the_reason():
     a = _rand((3, 4), "float32")

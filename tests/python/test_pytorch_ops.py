@@ -304,6 +304,20 @@ def test_matmul_op_autograd_formula_gradcheck(a_shape, b_shape, bias):
     torch.library.opcheck(xrt_matmul, (a.detach().float(), b.detach().float(), None, "cublas"))
 
 
+def test_matmul_row_sums_op_reference_and_opcheck():
+    """xpuruntime::matmul_row_sums (the weight and bias gradients of a linear layer in
+    one GEMM on CUDA): its CPU reference is (a @ b, a.sum(-1)) and its registration
+    (fake implementation, schema) passes opcheck."""
+    from xpuruntime.pytorch.ops.matmul import xrt_matmul_row_sums
+
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(6, 33, generator=g, dtype=torch.float64)
+    b = torch.randn(33, 5, generator=g, dtype=torch.float64)
+    prod, sums = xrt_matmul_row_sums(a.t().contiguous().t(), b, "cublasLt")
+    assert torch.allclose(prod, a @ b) and torch.allclose(sums, a.sum(-1))
+    torch.library.opcheck(xrt_matmul_row_sums, (a.float(), b.float(), "cublasLt"))
+
+
 def test_matmul_op_linear_weight_gradient_is_contiguous():
     """weight.t() as the right operand (how F.linear is routed): the weight's gradient
     arrives in the weight's layout, so autograd accumulates it without a strided copy."""

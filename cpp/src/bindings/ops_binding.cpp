@@ -76,9 +76,11 @@ void bind_ops(py::module_& m) {
       "matmul_with_kernel",
       [](const std::string& kernel, const py::handle& a, const py::handle& b,
          const py::handle& bias, const py::handle& activation, const py::handle& out,
-         const py::object& execution_policy, const std::string& algorithm, const py::handle& workspace) {
+         const py::object& execution_policy, const std::string& algorithm, const py::handle& workspace,
+         const py::handle& a_row_sums) {
         mm::MatmulArgs args = make_args(a, b, bias, activation, out);
         if (!workspace.is_none()) args.workspace = tensor_from_python(workspace);
+        if (!a_row_sums.is_none()) args.a_row_sums = tensor_from_python(a_row_sums);
         py::object ep_holder;
         args.execution = borrow_policy<ExecutionPolicy>(execution_policy, ep_holder, "ExecutionPolicy");
         py::gil_scoped_release release;
@@ -87,10 +89,13 @@ void bind_ops(py::module_& m) {
       py::arg("kernel"), py::arg("a"), py::arg("b"), py::kw_only(), py::arg("bias") = py::none(),
       py::arg("activation") = py::none(), py::arg("out") = py::none(),
       py::arg("execution_policy") = py::none(), py::arg("algorithm") = "",
-      py::arg("workspace") = py::none(),
+      py::arg("workspace") = py::none(), py::arg("a_row_sums") = py::none(),
       "Runs one named matmul kernel directly: no policy, no decision (tests, benchmarks, "
       "the PyTorch integration). `workspace`: a caller's contiguous byte buffer used as "
-      "the kernel's scratch instead of one of ours (it must hold the kernel's need).");
+      "the kernel's scratch instead of one of ours (it must hold the kernel's need). "
+      "`a_row_sums`: an (M) tensor that receives the row sums of a in the same kernel "
+      "(2-D operands, no bias or activation; cublasLt only: a linear layer's bias "
+      "gradient fused into its weight-gradient GEMM).");
 
   ops.def(
       "_time_kernel_runs",

@@ -133,6 +133,7 @@ def matmul_with_kernel(
     execution_policy: Any = None,
     algorithm: str = "",
     workspace: Any = None,
+    a_row_sums: Any = None,
 ) -> _core.Tensor:
     """Runs one named matmul kernel directly, bypassing the policy (records no decision).
 
@@ -140,9 +141,13 @@ def matmul_with_kernel(
     (a cuBLASLt algorithm as written into pins). ``workspace`` is an optional contiguous
     buffer (anything with ``__dlpack__``) used as the kernel's scratch instead of one of
     ours; the PyTorch integration passes one from torch's allocator so the call can be
-    captured in a CUDA graph. Raises ``UnsupportedOperationError`` with the kernel's
+    captured in a CUDA graph. ``a_row_sums`` is an optional ``(M,)`` tensor of the
+    operands' dtype that receives ``a.sum(-1)`` from the same kernel (2-D operands, no
+    bias or activation; only ``cublasLt`` fuses it, as its BGRAD epilogue: with
+    ``a = grad_out.T`` and ``b = input`` the call gives a linear layer's weight and
+    bias gradients in one pass). Raises ``UnsupportedOperationError`` with the kernel's
     reason when it cannot run the case, ``InvalidArgumentError`` when the workspace is
-    smaller than the kernel needs.
+    smaller than the kernel needs or ``a_row_sums`` does not fit.
     """
     return _ops.matmul_with_kernel(
         kernel,
@@ -154,6 +159,7 @@ def matmul_with_kernel(
         execution_policy=execution_policy,
         algorithm=algorithm,
         workspace=workspace,
+        a_row_sums=a_row_sums,
     )
 
 

@@ -81,7 +81,7 @@ GemmRejection cublas_rejection(const GemmProblem& p) {
     return {K::kEpilogue, "cublasGemmEx has no epilogue (bias/activation); cublasLt fuses them"};
   }
   if (!to_col_major(p)) return {K::kLayout, "an operand has no unit stride; cuBLAS needs one per matrix"};
-  return {};
+  return row_sums_rejection(p, "cublas");
 }
 
 void cublas_gemm(const GemmProblem& p, void* stream, int device, void* workspace,

@@ -64,7 +64,10 @@ void set_attr(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
   XRT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, a, &v, sizeof(v)));
 }
 
-cublasLtEpilogue_t epilogue_of(const GemmProblem& p) {
+cublasLtEpilogue_t epilogue_of(const GemmProblem& p, const ColMajorGemm& g) {
+  // Row sums of A: A is the column-major Y (Aᵀ, reduced over k per column of C')
+  // when the operands were swapped, else X (reduced per row of C').
+  if (p.a_row_sums != nullptr) return g.swapped ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
   const bool bias = p.bias != nullptr;
   switch (p.activation) {
     case Activation::kRelu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
@@ -87,7 +90,7 @@ struct PlanKey {
   bool tx, ty;
   int64_t ldx, ldy, ldc, sx, sy, sc;
   Activation act;
-  bool bias;
+  bool bias, row_sums;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -116,7 +119,7 @@ class Plan {
     const cublasOperation_t oy = g.y.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
     set_attr(d, CUBLASLT_MATMUL_DESC_TRANSA, ox);
     set_attr(d, CUBLASLT_MATMUL_DESC_TRANSB, oy);
-    set_attr(d, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_of(p));
+    set_attr(d, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_of(p, g));
     if (p.bias != nullptr) set_attr(d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, int64_t{0});
     x_ = make_layout(t, g.x.transpose ? g.k : g.m, g.x.transpose ? g.m : g.k, g.x.ld,
                      p.batch, g.x.batch_stride);
@@ -216,7 +219,8 @@ std::shared_ptr<Plan> plan_for(const GemmProblem& p, const ColMajorGemm& g, int 
   const PlanKey key{device, p.dtype, p.dtype == DType::kFloat32 && p.allow_tf32, p.batch, g.m, g.n,
                     g.k, g.x.transpose, g.y.transpose, g.x.ld, g.y.ld, g.ldc,
                     p.batch > 1 ? g.x.batch_stride : 0, p.batch > 1 ? g.y.batch_stride : 0,
-                    p.batch > 1 ? g.c_batch_stride : 0, p.activation, p.bias != nullptr};
+                    p.batch > 1 ? g.c_batch_stride : 0, p.activation, p.bias != nullptr,
+                    p.a_row_sums != nullptr};
   std::lock_guard lock(mu);
   auto it = plans->find(key);
   if (it != plans->end()) return it->second;
@@ -231,7 +235,7 @@ std::shared_ptr<Plan> plan_for(const GemmProblem& p, const ColMajorGemm& g, int 
 std::string problem_str(const GemmProblem& p) {
   return std::string(dtype_name(p.dtype)) + " batch " + std::to_string(p.batch) + " M=" +
          std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k) +
-         (p.bias ? " +bias" : "") + " act=" + std::string(activation_name(p.activation));
+         (p.bias ? " +bias" : "") + (p.a_row_sums ? " +row sums of A" : "") + " act=" + std::string(activation_name(p.activation));
 }
 
 }  // namespace
@@ -250,6 +254,14 @@ GemmRejection cublaslt_rejection(const GemmProblem& p) {
   }
   if (p.k == 0 && p.m > 0 && p.n > 0) {
     return {K::kShape, "k == 0 (an empty reduction) is not supported by cuBLASLt"};
+  }
+  if (p.a_row_sums != nullptr) {
+    if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
+      return {K::kDtype, "the fused row sums of A (BGRAD epilogue) run float16 and bfloat16"};
+    }
+    if (p.bias != nullptr || p.activation != Activation::kNone || p.batch != 1) {
+      return {K::kEpilogue, "the fused row sums of A combine with no bias, activation or batch"};
+    }
   }
   if (p.batch > INT32_MAX) return {K::kShape, "batch exceeds 2^31-1"};
   return {};
@@ -308,6 +320,10 @@ void cublaslt_gemm(const GemmProblem& p, void* stream, int device, void* workspa
     algo = &ca.algo;
   }
   if (p.bias != nullptr) set_attr(plan->desc(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  // BGRAD epilogues write the reduction through the bias pointer.
+  if (p.a_row_sums != nullptr) {
+    set_attr(plan->desc(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(p.a_row_sums));
+  }
   const float alpha_f = 1.0f, beta_f = 0.0f;
   const double alpha_d = 1.0, beta_d = 0.0;
   const bool f64 = p.dtype == DType::kFloat64;

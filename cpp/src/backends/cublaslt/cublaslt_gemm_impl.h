@@ -1,6 +1,8 @@
 // cuBLASLt GEMM in plain arguments (no Tensor, no registry; cublaslt_kernels.cpp
 // registers the kernel). What it adds over cuBLAS:
-//   - fused epilogues: bias, relu, gelu (tanh form), bias+relu, bias+gelu;
+//   - fused epilogues: bias, relu, gelu (tanh form), bias+relu, bias+gelu, and the
+//     row sums of A (BGRADA/BGRADB: a linear layer's bias gradient fused into its
+//     weight-gradient GEMM);
 //   - algorithm choice: the heuristic's best for this problem and workspace limit,
 //     or an explicit algorithm given as a string id (the 8 words of a
 //     cublasLtMatmulAlgo_t in hex, "lt1:" + 128 hex digits), which is how tuning

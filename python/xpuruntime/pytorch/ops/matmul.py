@@ -19,7 +19,7 @@ from torch import Tensor
 from ... import _core
 from . import _bridge
 
-__all__ = ["matmul_forward", "matmul_support", "xrt_matmul"]
+__all__ = ["matmul_forward", "matmul_support", "xrt_matmul", "xrt_matmul_row_sums"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
@@ -66,13 +66,15 @@ def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None
     return None
 
 
-def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
+def _run_cuda(
+    a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, row_sums: Tensor | None = None
+) -> Tensor:
     from ...runtime.stream import use_stream
 
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
-            return _run_cuda(a, b, bias, kernel)
+            return _run_cuda(a, b, bias, kernel, row_sums)
     out = torch.empty(_out_shape(a, b), device=a.device, dtype=a.dtype)
     # The kernel's scratch comes from torch's caching allocator, which knows about
     # streams and CUDA-graph pools: under capture it lives in the graph's private
@@ -87,8 +89,44 @@ def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
             bias=bias.detach() if bias is not None else None,
             out=out,
             workspace=workspace,
+            a_row_sums=row_sums,
         )
     return out
+
+
+# (device, dtype, m, n, k, strides) of products cuBLASLt offered no BGRAD algorithm for:
+# those take the unfused pair from then on instead of raising on every step.
+_ROW_SUMS_UNAVAILABLE: set[tuple] = set()
+
+
+def _run_cuda_row_sums(a: Tensor, b: Tensor, kernel: str) -> tuple[Tensor, Tensor]:
+    """(a @ b, a.sum(-1)) for 2-D operands: one cuBLASLt GEMM with the BGRAD epilogue."""
+    key = (a.device, a.dtype, *a.shape, b.shape[1], *a.stride(), *b.stride())
+    if key not in _ROW_SUMS_UNAVAILABLE:
+        sums = torch.empty(a.shape[0], device=a.device, dtype=a.dtype)
+        try:
+            return _run_cuda(a, b, None, kernel, sums), sums
+        except _core.UnsupportedOperationError:
+            _ROW_SUMS_UNAVAILABLE.add(key)  # raised before anything was enqueued
+    return _run_cuda(a, b, None, kernel), a.sum(-1)
+
+
+@_bridge.custom_op("xpuruntime::matmul_row_sums", mutates_args=(), device_types="cpu")
+def xrt_matmul_row_sums(a: Tensor, b: Tensor, kernel: str) -> tuple[Tensor, Tensor]:
+    """``(a @ b, a.sum(-1))`` for 2-D operands, on CUDA one cuBLASLt GEMM whose BGRAD
+    epilogue writes the row sums (a linear layer's weight and bias gradients in one
+    pass over the output gradient). CPU: the float reference."""
+    return torch.matmul(a, b), a.sum(-1)
+
+
+@xrt_matmul_row_sums.register_kernel("cuda")
+def _(a, b, kernel):
+    return _run_cuda_row_sums(a, b, kernel)
+
+
+@xrt_matmul_row_sums.register_fake
+def _(a, b, kernel):
+    return a.new_empty(a.shape[0], b.shape[1]), a.new_empty(a.shape[0])
 
 
 @_bridge.custom_op("xpuruntime::matmul", mutates_args=(), device_types="cpu")
@@ -125,11 +163,18 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.has_bias = bias is not None
 
 
-def _grads(ctx, grad, mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor]):
-    """(da, db, dbias, None) with the gradient products computed by ``mm``."""
+def _grads(
+    ctx,
+    grad,
+    mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor],
+    mm_row_sums: Callable[[Tensor, Tensor, str], tuple[Tensor, Tensor]],
+):
+    """(da, db, dbias, None) with the gradient products computed by ``mm`` (and
+    ``mm_row_sums`` where the bias gradient rides along the weight gradient)."""
     a, b = ctx.saved_tensors
     grad = grad.contiguous()
     da = db = dbias = None
+    want_dbias = ctx.has_bias and ctx.needs_input_grad[2]
     if ctx.needs_input_grad[0]:
         da = _sum_to(mm(grad, b.transpose(-1, -2), None, ctx.kernel), a.shape)
     if ctx.needs_input_grad[1]:
@@ -141,19 +186,28 @@ def _grads(ctx, grad, mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor]
                 # gradient in the weight's own layout (g^T a) and hand back its
                 # transpose, so the gradient autograd accumulates is contiguous and no
                 # strided copy of every weight gradient runs after the backward.
-                db = mm(g2.transpose(0, 1), a2, None, ctx.kernel).transpose(0, 1)
+                if want_dbias and _bias_grad_fusable(g2, ctx.kernel):
+                    # The bias gradient (the row sums of g^T) from the same call's
+                    # BGRAD epilogue. On Hopper cuBLASLt runs that reduction as a
+                    # kernel of its own: 0.63 ms for the 48 bias gradients of a
+                    # GPT-2-small step on an H200, against 0.71 ms on skinny below
+                    # (benchmarks/results/gpt2_profile_NVIDIA_H200.json).
+                    w, dbias = mm_row_sums(g2.transpose(0, 1), a2, ctx.kernel)
+                    db = w.transpose(0, 1)
+                else:
+                    db = mm(g2.transpose(0, 1), a2, None, ctx.kernel).transpose(0, 1)
             else:
                 db = mm(a2.transpose(0, 1), g2, None, ctx.kernel)
         else:
             db = _sum_to(mm(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
-    if ctx.has_bias and ctx.needs_input_grad[2]:
+    if want_dbias and dbias is None:
         g2 = grad.reshape(-1, grad.shape[-1])
         if _column_sums_by_gemm(g2):
             # The bias gradient (column sums of the output gradient) as the GEMM
             # ones[1, tokens] @ g on our skinny kernel: one stream over g, fp32
             # accumulation like torch's sum. In the GPT-2-small step on an H200 the
-            # 48 bias gradients take 0.71 ms this way and 1.05 ms through torch's
-            # column reduction (benchmarks/results/gpt2_profile_NVIDIA_H200.json).
+            # 48 bias gradients took 0.71 ms this way and 1.05 ms through torch's
+            # column reduction (profile of 2026-11-23, before the BGRAD path above).
             dbias = mm(g2.new_ones(1, g2.shape[0]), g2, None, "skinny").reshape(-1)
         else:
             dbias = g2.sum(0)
@@ -161,6 +215,11 @@ def _grads(ctx, grad, mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor]
 
 
 _SM90: dict[int, bool] = {}
+
+
+def _bias_grad_fusable(g2: Tensor, kernel: str) -> bool:
+    """Whether cuBLASLt's BGRAD epilogue takes the bias gradient (fp16/bf16 on CUDA)."""
+    return kernel == "cublasLt" and g2.device.type == "cuda" and g2.dtype in (torch.float16, torch.bfloat16)
 
 
 def _column_sums_by_gemm(g2: Tensor) -> bool:
@@ -174,7 +233,7 @@ def _column_sums_by_gemm(g2: Tensor) -> bool:
 
 
 def _backward(ctx, grad):
-    return _grads(ctx, grad, xrt_matmul)
+    return _grads(ctx, grad, xrt_matmul, xrt_matmul_row_sums)
 
 
 xrt_matmul.register_autograd(_backward, setup_context=_setup_context)
@@ -193,7 +252,7 @@ class _DirectMatmul(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad, *ctx.saved_tensors):
             return _backward(ctx, grad)  # create_graph, or a mode that must see the op
-        return _grads(ctx, grad, _run_cuda)
+        return _grads(ctx, grad, _run_cuda, _run_cuda_row_sums)
 
 
 def matmul_forward(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:

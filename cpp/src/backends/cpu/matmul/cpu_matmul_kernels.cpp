@@ -25,6 +25,14 @@ KernelDef cpu_matmul_def(std::string name, int priority, std::string description
   return d;
 }
 
+// Every layout read_gemm_layout accepts, except the fused row sums of a.
+Support cpu_support(const OpContext& ctx, const char* kernel) {
+  matmul::GemmLayout l;
+  Support s = matmul::read_gemm_layout(ctx, &l);
+  if (!s.ok) return s;
+  return matmul::to_support(matmul::row_sums_rejection(matmul::shape_only_problem(l, false), kernel));
+}
+
 // cpu_blas: any layout (operands BLAS cannot address are copied into a scratch
 // matrix first), fp16/bf16 through fp32 blocks.
 class CpuBlasMatmul final : public Kernel {
@@ -37,8 +45,7 @@ class CpuBlasMatmul final : public Kernel {
     if (!matmul::cpu_blas_available()) {
       return Support::no(reason::kBackendUnavailable, matmul::cpu_blas_info());
     }
-    matmul::GemmLayout l;
-    return matmul::read_gemm_layout(ctx, &l);
+    return cpu_support(ctx, "cpu_blas");
   }
   void run(KernelLaunch& launch) const override { matmul::cpu_gemm_blas(matmul::gemm_problem(launch)); }
 };
@@ -52,8 +59,7 @@ class CpuBlockedMatmul final : public Kernel {
                                   std::string(matmul::cpu_isa_name(matmul::CpuIsa::kAuto)) +
                                   " micro-kernel, OpenMP over tiles; fused bias and relu/gelu")) {}
   Support supports(const OpContext& ctx) const override {
-    matmul::GemmLayout l;
-    return matmul::read_gemm_layout(ctx, &l);
+    return cpu_support(ctx, "cpu_blocked");
   }
   void run(KernelLaunch& launch) const override {
     matmul::cpu_gemm_blocked(matmul::gemm_problem(launch));

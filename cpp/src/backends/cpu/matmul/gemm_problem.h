@@ -5,7 +5,8 @@
 //   C[b] = act(op(A[b]) · op(B[b]) + bias)      for b in [0, batch)
 //
 // Row-major semantics: A[b] is M×K, B[b] is K×N, C[b] is M×N, bias has N elements
-// (one per output column, broadcast over rows and batches). Every matrix carries
+// (one per output column, broadcast over rows and batches); optionally the row sums
+// of A are written too (see a_row_sums). Every matrix carries
 // element strides for rows (rs), columns (cs) and batches (bs), so a transposed
 // operand is only a stride swap and a broadcast operand has bs == 0. All of A, B,
 // C and bias share one dtype; the kernels accumulate in fp32 (fp64 for float64).
@@ -52,6 +53,12 @@ struct GemmProblem {
   int64_t c_rs = 0, c_cs = 1, c_bs = 0;
   const void* bias = nullptr;  // N contiguous elements of `dtype`, or null
   Activation activation = Activation::kNone;
+  // Written when non-null (batch 1, no bias, no activation): M contiguous elements of
+  // `dtype`, row i = Σ_k op(A)[i, k]. With A = gᵀ (a linear layer's output gradient,
+  // transposed) and B its input, C is the weight gradient and these sums the bias
+  // gradient, fused into the GEMM (cuBLASLt's BGRAD epilogues) instead of a second
+  // pass over g.
+  void* a_row_sums = nullptr;
   // fp32 inputs may use TF32 tensor cores (GPU kernels only; CPU kernels are exact fp32).
   bool allow_tf32 = false;
 
@@ -65,6 +72,15 @@ struct GemmRejection {
   std::string detail;
   explicit operator bool() const { return kind != Kind::kNone; }
 };
+
+// Why a kernel without a fused row-sums epilogue cannot run p (empty when p asks for
+// none): every kernel but cublasLt rejects such problems through this.
+inline GemmRejection row_sums_rejection(const GemmProblem& p, std::string_view kernel) {
+  if (p.a_row_sums == nullptr) return {};
+  return {GemmRejection::Kind::kEpilogue,
+          std::string(kernel) + " has no fused row-sums (bias gradient) epilogue; cublasLt has one "
+                                "(CUBLASLT_EPILOGUE_BGRADA/B), or sum the rows in a separate pass"};
+}
 
 // How a BLAS call sees a row-major rows×cols matrix stored with strides (rs, cs):
 // either as itself (row contiguous, leading dimension rs) or as the transpose of a

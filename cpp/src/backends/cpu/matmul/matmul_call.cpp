@@ -59,6 +59,7 @@ struct Prepared {
   std::vector<Tensor> inputs;  // a, b[, bias]
   Tensor out;                  // what the kernel writes (unit dims of 1-D operands kept)
   Tensor result;               // what the caller gets
+  std::optional<Tensor> row_sums;  // a second output: Σ_k a[i, k]
   NativeStream stream = nullptr;
 };
 
@@ -137,6 +138,27 @@ Prepared prepare(const MatmulArgs& args) {
     p.inputs.push_back(n > 1 && bias.strides()[0] != 1 ? bias.contiguous(p.stream) : bias);
   }
 
+  if (args.a_row_sums) {
+    const Tensor& sums = *args.a_row_sums;
+    XRT_CHECK(a0.dim() == 2 && b0.dim() == 2 && !args.bias && args.activation == Activation::kNone,
+              InvalidArgumentError, "matmul: a_row_sums needs 2-D a and b and no bias or "
+              "activation (got a ", shape_str(a0.shape()), ", b ", shape_str(b0.shape()),
+              args.bias ? ", a bias" : "", ")");
+    XRT_CHECK(sums.defined() && sums.dim() == 1 && sums.shape()[0] == m, InvalidArgumentError,
+              "matmul: a_row_sums must have shape [", m, "] (one value per row of a), got ",
+              sums.defined() ? shape_str(sums.shape()) : std::string("undefined"));
+    XRT_CHECK(sums.dtype() == a.dtype() && sums.device() == dev, InvalidArgumentError,
+              "matmul: a_row_sums is ", dtype_name(sums.dtype()), " on ", sums.device().str(),
+              " but the operands are ", dtype_name(a.dtype()), " on ", dev.str());
+    XRT_CHECK(m <= 1 || sums.strides()[0] == 1, InvalidArgumentError,
+              "matmul: a_row_sums must be contiguous (stride 1), got stride ", sums.strides()[0]);
+    for (const Tensor& in : p.inputs) {
+      XRT_CHECK(!overlaps(sums, in), InvalidArgumentError,
+                "matmul: a_row_sums overlaps an input in memory; write into a separate tensor");
+    }
+    p.row_sums = sums;
+  }
+
   Shape compute_shape = *batch, result_shape = *batch;
   compute_shape.push_back(m);
   compute_shape.push_back(n);
@@ -155,6 +177,8 @@ Prepared prepare(const MatmulArgs& args) {
       XRT_CHECK(!overlaps(out, in), InvalidArgumentError,
                 "matmul: out overlaps an input in memory; write into a separate tensor");
     }
+    XRT_CHECK(!p.row_sums || !overlaps(out, *p.row_sums), InvalidArgumentError,
+              "matmul: out overlaps a_row_sums in memory; write them into separate tensors");
     // Re-insert the unit dims of 1-D operands (their strides never matter).
     Shape strides = out.strides();
     const std::size_t rank = strides.size();
@@ -199,6 +223,7 @@ const std::vector<int64_t>& call_key(const Prepared& p, const MatmulArgs& args) 
   };
   for (const Tensor& t : p.inputs) add(t);
   add(p.out);
+  if (p.row_sums) add(*p.row_sums);
   if (const ExecutionPolicy* e = args.execution) {
     key.push_back(static_cast<int64_t>(e->workspace_limit_bytes));
     key.push_back((e->allow_tf32 ? 1 : 0) | (e->deterministic ? 2 : 0) |
@@ -282,6 +307,7 @@ void run_kernel(const Kernel& kernel, const OpContext& ctx, Prepared& p,
   launch.ctx = &ctx;
   launch.inputs = std::move(p.inputs);
   launch.outputs.push_back(std::move(p.out));
+  if (p.row_sums) launch.outputs.push_back(*p.row_sums);
   launch.stream = p.stream;
   launch.algorithm = algorithm;
   Tensor ws;  // stream-ordered: the allocator reuses it only after this stream's work
@@ -319,7 +345,9 @@ void ensure_cuda_matmul_kernels_registered() {
 }
 
 OpContext make_context(const Prepared& p, const MatmulArgs& args) {
-  OpContext ctx = OpContext::from_tensors(kOpKey, p.inputs, {p.out}, args.node);
+  std::vector<Tensor> outputs{p.out};
+  if (p.row_sums) outputs.push_back(*p.row_sums);
+  OpContext ctx = OpContext::from_tensors(kOpKey, p.inputs, outputs, args.node);
   if (args.activation != Activation::kNone) {
     ctx.attrs[kActivationAttr] = std::string(activation_name(args.activation));
   }
@@ -359,6 +387,7 @@ Tensor matmul(const MatmulArgs& args) {
   KernelLaunch launch;
   launch.inputs = p.inputs;
   launch.outputs = {p.out};
+  if (p.row_sums) launch.outputs.push_back(*p.row_sums);
   launch.stream = p.stream;
   t_last = {};  // a failed call leaves none (the dispatcher's log has its decision)
   Decision d = dispatcher.dispatch(entry->ctx, launch, policy);
@@ -411,6 +440,7 @@ double time_kernel_runs(const std::string& kernel, const MatmulArgs& args, int i
   launch.ctx = &ctx;
   launch.inputs = p.inputs;
   launch.outputs = {p.out};
+  if (p.row_sums) launch.outputs.push_back(*p.row_sums);
   launch.stream = p.stream;
   Tensor ws;
   if (std::size_t need = k->workspace_bytes(ctx)) {

@@ -8,6 +8,9 @@
 //   bias:          (N), added per output column.   activation: none | relu | gelu.
 //   out:           written when given (shape, dtype and device must match; any
 //                  strides a kernel supports), else allocated contiguous.
+//   a_row_sums:    (M), contiguous, written with Σ_k a[i, k] in the same kernel
+//                  (2-D a and b, no bias or activation; only cublasLt fuses it:
+//                  a linear layer's bias gradient beside its weight gradient).
 //
 // Speed: a call whose (device, dtypes, shapes, strides, activation, execution
 // policy fields, kernel policy) match an earlier call reuses that call's choice,
@@ -33,6 +36,7 @@ struct MatmulArgs {
   std::optional<Tensor> bias;
   Activation activation = Activation::kNone;
   std::optional<Tensor> out;
+  std::optional<Tensor> a_row_sums;
   // null: the dispatcher's effective policy (global or ScopedPolicy).
   const KernelPolicy* policy = nullptr;
   // null: defaults (no tf32, 32 MiB workspace, no strict assertions).

@@ -80,8 +80,9 @@ Support read_gemm_layout(const OpContext& ctx, GemmLayout* out) {
   using reason::kDtypeUnsupported;
   using reason::kLayoutUnsupported;
   using reason::kShapeUnsupported;
-  if (ctx.inputs.size() < 2 || ctx.inputs.size() > 3 || ctx.outputs.size() != 1) {
-    return Support::no(kShapeUnsupported, "matmul takes inputs [a, b, (bias)] and one output; got " +
+  if (ctx.inputs.size() < 2 || ctx.inputs.size() > 3 || ctx.outputs.empty() || ctx.outputs.size() > 2) {
+    return Support::no(kShapeUnsupported, "matmul takes inputs [a, b, (bias)] and outputs [out, "
+                                          "(a_row_sums)]; got " +
                                               std::to_string(ctx.inputs.size()) + " inputs and " +
                                               std::to_string(ctx.outputs.size()) + " outputs");
   }
@@ -175,6 +176,24 @@ Support read_gemm_layout(const OpContext& ctx, GemmLayout* out) {
                                            "would write the same elements");
   }
   l.has_bias = bias != nullptr;
+  if (ctx.outputs.size() == 2) {
+    const TensorSpec& sums = ctx.outputs[1];
+    if (sums.dtype != a.dtype) {
+      return Support::no(kDtypeUnsupported, "a_row_sums must have the operands' dtype " +
+                                                std::string(dtype_name(a.dtype)));
+    }
+    if (!(sums.shape.size() == 1 && sums.shape[0] == m)) {
+      return Support::no(kShapeUnsupported, "a_row_sums must have shape [" + std::to_string(m) +
+                                                "] (one value per row of a), got " + shape_str(sums.shape));
+    }
+    if (m > 1 && !sums.strides.empty() && sums.strides[0] != 1) {
+      return Support::no(kLayoutUnsupported, "a_row_sums must be contiguous");
+    }
+    if (batch != 1 || bias != nullptr) {
+      return Support::no(kShapeUnsupported, "a_row_sums needs an unbatched matmul without a bias");
+    }
+    l.has_row_sums = true;
+  }
   for (const auto& [key, value] : ctx.attrs) {
     if (key != kActivationAttr) {
       return Support::no(kAttributeUnsupported, "unknown matmul attribute '" + key +
@@ -195,18 +214,21 @@ GemmProblem gemm_problem(const KernelLaunch& launch) {
   GemmLayout l;
   Support s = read_gemm_layout(*launch.ctx, &l);
   XRT_CHECK(s.ok, InvalidArgumentError, "matmul: ", s.reason_code, ": ", s.detail);
-  XRT_CHECK(launch.inputs.size() == launch.ctx->inputs.size() && launch.outputs.size() == 1,
+  XRT_CHECK(launch.inputs.size() == launch.ctx->inputs.size() &&
+                launch.outputs.size() == launch.ctx->outputs.size(),
             InvalidArgumentError, "matmul: the launch's tensors do not match its context");
   GemmProblem p = shape_only_problem(l, launch.ctx->allow_tf32);
   p.a.data = launch.inputs[0].data_ptr();
   p.b.data = launch.inputs[1].data_ptr();
   p.c = launch.outputs[0].data_ptr();
   p.bias = l.has_bias ? launch.inputs[2].data_ptr() : nullptr;
+  p.a_row_sums = l.has_row_sums ? launch.outputs[1].data_ptr() : nullptr;
   return p;
 }
 
 GemmProblem shape_only_problem(const GemmLayout& l, bool allow_tf32) {
   static const char kBiasPlaceholder = 0;
+  static char row_sums_placeholder = 0;
   GemmProblem p;
   p.dtype = l.dtype;
   p.batch = l.batch;
@@ -219,6 +241,7 @@ GemmProblem shape_only_problem(const GemmLayout& l, bool allow_tf32) {
   p.c_cs = l.c_cs;
   p.c_bs = l.c_bs;
   p.bias = l.has_bias ? &kBiasPlaceholder : nullptr;
+  p.a_row_sums = l.has_row_sums ? &row_sums_placeholder : nullptr;
   p.activation = l.activation;
   p.allow_tf32 = allow_tf32;
   return p;

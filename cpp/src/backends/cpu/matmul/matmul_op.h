@@ -1,7 +1,7 @@
 // The matmul op as every matmul kernel reads it (op key "matmul"):
 //
 //   inputs  [a (..., M, K), b (..., K, N), optional bias (N)]
-//   outputs [c (..., M, N)]
+//   outputs [c (..., M, N), optional a_row_sums (M): Σ_k a[i, k], batch 1 only]
 //   attrs   "activation": "none" | "relu" | "gelu"   (absent = none)
 //
 // Batch dims broadcast like NumPy and must each flatten to one batch stride per
@@ -49,6 +49,7 @@ struct GemmLayout {
   MatrixRef a, b;  // data null
   int64_t c_rs = 0, c_cs = 1, c_bs = 0;
   bool has_bias = false;
+  bool has_row_sums = false;  // a second output receives the row sums of a
   Activation activation = Activation::kNone;
 };
 
@@ -61,8 +62,8 @@ Support read_gemm_layout(const OpContext& ctx, GemmLayout* out);
 GemmProblem gemm_problem(const KernelLaunch& launch);
 
 // The problem of a layout for shape-only questions (supports(), heuristics): data
-// pointers are null and a bias is marked by a non-null placeholder that must never
-// be dereferenced.
+// pointers are null and a bias or row-sums output is marked by a non-null
+// placeholder that must never be dereferenced.
 GemmProblem shape_only_problem(const GemmLayout& l, bool allow_tf32);
 
 // A kernel's GemmRejection as the registry's Support (reason code + detail).

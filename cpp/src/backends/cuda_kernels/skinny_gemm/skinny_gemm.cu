@@ -369,7 +369,7 @@ GemmRejection skinny_rejection(const GemmProblem& p) {
   if (p.k > (int64_t{1} << 30) || p.n > (int64_t{1} << 30)) {
     return {K::kShape, "K and N must be below 2^30 (32-bit tile indices)"};
   }
-  return {};
+  return row_sums_rejection(p, "skinny");
 }
 
 int skinny_splits(const GemmProblem& p, int sm_count) {
