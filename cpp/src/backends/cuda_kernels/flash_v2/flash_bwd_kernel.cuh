@@ -305,24 +305,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_bwd_kernel(const __gri
   }
 }
 
-// D_i = sum_d dO[i, d] * O[i, d] in fp32, one warp per query row.
+// D_i = sum_d dO[i, d] * O[i, d] in fp32, kD/8 lanes per query row.
 template <typename T, int kD>
 __global__ void flash_bwd_dot_do_o(const __grid_constant__ FlashBwdArgs p) {
+  // A row is kD/8 16-byte chunks: that many lanes share a row (one chunk each) and a
+  // warp takes 32/(kD/8) rows, so every lane loads (one warp per row left 24 of 32
+  // lanes idle at D=64 and the kernel ran at a third of cuDNN's bandwidth).
+  constexpr int kLanes = kD / 8;
+  constexpr int kRowsPerWarp = 32 / kLanes;
+  static_assert(kD % 8 == 0 && kLanes <= 32 && 32 % kLanes == 0, "a row's chunks fill a lane group");
   const FlashShape sh = p.shape;
-  const int lane = threadIdx.x & 31;
-  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, chunk = lane % kLanes;
+  const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int64_t row_id = warp_id * kRowsPerWarp + lane / kLanes;
   const int64_t rows = static_cast<int64_t>(sh.batch) * sh.heads_q * sh.seqlen_q;
-  if (row_id >= rows) return;
-  const int i = static_cast<int>(row_id % sh.seqlen_q);
-  const int64_t bh = row_id / sh.seqlen_q;
-  const int h = static_cast<int>(bh % sh.heads_q), b = static_cast<int>(bh / sh.heads_q);
-  const T* o = static_cast<const T*>(p.o) + b * p.o_stride.b + h * p.o_stride.h + i * p.o_stride.s;
-  const T* d = static_cast<const T*>(p.dout) + b * p.do_stride.b + h * p.do_stride.h +
-               i * p.do_stride.s;
   float acc = 0.0f;
-  for (int c = lane; c < kD / 8; c += 32) {
-    const uint4 ov = *reinterpret_cast<const uint4*>(o + c * 8);
-    const uint4 dv = *reinterpret_cast<const uint4*>(d + c * 8);
+  if (row_id < rows) {  // no early return: every lane takes part in the shuffles below
+    const int i = static_cast<int>(row_id % sh.seqlen_q);
+    const int64_t bh = row_id / sh.seqlen_q;
+    const int h = static_cast<int>(bh % sh.heads_q), b = static_cast<int>(bh / sh.heads_q);
+    const T* o = static_cast<const T*>(p.o) + b * p.o_stride.b + h * p.o_stride.h + i * p.o_stride.s;
+    const T* d = static_cast<const T*>(p.dout) + b * p.do_stride.b + h * p.do_stride.h +
+                 i * p.do_stride.s;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + chunk * 8);
+    const uint4 dv = *reinterpret_cast<const uint4*>(d + chunk * 8);
     const uint32_t* ow = reinterpret_cast<const uint32_t*>(&ov);
     const uint32_t* dw = reinterpret_cast<const uint32_t*>(&dv);
 #pragma unroll
@@ -331,9 +337,10 @@ __global__ void flash_bwd_dot_do_o(const __grid_constant__ FlashBwdArgs p) {
       acc += of.x * df.x + of.y * df.y;
     }
   }
+  // xor offsets below kLanes stay inside the lane group of one row
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) p.dsum[row_id] = acc;
+  for (int off = kLanes / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (row_id < rows && chunk == 0) p.dsum[row_id] = acc;
 }
 
 // dq = dq_accum (already scaled) converted to T, 8 elements per thread.

@@ -108,8 +108,8 @@ void run_flash_bwd(const FlashBwdArgs& a) {
   const int64_t rows = static_cast<int64_t>(a.shape.batch) * a.shape.heads_q * a.shape.seqlen_q;
   if (rows > 0) {
     XRT_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, rows * kD * sizeof(float), stream));
-    constexpr int kWarps = 8;
-    const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+    constexpr int kWarps = 8, kRowsPerBlock = kWarps * 32 / (kD / 8);  // kD/8 lanes per row
+    const auto blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
     flash_bwd_dot_do_o<T, kD><<<blocks, kWarps * 32, 0, stream>>>(a);
     XRT_CUDA_CHECK(cudaGetLastError());
   }

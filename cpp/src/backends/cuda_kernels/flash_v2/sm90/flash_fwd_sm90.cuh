@@ -4,7 +4,7 @@
 // any seqlen and b/h/s strides.
 //
 // One CTA = 128 query rows of one (batch, head) = 2 consumer warpgroups of 64
-// rows. Per key block j (kBlockN keys) a warpgroup computes S = Q K_j^T with both
+// rows (tile sizes and CTAs per SM per head dim: flash_fwd_sm90_launch.cuh). Per key block j (kBlockN keys) a warpgroup computes S = Q K_j^T with both
 // operands K-major in 128-byte-swizzled shared memory (wgmma_ss), runs the
 // online softmax on the fp32 accumulators, packs P to 16 bits in registers (the
 // accumulator layout is the register A-operand layout, as with mma.sync) and
