@@ -114,9 +114,13 @@ def test_cublaslt_epilogues(dtype, activation):
 
 
 def _check_row_sums(got, a):
+    """cuBLASLt's BGRAD reduction rounds its partial sums to the output type, so the
+    bound has a u_out·Σ|a| term besides fp32 accumulation and the final rounding
+    (measured on an H200: up to 2^-15·Σ|a| in fp16 at K = 256)."""
     a64 = a.double()
     ref, mag = a64.sum(-1), a64.abs().sum(-1)
-    tol = 1.2 * (a.shape[-1] + 4) * 2.0**-24 * mag + 4 * U_OUT[a.dtype] * ref.abs() + 1e-30
+    u = U_OUT[a.dtype]
+    tol = 1.2 * ((a.shape[-1] + 4) * 2.0**-24 * mag + u * mag + 4 * u * ref.abs()) + 1e-30
     err = (got.double() - ref).abs()
     assert got.dtype == a.dtype and bool((err <= tol).all()), f"row sums: max err {err.max().item():.3e}"
 

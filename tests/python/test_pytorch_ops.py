@@ -304,18 +304,22 @@ def test_matmul_op_autograd_formula_gradcheck(a_shape, b_shape, bias):
     torch.library.opcheck(xrt_matmul, (a.detach().float(), b.detach().float(), None, "cublas"))
 
 
-def test_matmul_row_sums_op_reference_and_opcheck():
-    """xpuruntime::matmul_row_sums (the weight and bias gradients of a linear layer in
-    one GEMM on CUDA): its CPU reference is (a @ b, a.sum(-1)) and its registration
-    (fake implementation, schema) passes opcheck."""
-    from xpuruntime.pytorch.ops.matmul import xrt_matmul_row_sums
+def test_column_sums_op_reference_and_opcheck():
+    """xpuruntime::column_sums (a routed linear layer's bias gradient; our kernel on
+    CUDA): its CPU reference is x.sum(0), its registration passes opcheck, and the
+    routed linear's bias gradient on the CPU path matches float64."""
+    from xpuruntime.pytorch.ops.matmul import xrt_column_sums, xrt_matmul
 
     g = torch.Generator().manual_seed(7)
-    a = torch.randn(6, 33, generator=g, dtype=torch.float64)
-    b = torch.randn(33, 5, generator=g, dtype=torch.float64)
-    prod, sums = xrt_matmul_row_sums(a.t().contiguous().t(), b, "cublasLt")
-    assert torch.allclose(prod, a @ b) and torch.allclose(sums, a.sum(-1))
-    torch.library.opcheck(xrt_matmul_row_sums, (a.float(), b.float(), "cublasLt"))
+    x = torch.randn(37, 11, generator=g, dtype=torch.float64)
+    assert torch.allclose(xrt_column_sums(x), x.sum(0))
+    torch.library.opcheck(xrt_column_sums, (x.float(),))
+    a = torch.randn(3, 5, 7, generator=g, dtype=torch.float64)
+    w = torch.randn(4, 7, generator=g, dtype=torch.float64)
+    bias = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(3, 5, 4, generator=g, dtype=torch.float64)
+    xrt_matmul(a, w.t(), bias, "cublasLt").backward(dy)
+    assert torch.allclose(bias.grad, dy.sum((0, 1)))
 
 
 def test_matmul_op_linear_weight_gradient_is_contiguous():

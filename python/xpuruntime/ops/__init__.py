@@ -143,9 +143,9 @@ def matmul_with_kernel(
     ours; the PyTorch integration passes one from torch's allocator so the call can be
     captured in a CUDA graph. ``a_row_sums`` is an optional ``(M,)`` tensor of the
     operands' dtype that receives ``a.sum(-1)`` from the same kernel (2-D operands, no
-    bias or activation; only ``cublasLt`` fuses it, as its BGRAD epilogue: with
+    bias or activation; only ``cublasLt`` has it, as its BGRAD epilogue: with
     ``a = grad_out.T`` and ``b = input`` the call gives a linear layer's weight and
-    bias gradients in one pass). Raises ``UnsupportedOperationError`` with the kernel's
+    bias gradients; cuBLASLt rounds the partial sums to the output dtype). Raises ``UnsupportedOperationError`` with the kernel's
     reason when it cannot run the case, ``InvalidArgumentError`` when the workspace is
     smaller than the kernel needs or ``a_row_sums`` does not fit.
     """

@@ -264,6 +264,39 @@ def flash_backward(
     return dq, dk, dv
 
 
+def column_sums(x: torch.Tensor) -> torch.Tensor:
+    """``x.sum(0)`` of a 2-D fp16/bf16 CUDA tensor (unit column stride) on our kernel.
+
+    fp32 accumulation, one rounding to x's dtype, deterministic (the row split
+    depends only on the shape). A linear layer's bias gradient: GPT-2-sized
+    gradients stream at close to memory bandwidth, where cuBLASLt's BGRAD epilogue
+    and a GEMM against a ones vector leave a third of it unused.
+    """
+    index = x.device.index
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return column_sums(x)
+    rows, cols = x.shape
+    if x.stride(1) != 1 or (rows > 1 and x.stride(0) < cols):
+        x = x.contiguous()
+    out = torch.empty(cols, device=x.device, dtype=x.dtype)
+    k = _core.cuda_kernels
+    ws_bytes = k.column_sums_workspace_bytes(rows=rows, cols=cols)
+    ws = torch.empty((ws_bytes + 3) // 4, device=x.device, dtype=torch.float32)
+    k.column_sums(
+        dtype=FLASH_DTYPES[x.dtype],
+        rows=rows,
+        cols=cols,
+        x=x.data_ptr(),
+        ld=x.stride(0) if rows > 1 else cols,
+        out=out.data_ptr(),
+        workspace=ws.data_ptr(),
+        workspace_bytes=ws_bytes,
+        stream=raw_stream(index),
+    )
+    return out
+
+
 def layernorm_forward(
     x: torch.Tensor,
     weight: torch.Tensor | None,

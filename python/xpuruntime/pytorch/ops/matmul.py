@@ -19,7 +19,7 @@ from torch import Tensor
 from ... import _core
 from . import _bridge
 
-__all__ = ["matmul_forward", "matmul_support", "xrt_matmul", "xrt_matmul_row_sums"]
+__all__ = ["matmul_forward", "matmul_support", "xrt_column_sums", "xrt_matmul"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
@@ -66,15 +66,13 @@ def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None
     return None
 
 
-def _run_cuda(
-    a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, row_sums: Tensor | None = None
-) -> Tensor:
+def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     from ...runtime.stream import use_stream
 
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
-            return _run_cuda(a, b, bias, kernel, row_sums)
+            return _run_cuda(a, b, bias, kernel)
     out = torch.empty(_out_shape(a, b), device=a.device, dtype=a.dtype)
     # The kernel's scratch comes from torch's caching allocator, which knows about
     # streams and CUDA-graph pools: under capture it lives in the graph's private
@@ -89,44 +87,8 @@ def _run_cuda(
             bias=bias.detach() if bias is not None else None,
             out=out,
             workspace=workspace,
-            a_row_sums=row_sums,
         )
     return out
-
-
-# (device, dtype, m, n, k, strides) of products cuBLASLt offered no BGRAD algorithm for:
-# those take the unfused pair from then on instead of raising on every step.
-_ROW_SUMS_UNAVAILABLE: set[tuple] = set()
-
-
-def _run_cuda_row_sums(a: Tensor, b: Tensor, kernel: str) -> tuple[Tensor, Tensor]:
-    """(a @ b, a.sum(-1)) for 2-D operands: one cuBLASLt GEMM with the BGRAD epilogue."""
-    key = (a.device, a.dtype, *a.shape, b.shape[1], *a.stride(), *b.stride())
-    if key not in _ROW_SUMS_UNAVAILABLE:
-        sums = torch.empty(a.shape[0], device=a.device, dtype=a.dtype)
-        try:
-            return _run_cuda(a, b, None, kernel, sums), sums
-        except _core.UnsupportedOperationError:
-            _ROW_SUMS_UNAVAILABLE.add(key)  # raised before anything was enqueued
-    return _run_cuda(a, b, None, kernel), a.sum(-1)
-
-
-@_bridge.custom_op("xpuruntime::matmul_row_sums", mutates_args=(), device_types="cpu")
-def xrt_matmul_row_sums(a: Tensor, b: Tensor, kernel: str) -> tuple[Tensor, Tensor]:
-    """``(a @ b, a.sum(-1))`` for 2-D operands, on CUDA one cuBLASLt GEMM whose BGRAD
-    epilogue writes the row sums (a linear layer's weight and bias gradients in one
-    pass over the output gradient). CPU: the float reference."""
-    return torch.matmul(a, b), a.sum(-1)
-
-
-@xrt_matmul_row_sums.register_kernel("cuda")
-def _(a, b, kernel):
-    return _run_cuda_row_sums(a, b, kernel)
-
-
-@xrt_matmul_row_sums.register_fake
-def _(a, b, kernel):
-    return a.new_empty(a.shape[0], b.shape[1]), a.new_empty(a.shape[0])
 
 
 @_bridge.custom_op("xpuruntime::matmul", mutates_args=(), device_types="cpu")
@@ -167,10 +129,10 @@ def _grads(
     ctx,
     grad,
     mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor],
-    mm_row_sums: Callable[[Tensor, Tensor, str], tuple[Tensor, Tensor]],
+    col_sums: Callable[[Tensor], Tensor],
 ):
-    """(da, db, dbias, None) with the gradient products computed by ``mm`` (and
-    ``mm_row_sums`` where the bias gradient rides along the weight gradient)."""
+    """(da, db, dbias, None): the gradient products computed by ``mm``, the bias
+    gradient (the output gradient's column sums) by ``col_sums``."""
     a, b = ctx.saved_tensors
     grad = grad.contiguous()
     da = db = dbias = None
@@ -186,54 +148,54 @@ def _grads(
                 # gradient in the weight's own layout (g^T a) and hand back its
                 # transpose, so the gradient autograd accumulates is contiguous and no
                 # strided copy of every weight gradient runs after the backward.
-                if want_dbias and _bias_grad_fusable(g2, ctx.kernel):
-                    # The bias gradient (the row sums of g^T) from the same call's
-                    # BGRAD epilogue. On Hopper cuBLASLt runs that reduction as a
-                    # kernel of its own: 0.63 ms for the 48 bias gradients of a
-                    # GPT-2-small step on an H200, against 0.71 ms on skinny below
-                    # (benchmarks/results/gpt2_profile_NVIDIA_H200.json).
-                    w, dbias = mm_row_sums(g2.transpose(0, 1), a2, ctx.kernel)
-                    db = w.transpose(0, 1)
-                else:
-                    db = mm(g2.transpose(0, 1), a2, None, ctx.kernel).transpose(0, 1)
+                db = mm(g2.transpose(0, 1), a2, None, ctx.kernel).transpose(0, 1)
             else:
                 db = mm(a2.transpose(0, 1), g2, None, ctx.kernel)
         else:
             db = _sum_to(mm(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
-    if want_dbias and dbias is None:
-        g2 = grad.reshape(-1, grad.shape[-1])
-        if _column_sums_by_gemm(g2):
-            # The bias gradient (column sums of the output gradient) as the GEMM
-            # ones[1, tokens] @ g on our skinny kernel: one stream over g, fp32
-            # accumulation like torch's sum. In the GPT-2-small step on an H200 the
-            # 48 bias gradients took 0.71 ms this way and 1.05 ms through torch's
-            # column reduction (profile of 2026-11-23, before the BGRAD path above).
-            dbias = mm(g2.new_ones(1, g2.shape[0]), g2, None, "skinny").reshape(-1)
-        else:
-            dbias = g2.sum(0)
+    if want_dbias:
+        dbias = col_sums(grad.reshape(-1, grad.shape[-1]))
     return da, db, dbias, None
 
 
-_SM90: dict[int, bool] = {}
+def _column_sums_direct(g2: Tensor) -> Tensor:
+    """g2.sum(0): fp16/bf16 CUDA gradients on our column-sum kernel, the rest in torch.
+
+    The 48 bias gradients of a GPT-2-small step (8192 tokens) on an H200 took 1.05 ms
+    through torch's column reduction, 0.71 ms as ``ones @ g`` on our skinny GEMM and
+    0.63 ms through cuBLASLt's BGRAD epilogue (a reduction kernel of its own on
+    Hopper, which also rounds its partial sums to the output type); see
+    benchmarks/results/gpt2_profile_NVIDIA_H200.json for this kernel's figure.
+    """
+    if (
+        g2.device.type == "cuda"
+        and g2.dtype in _bridge.FLASH_DTYPES
+        and g2.shape[0] > 1
+        and not _bridge.cuda_kernels_unavailable()
+    ):
+        return _bridge.column_sums(g2)
+    return g2.sum(0)
 
 
-def _bias_grad_fusable(g2: Tensor, kernel: str) -> bool:
-    """Whether cuBLASLt's BGRAD epilogue takes the bias gradient (fp16/bf16 on CUDA)."""
-    return kernel == "cublasLt" and g2.device.type == "cuda" and g2.dtype in (torch.float16, torch.bfloat16)
+@_bridge.custom_op("xpuruntime::column_sums", mutates_args=(), device_types="cpu")
+def xrt_column_sums(x: Tensor) -> Tensor:
+    """``x.sum(0)`` of a 2-D tensor (a linear layer's bias gradient); on CUDA with
+    fp16/bf16 our deterministic column-sum kernel. CPU: torch's sum."""
+    return x.sum(0)
 
 
-def _column_sums_by_gemm(g2: Tensor) -> bool:
-    """Whether the skinny kernel (fp16/bf16, compute capability 9.0) takes g2's column sums."""
-    if g2.device.type != "cuda" or g2.dtype not in (torch.float16, torch.bfloat16) or g2.shape[0] < 2:
-        return False
-    index = g2.device.index if g2.device.index is not None else torch.cuda.current_device()
-    if index not in _SM90:
-        _SM90[index] = torch.cuda.get_device_capability(index) == (9, 0)
-    return _SM90[index]
+@xrt_column_sums.register_kernel("cuda")
+def _(x):
+    return _column_sums_direct(x)
+
+
+@xrt_column_sums.register_fake
+def _(x):
+    return x.new_empty(x.shape[1])
 
 
 def _backward(ctx, grad):
-    return _grads(ctx, grad, xrt_matmul, xrt_matmul_row_sums)
+    return _grads(ctx, grad, xrt_matmul, xrt_column_sums)
 
 
 xrt_matmul.register_autograd(_backward, setup_context=_setup_context)
@@ -252,7 +214,7 @@ class _DirectMatmul(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad, *ctx.saved_tensors):
             return _backward(ctx, grad)  # create_graph, or a mode that must see the op
-        return _grads(ctx, grad, _run_cuda, _run_cuda_row_sums)
+        return _grads(ctx, grad, _run_cuda, _column_sums_direct)
 
 
 def matmul_forward(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:

@@ -56,8 +56,10 @@ struct GemmProblem {
   // Written when non-null (batch 1, no bias, no activation): M contiguous elements of
   // `dtype`, row i = Σ_k op(A)[i, k]. With A = gᵀ (a linear layer's output gradient,
   // transposed) and B its input, C is the weight gradient and these sums the bias
-  // gradient, fused into the GEMM (cuBLASLt's BGRAD epilogues) instead of a second
-  // pass over g.
+  // gradient, from the same call (cuBLASLt's BGRAD epilogues). On Hopper cuBLASLt
+  // runs that reduction as a kernel of its own and rounds its partial sums to
+  // `dtype`; the PyTorch integration uses our column-sum kernel instead (faster and
+  // fp32 throughout, see pytorch/ops/matmul.py).
   void* a_row_sums = nullptr;
   // fp32 inputs may use TF32 tensor cores (GPU kernels only; CPU kernels are exact fp32).
   bool allow_tf32 = false;

@@ -1,0 +1,52 @@
+// Column sums of a row-major [rows, cols] fp16/bf16 matrix: the bias gradient of a
+// linear layer (its output gradient summed over the tokens). Plain-argument
+// interface (no CUDA headers), shared by the binding and the plugin's launcher.
+//
+// Two stages, both deterministic: row slices ("parts") write fp32 partial sums to
+// `workspace` ([parts, cols]), then one thread per column adds the parts in order
+// and rounds once to the output dtype. The number of parts depends only on the
+// shape (column_sums_parts), so results are the same bits on every GPU.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace xpuruntime::cuda_kernels {
+
+enum class ColSumDType : int32_t { kFloat16 = 1, kBFloat16 = 2 };
+
+struct ColumnSumsArgs {
+  ColSumDType dtype = ColSumDType::kBFloat16;
+  int64_t rows = 0, cols = 0;
+  int64_t ld = 0;  // elements between rows (>= cols); columns are contiguous
+  const void* x = nullptr;
+  void* out = nullptr;  // [cols], same dtype as x
+  float* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  void* stream = nullptr;
+};
+
+// Threads of a stage-1 CTA cover 256 columns (32 lanes x 8 columns of 16 bytes) and
+// 8 row lanes; a part is at least 64 rows, and the grid aims at about 1024 CTAs.
+inline constexpr int64_t kColSumBlockCols = 256;
+inline int64_t column_sums_parts(int64_t rows, int64_t cols) {
+  const int64_t col_blocks = std::max<int64_t>(1, (cols + kColSumBlockCols - 1) / kColSumBlockCols);
+  const int64_t by_grid = std::max<int64_t>(1, 1024 / col_blocks);
+  const int64_t by_rows = std::max<int64_t>(1, (rows + 63) / 64);
+  return std::min(by_grid, by_rows);
+}
+inline int64_t column_sums_workspace_bytes(int64_t rows, int64_t cols) {
+  return column_sums_parts(rows, cols) * std::max<int64_t>(cols, 0) * 4;
+}
+
+// Enqueues both stages on args.stream (current device). Throws InvalidArgumentError
+// for a bad shape, stride or a short workspace, CudaError when a launch fails.
+void column_sums(const ColumnSumsArgs& args);
+
+}  // namespace xpuruntime::cuda_kernels
+
+// Exported from libxpuruntime_cuda.so (see flash_v2_impl.h for the conventions).
+extern "C" {
+int xrt_column_sums(const xpuruntime::cuda_kernels::ColumnSumsArgs* args, char* err, size_t err_len);
+}

@@ -1,0 +1,96 @@
+"""GPU tests of our column-sum kernel (a linear layer's bias gradient, issue 5):
+against float64 on fresh random inputs for float16/bfloat16, shapes that take the
+vector path (GPT-2's 768/2304/3072 columns) and odd ones that take the scalar path,
+row-strided views, no rows, bitwise repeatability, the refusals, and the routed
+F.linear's bias gradient taking it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import xpuruntime as xrt
+import xpuruntime.pytorch as xrt_torch
+from xpuruntime.pytorch.ops import _bridge
+from xpuruntime.pytorch.ops.matmul import xrt_column_sums
+
+
+def _skip_reason() -> str:
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    return _bridge.cuda_kernels_unavailable() or _bridge.capability_problem(0)
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "ok")]
+U_OUT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+def _check(got, x):
+    """Within (rows + 4)·2^-24·Σ|x| (fp32 accumulation) + 2·u_out·|ref| of float64, per column."""
+    x64 = x.double()
+    ref, mag = x64.sum(0), x64.abs().sum(0)
+    tol = 1.2 * ((x.shape[0] + 4) * 2.0**-24 * mag + 2 * U_OUT[x.dtype] * ref.abs()) + 1e-30
+    err = (got.double() - ref).abs()
+    assert got.dtype == x.dtype and got.shape == ref.shape
+    assert bool((err <= tol).all()), f"max err {err.max().item():.3e} (tol {tol[err.argmax()].item():.3e})"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "rows,cols",
+    [(8192, 768), (8192, 2304), (4096, 3072), (1, 768), (7, 16), (1000, 100), (4097, 776), (3, 5)],
+)
+def test_column_sums_match_float64(dtype, rows, cols):
+    g = torch.Generator(device="cuda").manual_seed(rows * 7 + cols)
+    x = (torch.randn(rows, cols, device="cuda", generator=g) + 0.5).to(dtype)  # a mean: sums grow
+    got = _bridge.column_sums(x)
+    _check(got, x)
+    assert torch.equal(got, _bridge.column_sums(x)), "not bitwise repeatable"
+
+
+def test_row_strided_views_and_no_rows():
+    base = torch.randn(300, 1040, device="cuda", dtype=torch.bfloat16)
+    view = base[:, 8:1032]  # row stride 1040, 16-byte aligned: vector path
+    _check(_bridge.column_sums(view), view)
+    odd = base[:, 1:1001]  # unaligned start: scalar path
+    _check(_bridge.column_sums(odd), odd)
+    empty = torch.empty(0, 64, device="cuda", dtype=torch.float16)
+    assert torch.equal(_bridge.column_sums(empty), torch.zeros(64, device="cuda", dtype=torch.float16))
+
+
+def test_refusals_are_typed_and_leave_the_output_alone():
+    x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    out = torch.full((32,), 3.0, device="cuda", dtype=torch.float16)
+    k = xrt._core.cuda_kernels
+    ws = torch.empty(k.column_sums_workspace_bytes(rows=64, cols=32) // 4, device="cuda")
+    common = dict(rows=64, cols=32, x=x.data_ptr(), ld=32, out=out.data_ptr(), workspace=ws.data_ptr())
+    with pytest.raises(xrt.InvalidArgumentError, match="too small"):
+        k.column_sums(dtype="float16", workspace_bytes=4, **common)
+    with pytest.raises(xrt.InvalidArgumentError, match="'float16' or 'bfloat16'"):
+        k.column_sums(dtype="float32", workspace_bytes=ws.numel() * 4, **common)
+    with pytest.raises(xrt.InvalidArgumentError, match="row stride"):
+        k.column_sums(dtype="float16", workspace_bytes=ws.numel() * 4, **{**common, "ld": 16})
+    torch.cuda.synchronize()
+    assert bool((out == 3.0).all())
+    k.column_sums(dtype="float16", workspace_bytes=ws.numel() * 4, **common)  # still usable
+    _check(out, x)
+
+
+def test_custom_op_and_routed_linear_bias_gradient():
+    x = torch.randn(512, 96, device="cuda", dtype=torch.bfloat16)
+    _check(xrt_column_sums(x), x)
+    torch.library.opcheck(xrt_column_sums, (x,))
+    inp = torch.randn(4, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(96, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(96, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(4, 128, 96, device="cuda", dtype=torch.bfloat16)
+    for kernel in ("cublas", "cublasLt"):
+        b.grad = None
+        xrt_torch.set_kernel_policy(matmul=kernel)
+        try:
+            torch.nn.functional.linear(inp, w, b).backward(dy)
+        finally:
+            xrt_torch.clear_kernel_policy()
+        _check(b.grad, dy.reshape(-1, 96))
