@@ -5,7 +5,8 @@
 // Two stages, both deterministic: row slices ("parts") write fp32 partial sums to
 // `workspace` ([parts, cols]), then one thread per column adds the parts in order
 // and rounds once to the output dtype. The number of parts depends only on the
-// shape (column_sums_parts), so results are the same bits on every GPU.
+// shape (column_sums_parts) and the path only on the shape, the row stride and
+// 16-byte alignment, so results are the same bits on every GPU.
 #pragma once
 
 #include <algorithm>
