@@ -19,6 +19,7 @@ namespace xpuruntime::cuda_kernels::flash::sm90 {
 // and one CTA per SM, 350 vs 333 TFLOP/s at B=4 H=16 S=4096 non-causal, 291 vs 278
 // causal, 0.101 vs 0.106 ms per call at B=8 H=12 S=1024 causal (GPT-2 small);
 // 128 x 128 tiles at two CTAs per SM spill wgmma registers (305 / 256 TFLOP/s).
+// (benchmarks/results/flash_fwd_d64_sweep_NVIDIA_H200.json, six configurations.)
 #ifndef XRT_FLASH_SM90_STAGES_D128
 #define XRT_FLASH_SM90_STAGES_D128 3
 #endif
