@@ -7,21 +7,14 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
+#include "harness.cuh"
+
 #include <algorithm>
 #include <ctime>
 #include <string>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CK(x)                                                       \
-  do {                                                              \
-    auto e_ = (x);                                                  \
-    if (e_ != 0) {                                                  \
-      std::printf("FAIL %s = %d line %d\n", #x, (int)e_, __LINE__); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
 
 // Every thread streams U independent 16-byte loads per iteration (grid-stride), XORs
 // them together and writes the result only if it is a magic value (never, but the
@@ -49,36 +42,6 @@ __global__ void read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sin
 
 __global__ void empty_kernel(unsigned* p) {
   if (p != nullptr && threadIdx.x == 1234) *p = 0;
-}
-
-template <typename F>
-float graph_us(cudaStream_t s, F enqueue, int calls = 20) {
-  for (int i = 0; i < 3; ++i) enqueue(i);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) enqueue(i);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  CK(cudaGraphLaunch(ge, s));
-  std::vector<float> t;
-  for (int r = 0; r < 15; ++r) {
-    cudaEventRecord(a, s);
-    CK(cudaGraphLaunch(ge, s));
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.0f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return t[t.size() / 2];
 }
 
 int main(int argc, char** argv) {

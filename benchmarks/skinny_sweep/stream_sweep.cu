@@ -6,6 +6,7 @@
 // "cold" = 8 copies of B rotated (streamed from HBM). relerr against cuBLAS.
 // Build and run: benchmarks/skinny_sweep/run_stream_sweep.sh
 #include "backends/cuda_kernels/skinny_gemm/skinny_gemm.cu"
+#include "harness.cuh"
 #include "skinny_stream_experiment.cuh"
 
 #include <cublas_v2.h>
@@ -21,57 +22,6 @@
 
 using namespace xpuruntime;
 namespace ss = xpuruntime::matmul::skinny_stream;
-
-#define CK(x)                                                           \
-  do {                                                                  \
-    auto e_ = (x);                                                      \
-    if (e_ != 0) {                                                      \
-      std::printf("FAIL %s = %d line %d\n", #x, (int)e_, __LINE__);     \
-      std::exit(1);                                                     \
-    }                                                                   \
-  } while (0)
-
-__global__ void fill(__half* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2half(((h & 0xffff) / 32768.0f) - 1.0f);
-  }
-}
-
-template <typename F>
-float graph_us(cudaStream_t s, F enqueue, int calls = 20) {
-  for (int i = 0; i < 3; ++i) enqueue(i);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) enqueue(i);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  CK(cudaGraphLaunch(ge, s));
-  std::vector<float> t;
-  for (int r = 0; r < 15; ++r) {
-    cudaEventRecord(a, s);
-    CK(cudaGraphLaunch(ge, s));
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.0f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return t[t.size() / 2];
-}
 
 struct Variant {
   std::string name;
