@@ -1,10 +1,13 @@
 // EXPERIMENT, not part of the build: a register-streaming variant of the skinny
 // (M <= 16) GEMM, kept with its tuning harness (stream_sweep.cu) as the record of a
 // design that lost. On an H100 it computes correctly (relerr ~3e-5 against cuBLAS)
-// but runs 1.2-2x slower than the shipped cp.async kernel (skinny_gemm.cu) on every
-// shape swept: ncu shows it latency-bound, warps waiting on their own loads (6.4 of
-// 14.6 cycles per issued instruction in long-scoreboard stalls, DRAM at 41% of
-// peak), where the cp.async kernel keeps more bytes in flight per instruction.
+// but, at its best configuration per shape, runs 1.14-1.7x slower than the shipped
+// cp.async kernel (skinny_gemm.cu) wherever B is 6 MiB or more (4096x4096,
+// 11008x4096, 4096x11008); on the two small shapes (768x768, 3072x768) it is ~10%
+// faster than the cp.async kernel and still 1.4-1.7x slower than cuBLAS. ncu shows
+// it latency-bound, warps waiting on their own loads (6.4 of 14.6 cycles per issued
+// instruction in long-scoreboard stalls, DRAM at 41% of peak), where the cp.async
+// kernel keeps more bytes in flight per instruction.
 // Figures: benchmarks/results/skinny_stream_sweep_NVIDIA_H100.json.
 //
 // Why: with M <= 16 the GEMM is a stream over B, and its speed is how many bytes of
