@@ -17,10 +17,12 @@
 // (8x768x768: 4.9 us vs 3.3). The tile shape and depth were swept (block N 64-256,
 // block K 64-128, 2-8 stages, 1-16 slices): per-SM throughput stays near 23 GB/s
 // whatever the bytes in flight, which points at the cp.async (LDGSTS) path itself.
-// Row-by-row TMA bulk copies (cp.async.bulk) were 4-5x slower still; a 2-D tensor
-// map TMA (one copy per stage) is the next thing to try. A register-streaming
-// variant (no shared-memory staging) lost to this kernel on an H100 and is kept
-// only as an experiment (benchmarks/skinny_sweep/skinny_stream_experiment.cuh).
+// Row-by-row TMA bulk copies (cp.async.bulk) were 4-5x slower still. Two more
+// designs lost to this kernel on an H100 where B is 32 MiB or more, and are kept
+// only as experiments in benchmarks/skinny_sweep/ with their results: a 2-D
+// tensor-map TMA ring with a producer thread and mbarriers (best 14.4 us hot on
+// 16x4096x4096 against this kernel's 11.4) and register streaming without
+// shared-memory staging (13-17 us).
 //
 // How far any kernel could go on 16x4096x4096 (H100, benchmarks/skinny_sweep/
 // bw_probe.cu, benchmarks/results/bw_probe_NVIDIA_H100.json): merely reading B's
