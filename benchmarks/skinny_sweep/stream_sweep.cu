@@ -87,27 +87,12 @@ int main() {
       char shape[64];
       std::snprintf(shape, sizeof shape, "%dx%dx%d", sh.m, sh.n, sh.k);
       const char* lay = kmajor ? "Kmaj" : "Nmaj";
-      auto cublas = [&](int copy) {
-        const float one = 1.f, zero = 0.f;
-        const __half* b = B + copy * nb;
-        CK(cublasGemmEx(h, kmajor ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, sh.n, sh.m, sh.k, &one, b, CUDA_R_16F,
-                        kmajor ? sh.k : sh.n, A, CUDA_R_16F, sh.k, &zero, R, CUDA_R_16F, sh.n, CUBLAS_COMPUTE_32F,
-                        CUBLAS_GEMM_DEFAULT));
-      };
+      auto cublas = [&](int copy) { cublas_hgemm(h, kmajor, sh.m, sh.n, sh.k, A, B + copy * nb, R); };
       cublas(0);
       CK(cudaStreamSynchronize(s));
-      std::vector<__half> r((size_t)sh.m * sh.n), c(r.size());
+      std::vector<__half> r((size_t)sh.m * sh.n);
       CK(cudaMemcpy(r.data(), R, r.size() * 2, cudaMemcpyDeviceToHost));
-      auto check = [&]() {
-        CK(cudaMemcpy(c.data(), C, c.size() * 2, cudaMemcpyDeviceToHost));
-        double err = 0, mag = 0;
-        for (size_t i = 0; i < c.size(); ++i) {
-          const double d = (double)__half2float(c[i]) - __half2float(r[i]);
-          err += d * d;
-          mag += (double)__half2float(r[i]) * __half2float(r[i]);
-        }
-        return std::sqrt(err / mag);
-      };
+      auto check = [&]() { return rel_err(C, r); };
       std::printf("%-14s %-18s %5s  %8.2f %8.2f\n", "cublas", shape, lay, graph_us(s, [&](int) { cublas(0); }),
                   graph_us(s, [&](int i) { cublas(i % 8); }));
       auto problem = [&](int copy) {
@@ -123,7 +108,7 @@ int main() {
         p.c_cs = 1;
         return p;
       };
-      CK(cudaMemset(C, 0xff, c.size() * 2));
+      CK(cudaMemset(C, 0xff, r.size() * 2));
       matmul::skinny_gemm(problem(0), s, 0);
       CK(cudaStreamSynchronize(s));
       const double e_old = check();
@@ -146,7 +131,7 @@ int main() {
           a.a_vector = 1;
           return a;
         };
-        CK(cudaMemset(C, 0xff, c.size() * 2));
+        CK(cudaMemset(C, 0xff, r.size() * 2));
         v.run(args(0), kmajor, sms, s);
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(s));
