@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
-#include "backends/cpu/matmul/matmul_call.h"
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_call.h"
+#include "ops/matmul/matmul_op.h"
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
 #include "xpuruntime/error.h"

@@ -64,7 +64,7 @@ void check_supported(const Graph& g) {
 
 std::string join_decision(const Decision& d) { return d.to_json(); }
 
-// MatMul / Gemm as the matmul op (backends/cpu/matmul/matmul_op.h) in the form the
+// MatMul / Gemm as the matmul op (ops/matmul/matmul_op.h) in the form the
 // executor will call it (cpu/ops/gemm.cpp): a, b (transposes as strides), the fused
 // bias row, and c. MatMul batches map to one tall GEMM (shared B), one batched GEMM
 // (same batch shapes), or one GEMM per batch (other broadcasts).

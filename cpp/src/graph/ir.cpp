@@ -6,7 +6,7 @@
 #include <queue>
 #include <sstream>
 
-#include "backends/cpu/ops/half.h"
+#include "core/half_float.h"
 #include "xpuruntime/error.h"
 
 namespace xpuruntime::graph {
@@ -66,8 +66,8 @@ double HostTensor::float_at(int64_t i) const {
   switch (dtype) {
     case DType::kFloat32: return ptr<float>()[i];
     case DType::kFloat64: return ptr<double>()[i];
-    case DType::kFloat16: return cpu::half_to_float(ptr<uint16_t>()[i]);
-    case DType::kBFloat16: return cpu::bf16_to_float(ptr<uint16_t>()[i]);
+    case DType::kFloat16: return matmul::half_to_float(ptr<uint16_t>()[i]);
+    case DType::kBFloat16: return matmul::bf16_to_float(ptr<uint16_t>()[i]);
     default: return static_cast<double>(int_at(i));
   }
 }

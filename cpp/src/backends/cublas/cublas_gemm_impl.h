@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string>
 
-#include "backends/cpu/matmul/gemm_problem.h"
+#include "ops/matmul/gemm_problem.h"
 
 namespace xpuruntime::matmul {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_op.h"
 #include "backends/cublas/cublas_gemm_impl.h"
 #include "backends/cublaslt/cublaslt_gemm_impl.h"
 

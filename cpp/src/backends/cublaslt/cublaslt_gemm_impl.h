@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/matmul/gemm_problem.h"
+#include "ops/matmul/gemm_problem.h"
 
 namespace xpuruntime::matmul {
 

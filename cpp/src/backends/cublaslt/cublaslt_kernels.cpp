@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_op.h"
 #include "backends/cublaslt/cublaslt_gemm_impl.h"
 #include "xpuruntime/error.h"
 

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "backends/cpu/matmul/gemm_problem.h"
-#include "backends/cpu/matmul/half_float.h"
+#include "ops/matmul/gemm_problem.h"
+#include "core/half_float.h"
 #include "xpuruntime/error.h"
 
 namespace xpuruntime::matmul {

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_op.h"
 
 namespace xpuruntime {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "backends/cpu/matmul/gemm_problem.h"
+#include "ops/matmul/gemm_problem.h"
 #include "backends/cpu/ops/cpu_op.h"
 
 namespace xpuruntime::cpu {

@@ -4,7 +4,7 @@
 
 #include <type_traits>
 
-#include "backends/cpu/matmul/half_float.h"
+#include "core/half_float.h"
 
 namespace xpuruntime::cpu {
 using matmul::bf16_to_float;

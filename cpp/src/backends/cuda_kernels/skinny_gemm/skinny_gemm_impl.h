@@ -33,7 +33,7 @@
 
 #include <string>
 
-#include "backends/cpu/matmul/gemm_problem.h"
+#include "ops/matmul/gemm_problem.h"
 
 namespace xpuruntime::matmul {
 

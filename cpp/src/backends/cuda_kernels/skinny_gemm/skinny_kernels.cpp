@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_op.h"
 #include "backends/cuda_kernels/skinny_gemm/skinny_gemm_impl.h"
 
 namespace xpuruntime {

@@ -1,6 +1,6 @@
 // One matmul call: NumPy normalization, the selection cache, dispatch (see
 // matmul_call.h).
-#include "backends/cpu/matmul/matmul_call.h"
+#include "ops/matmul/matmul_call.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/matmul/cpu_matmul_kernels.h"
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_op.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/plugin.h"

@@ -1,5 +1,5 @@
 // Parsing of the matmul op's specs into a GEMM layout (see matmul_op.h).
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_op.h"
 
 #include <algorithm>
 #include <optional>

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "backends/cpu/matmul/gemm_problem.h"
+#include "ops/matmul/gemm_problem.h"
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime::matmul {

@@ -24,7 +24,7 @@
 #include <optional>
 #include <string>
 
-#include "backends/cpu/matmul/gemm_problem.h"
+#include "ops/matmul/gemm_problem.h"
 #include "xpuruntime/decision.h"
 #include "xpuruntime/policy.h"
 #include "xpuruntime/tensor.h"
