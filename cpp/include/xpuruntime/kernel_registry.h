@@ -23,6 +23,7 @@
 #include "xpuruntime/backend.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/dtype.h"
+#include "xpuruntime/graph/ir.h"
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime {
@@ -139,7 +140,60 @@ struct KernelDef {
   std::string description;
 };
 
-class Kernel {
+// One dense, contiguous operand of a prepared kernel, in the kernel's device memory.
+// data == nullptr marks an omitted optional operand.
+struct TensorArg {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  void* data = nullptr;
+
+  bool present() const { return data != nullptr; }
+  int64_t numel() const;
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  template <typename T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// What a prepared kernel runs with: device pointers, a stream of its device (nullptr
+// on the CPU) and a workspace of at least PreparedKernel::workspace_bytes().
+struct KernelArgs {
+  std::vector<TensorArg> inputs;
+  std::vector<TensorArg> outputs;  // allocated by the caller with the inferred shapes
+  NativeStream stream = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+class PreparedKernel;
+using PreparedKernelPtr = std::shared_ptr<const PreparedKernel>;
+
+// Everything Kernel::prepare may read, once per plan step (ONNX Runtime's
+// OpKernelInfo): the case, the node's typed attributes, the values of inputs that are
+// constants, the algorithm a pin or tuning chose, and a way to choose sub-kernels.
+struct PrepareContext {
+  const OpContext* ctx = nullptr;   // specs, device, attributes as text (not owned)
+  const graph::Node* node = nullptr;  // op type and typed attributes (not owned)
+  // Per input: its value when it is a plan constant (host memory), else undefined.
+  std::vector<graph::HostTensor> constants;
+  std::string algorithm;  // "" = the kernel's default
+  // Chooses and prepares a sub-kernel (a conv's GEMM, say) through the Dispatcher under
+  // the plan's policies; the Decision is recorded with the plan's. Never null inside a
+  // plan compile; callers outside one may leave it empty (prepare then throws).
+  std::function<PreparedKernelPtr(OpContext& sub_ctx, const graph::Node& sub_node)> prepare_sub;
+};
+
+// A kernel bound to one plan step: attributes parsed, constants packed, workspace
+// sized. Immutable and thread-safe: many runs may call run() at once.
+class PreparedKernel {
+ public:
+  virtual ~PreparedKernel() = default;
+  virtual void run(const KernelArgs& args) const = 0;
+  virtual std::size_t workspace_bytes() const { return 0; }
+};
+
+class Kernel : public std::enable_shared_from_this<Kernel> {
  public:
   explicit Kernel(KernelDef def) : def_(std::move(def)) {}
   virtual ~Kernel() = default;
@@ -156,6 +210,10 @@ class Kernel {
   virtual std::vector<std::string> algorithms(const OpContext& /*ctx*/) const { return {}; }
   // Workspace this case needs (bytes).
   virtual std::size_t workspace_bytes(const OpContext& /*ctx*/) const { return def_.workspace_bytes; }
+  // Binds the kernel to one plan step. The default adapts run(KernelLaunch): each run
+  // wraps the arguments as Tensors on ctx.device and calls run() with the context's
+  // attributes. Kernels that parse attributes or pack constants override it.
+  virtual PreparedKernelPtr prepare(const PrepareContext& pc) const;
 
  private:
   KernelDef def_;

@@ -276,4 +276,52 @@ uint64_t KernelRegistry::generation() const {
   return generation_;
 }
 
+int64_t TensorArg::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+// The default binding of a Kernel to a plan step: every run wraps the arguments as
+// (non-owning) Tensors on the step's device and calls Kernel::run with the step's
+// OpContext, so kernels written against KernelLaunch run inside plans unchanged.
+class LaunchAdapter final : public PreparedKernel {
+ public:
+  LaunchAdapter(const Kernel* kernel, std::shared_ptr<const Kernel> keep, OpContext ctx,
+                std::string algorithm)
+      : kernel_(kernel), keep_(std::move(keep)), ctx_(std::move(ctx)), algorithm_(std::move(algorithm)) {}
+
+  void run(const KernelArgs& args) const override {
+    KernelLaunch launch;
+    launch.ctx = &ctx_;
+    launch.stream = args.stream;
+    launch.algorithm = algorithm_;
+    launch.workspace = args.workspace;
+    launch.workspace_bytes = args.workspace_bytes;
+    auto wrap = [&](const TensorArg& a) {
+      if (!a.present()) return Tensor();
+      auto storage = std::make_shared<Storage>(a.data, a.nbytes(), ctx_.device, nullptr);
+      return Tensor(std::move(storage), a.shape, Tensor::contiguous_strides(a.shape), 0, a.dtype);
+    };
+    for (const TensorArg& a : args.inputs) launch.inputs.push_back(wrap(a));
+    for (const TensorArg& a : args.outputs) launch.outputs.push_back(wrap(a));
+    kernel_->run(launch);
+  }
+  std::size_t workspace_bytes() const override { return kernel_->workspace_bytes(ctx_); }
+
+ private:
+  const Kernel* kernel_;
+  std::shared_ptr<const Kernel> keep_;  // keeps a registry kernel alive after unregistering
+  OpContext ctx_;
+  std::string algorithm_;
+};
+}  // namespace
+
+PreparedKernelPtr Kernel::prepare(const PrepareContext& pc) const {
+  XRT_CHECK(pc.ctx != nullptr, InvalidArgumentError, "Kernel::prepare of '", def_.name,
+            "' without an OpContext");
+  return std::make_shared<LaunchAdapter>(this, weak_from_this().lock(), *pc.ctx, pc.algorithm);
+}
+
 }  // namespace xpuruntime
