@@ -10,8 +10,8 @@
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/matmul/cpu_matmul_kernels.h"
-#include "backends/cpu/matmul/matmul_call.h"
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_call.h"
+#include "ops/matmul/matmul_op.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/error.h"
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "backends/cpu/matmul/cpu_gemm_common.h"
-#include "backends/cpu/matmul/matmul_call.h"
-#include "backends/cpu/matmul/matmul_op.h"
+#include "ops/matmul/matmul_call.h"
+#include "ops/matmul/matmul_op.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/kernel_registry.h"

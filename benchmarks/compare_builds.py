@@ -1,0 +1,109 @@
+"""Compare two builds' benchmark results taken in one run on one machine.
+
+A restructuring must not change speed. ``scripts/gpu_compare.sh`` runs the GPU
+benchmarks (attention, LayerNorm, the GPT-2 training step) alternately on a baseline
+tree and on the current tree, each run writing its results JSON into its own folder;
+this script reads those folders, takes each figure's median over the runs of each
+build, and writes one results file with the ratio current / baseline per figure and
+a top-level ``goals`` list (every figure within the tolerance).
+
+Usage: python3 benchmarks/compare_builds.py --base DIR[,DIR...] --head DIR[,DIR...]
+           --tolerance 0.03 --out benchmarks/results/seam_compare_<device>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import statistics
+from typing import Any
+
+
+def _figures(bench: str, d: dict[str, Any]) -> dict[str, float]:
+    """The figures a benchmark file holds that a restructuring must keep (lower is better)."""
+    out: dict[str, float] = {}
+    if bench == "attention":
+        for c in d["cases"]:
+            tag = f"B{c['B']}_H{c['H']}_S{c['S']}_D{c['D']}_{'causal' if c['causal'] else 'full'}"
+            for k in ("flash_v2", "auto"):
+                e = c["kernels"].get(k, {})
+                for m in ("fwd_ms", "fwdbwd_ms"):
+                    if m in e:
+                        out[f"attention {tag} {k} {m}"] = e[m]
+        for k, v in d.get("routing_overhead_us", {}).items():
+            out[f"attention host {k}"] = v
+    elif bench == "layernorm":
+        for c in d["cases"]:
+            tag = f"{c['rows']}x{c['cols']}"
+            for m in ("ours_fwd_ms", "ours_bwd_ms", "ours_fwd_call_ms", "ours_bwd_call_ms"):
+                out[f"layernorm {tag} {m}"] = c[m]
+    elif bench == "gpt2_step":
+        for m in ("policy_graph_ms", "policy_eager_ms"):
+            out[f"gpt2_step {m}"] = d[m]
+    return out
+
+
+def _collect(dirs: list[str]) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    runs: dict[str, list[float]] = {}
+    env: dict[str, Any] = {}
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "*.json"))):
+            bench = os.path.basename(path).split("_NVIDIA")[0]
+            with open(path) as f:
+                data = json.load(f)
+            env = data.get("env", env)
+            for k, v in _figures(bench, data).items():
+                runs.setdefault(k, []).append(float(v))
+    return runs, env
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="comma-separated result folders of the baseline build")
+    ap.add_argument("--head", required=True, help="comma-separated result folders of the current build")
+    ap.add_argument("--base-rev", default="")
+    ap.add_argument("--head-rev", default="")
+    ap.add_argument("--tolerance", type=float, default=0.03)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    base, env = _collect(args.base.split(","))
+    head, env_h = _collect(args.head.split(","))
+    env = env_h or env
+    rows, goals = [], []
+    print(f"{'figure':64s} {'base':>10s} {'head':>10s} {'head/base':>10s}")
+    for k in sorted(set(base) & set(head)):
+        b, h = statistics.median(base[k]), statistics.median(head[k])
+        ratio = h / b if b > 0 else float("nan")
+        # Host-time figures (microseconds per call) move with host load; they are reported but the
+        # goal is on device and step times.
+        gated = "host" not in k
+        met = ratio <= 1.0 + args.tolerance
+        rows.append({"figure": k, "base": base[k], "head": head[k], "ratio_median": ratio, "gated": gated})
+        if gated:
+            goals.append(
+                {"name": f"{k}: head / base", "figure": round(ratio, 4), "target": f"<= {1 + args.tolerance}",
+                 "met": met}
+            )
+        print(f"{k:64s} {b:10.4f} {h:10.4f} {ratio:10.3f}{'' if met or not gated else '  MISSED'}")
+    result = {
+        "benchmark": "compare_builds",
+        "date": datetime.date.today().isoformat(),
+        "device": env.get("device", ""),
+        "env": env,
+        "base_rev": args.base_rev,
+        "head_rev": args.head_rev,
+        "tolerance": args.tolerance,
+        "goals": goals,
+        "figures": rows,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote", args.out, "| goals met:", sum(g["met"] for g in goals), "of", len(goals))
+
+
+if __name__ == "__main__":
+    main()

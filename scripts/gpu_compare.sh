@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU machine's before/after comparison for a change that must not cost speed:
+# builds a baseline tree and this tree (sm_90), then runs the GPU benchmarks on each,
+# alternating bench by bench, and compares the figures (benchmarks/compare_builds.py).
+#
+# Usage: scripts/gpu_compare.sh build BASE_SRC      build both trees (reused while the machine is warm)
+#        scripts/gpu_compare.sh round N BASE_SRC    one round: each benchmark on base, then on head
+#        scripts/gpu_compare.sh report              compare every round so far -> $OUT
+# BASE_SRC is a source tree of the baseline commit (e.g. `git archive REV | tar -x -C .base`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+HEAD_B=${XRT_GPU_BUILD:-/tmp/xrt-gpu-build}
+BASE_B=/tmp/xrt-base-build
+CMP=/tmp/xrt-compare
+export PYTHONUNBUFFERED=1
+CC_ARGS=()
+[ -x /usr/bin/g++ ] && CC_ARGS=(-DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++)
+
+configure_and_build() {  # src build log
+  if [ ! -f "$2/build.ninja" ]; then
+    cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXRT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DXRT_BUILD_TESTS=ON -DPython_EXECUTABLE="$(command -v python3)" "${CC_ARGS[@]}" > "$3" 2>&1 || return 1
+  fi
+  ninja -C "$2" -j8 >> "$3" 2>&1
+}
+
+bench() {  # src build outdir
+  mkdir -p "$3"
+  for b in bench_attention bench_layernorm bench_gpt2_step; do
+    (cd "$1" && XRT_BUILD_DIR="$2" PYTHONPATH="$1/python" timeout 240 python3 "benchmarks/$b.py" --out "$3") \
+      > "$3/$b.log" 2>&1
+    echo "$(basename "$3") $b rc=$?"
+  done
+}
+
+case "${1:-}" in
+  build)
+    BASE_SRC=$(cd "$2" && pwd)
+    configure_and_build "$BASE_SRC" "$BASE_B" "$OUT/build_base.log" & pb=$!
+    configure_and_build "$PWD" "$HEAD_B" "$OUT/build_head.log" & ph=$!
+    wait $pb; rb=$?; wait $ph; rh=$?
+    echo "build base rc=$rb head rc=$rh"
+    [ $rb -eq 0 ] && [ $rh -eq 0 ] || { tail -20 "$OUT"/build_*.log; exit 1; }
+    ;;
+  round)
+    BASE_SRC=$(cd "$3" && pwd)
+    # Alternate per benchmark so drifting clocks or host load hit both builds alike.
+    for b in bench_attention bench_layernorm bench_gpt2_step; do
+      for who in base head; do
+        src=$PWD; bld=$HEAD_B
+        [ $who = base ] && { src=$BASE_SRC; bld=$BASE_B; }
+        d="$CMP/${who}_$2"; mkdir -p "$d"
+        (cd "$src" && XRT_BUILD_DIR="$bld" PYTHONPATH="$src/python" timeout 240 python3 "benchmarks/$b.py" --out "$d") \
+          > "$d/$b.log" 2>&1
+        echo "round $2 $who $b rc=$? $(grep -m1 -E 'speedup|ratios|wrote' "$d/$b.log" | cut -c1-80)"
+      done
+    done
+    ;;
+  report)
+    dev=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
+    bases=$(ls -d $CMP/base_* | paste -sd,); heads=$(ls -d $CMP/head_* | paste -sd,)
+    python3 benchmarks/compare_builds.py --base "$bases" --head "$heads" --tolerance 0.03 \
+      --base-rev "${BASE_REV:-}" --head-rev "${HEAD_REV:-}" --out "benchmarks/results/seam_compare_${dev}.json"
+    cp "benchmarks/results/seam_compare_${dev}.json" "$OUT/"
+    tar czf "$OUT/compare_runs.tgz" -C "$CMP" .
+    ;;
+  *) echo "usage: $0 build BASE_SRC | round N BASE_SRC | report"; exit 2 ;;
+esac
