@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
@@ -25,13 +26,29 @@ std::vector<float> randn(std::size_t n, unsigned seed) {
 
 TensorView view(std::vector<float>& v, Shape s) { return TensorView{DType::kFloat32, std::move(s), v.data()}; }
 
+// Runs op through its registered kernel the way a plan step does: prepared once on
+// the node (typed attributes), then run with the views as TensorArgs.
 void run(const std::string& op, const std::string& kernel, Node n, std::vector<TensorView> in,
          std::vector<TensorView> out) {
-  ensure_cpu_op_kernels_registered();
-  const OpDef* d = find_op_def(op, kernel);
-  ASSERT_NE(d, nullptr) << op << "/" << kernel;
+  KernelRegistry reg;
+  register_cpu_kernels(reg);
+  KernelPtr k = reg.find(op_key(op), kernel);
+  ASSERT_NE(k, nullptr) << op << "/" << kernel;
   n.op_type = op;
-  d->run(n, in, out);
+  OpContext ctx;
+  ctx.op = op_key(op);
+  ctx.node = op;
+  auto spec = [](const TensorView& v) { return TensorSpec{v.dtype, v.shape, {}}; };
+  for (const TensorView& v : in) ctx.inputs.push_back(spec(v));
+  for (const TensorView& v : out) ctx.outputs.push_back(spec(v));
+  PrepareContext pc;
+  pc.ctx = &ctx;
+  pc.node = &n;
+  PreparedKernelPtr p = k->prepare(pc);
+  KernelArgs args;
+  for (const TensorView& v : in) args.inputs.push_back(TensorArg{v.dtype, v.shape, v.data});
+  for (const TensorView& v : out) args.outputs.push_back(TensorArg{v.dtype, v.shape, v.data});
+  p->run(args);
 }
 
 TEST(CpuFastMath, MatchesLibmToTheStatedBounds) {

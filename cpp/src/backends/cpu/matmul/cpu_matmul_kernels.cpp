@@ -1,4 +1,7 @@
 // Registration of the CPU matmul kernels (cpu_blas, cpu_blocked) as KernelDefs.
+// Their prepare() binds the GEMM to a plan step: an ONNX MatMul/Gemm node runs its
+// whole node logic (gemm.cpp) with this GEMM, a plain GEMM (a conv's sub-kernel)
+// becomes a cpu::CpuGemmPrepared.
 // The core calls register_cpu_matmul_kernels once at startup (through
 // ensure_cpu_matmul_kernels_registered, which is idempotent and thread-safe).
 #include "backends/cpu/matmul/cpu_matmul_kernels.h"
@@ -7,6 +10,7 @@
 #include <mutex>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/ops/gemm_call.h"
 #include "ops/matmul/matmul_op.h"
 
 namespace xpuruntime {
@@ -48,6 +52,9 @@ class CpuBlasMatmul final : public Kernel {
     return cpu_support(ctx, "cpu_blas");
   }
   void run(KernelLaunch& launch) const override { matmul::cpu_gemm_blas(matmul::gemm_problem(launch)); }
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    return cpu::prepare_cpu_matmul(*this, "cpu_blas", pc);
+  }
 };
 
 // cpu_blocked: ours; any strides, every float dtype, OpenMP over tiles.
@@ -63,6 +70,9 @@ class CpuBlockedMatmul final : public Kernel {
   }
   void run(KernelLaunch& launch) const override {
     matmul::cpu_gemm_blocked(matmul::gemm_problem(launch));
+  }
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    return cpu::prepare_cpu_matmul(*this, "cpu_blocked", pc);
   }
 };
 

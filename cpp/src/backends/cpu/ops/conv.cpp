@@ -5,7 +5,8 @@
 //                 cpu_im2col by priority (measured: ResNet-18 and MobileNetV3 at
 //                 batch 1, benchmarks/bench_native_cpu.py).
 //   cpu_im2col    any Conv: im2col (skipped for 1×1/stride 1/no pad) then GEMM
-//                 through the matmul kernel the dispatcher chose ("_gemm"); bias,
+//                 through the matmul kernel the dispatcher chose for its GEMM
+//                 (a sub-kernel from PrepareContext::prepare_sub); bias,
 //                 residual and activation in one epilogue. float32 runs tiled
 //                 (conv_im2col_f32), float64 as one GEMM per image and group.
 //   cpu_depthwise 2-D depthwise Conv (group == C): float32 through the AVX2 plane
@@ -210,13 +211,13 @@ FusedOutputs fused_outputs(const Node& n, const std::vector<TensorView>& in) {
 }
 
 template <typename T>
-void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+void conv_im2col_typed(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+                       TensorView& y) {
   const auto [g, nb, c, m, group, cg, mg, kdim, out_sz, in_sz, pointwise] =
       grouped_conv(n, in[0].shape, in[1].shape);
   const T* x = in[0].ptr<const T>();
   const T* w = in[1].ptr<const T>();
   T* py = y.ptr<T>();
-  const std::string gemm = node_gemm_kernel(n);
   matmul::GemmProblem p;
   p.dtype = in[0].dtype;
   p.m = mg;
@@ -281,14 +282,14 @@ void conv_im2col_typed(const Node& n, const std::vector<TensorView>& in, TensorV
 //                 channels walked in chunks (im2col of a chunk, GEMM, accumulate),
 //                 so the weights are read once and the scratch stays bounded;
 //   GEMV          for 1×1 convolutions of a 1×1 plane (squeeze-excitation).
-void conv_im2col_f32(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+void conv_im2col_f32(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+                     TensorView& y) {
   const auto [g, nb, c, m, group, cg, mg, kdim, out_sz, in_sz, pointwise] =
       grouped_conv(n, in[0].shape, in[1].shape);
   const float* x = in[0].ptr<const float>();
   const float* w = in[1].ptr<const float>();
   float* py = y.ptr<float>();
   const auto [bias, sum, e] = fused_outputs(n, in);
-  const std::string gemm = node_gemm_kernel(n);
   if (out_sz == 0 || mg == 0) return;
   if (kdim == 0) {
     std::memset(y.data, 0, y.nbytes());
@@ -524,16 +525,86 @@ void conv_direct_run(const Node& n, const std::vector<TensorView>& in, std::vect
     }
 }
 
-template <bool kDepthwise>
-void conv_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+void conv_depthwise_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
   if (in[0].dtype == DType::kFloat64) {
-    kDepthwise ? conv_depthwise_typed<double>(n, in, out[0]) : conv_im2col_typed<double>(n, in, out[0]);
+    conv_depthwise_typed<double>(n, in, out[0]);
   } else {
     XRT_CHECK(in[0].dtype == DType::kFloat32, UnsupportedOperationError, n.where(),
               ": Conv on the CPU takes float32 or float64, got ", dtype_name(in[0].dtype));
-    if (!kDepthwise) conv_im2col_f32(n, in, out[0]);
-    else if (!conv_depthwise_f32(n, in, out[0])) conv_depthwise_typed<float>(n, in, out[0]);
+    if (!conv_depthwise_f32(n, in, out[0])) conv_depthwise_typed<float>(n, in, out[0]);
   }
+}
+
+void conv_im2col_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+                     std::vector<TensorView>& out) {
+  if (in[0].dtype == DType::kFloat64) {
+    conv_im2col_typed<double>(gemm, n, in, out[0]);
+  } else {
+    XRT_CHECK(in[0].dtype == DType::kFloat32, UnsupportedOperationError, n.where(),
+              ": Conv on the CPU takes float32 or float64, got ", dtype_name(in[0].dtype));
+    conv_im2col_f32(gemm, n, in, out[0]);
+  }
+}
+
+// cpu_im2col bound to a plan step, with the GEMM sub-kernel it runs its tiles with.
+class Im2colPrepared final : public PreparedKernel {
+ public:
+  Im2colPrepared(Node node, std::shared_ptr<const CpuGemmPrepared> gemm, std::string gemm_name)
+      : node_(std::move(node)), gemm_(std::move(gemm)), gemm_name_(std::move(gemm_name)) {}
+  void run(const KernelArgs& args) const override {
+    const std::vector<TensorView> in = views_of(args.inputs);
+    std::vector<TensorView> out = views_of(args.outputs);
+    conv_im2col_run(gemm_name_, node_, in, out);
+  }
+
+ private:
+  Node node_;
+  std::shared_ptr<const CpuGemmPrepared> gemm_;  // the sub-kernel (null: no prepare_sub)
+  std::string gemm_name_;
+};
+
+// The convolution's GEMM as its own matmul case (one group's weights [M/group, K]
+// times one image's columns [K, spatial]), dispatched through pc.prepare_sub under
+// the plan's policies and recorded as node "<conv>/gemm".
+PreparedKernelPtr im2col_prepare(const OpDef& def, const PrepareContext& pc) {
+  Node n = prepared_node(def.op_type, pc);
+  if (!pc.prepare_sub || pc.ctx == nullptr || pc.ctx->inputs.size() < 2 ||
+      pc.ctx->outputs.empty()) {
+    // Outside a plan compile: the GEMM a compiler recorded on the node, else the best.
+    std::string name = node_gemm_kernel(n);
+    return std::make_shared<Im2colPrepared>(std::move(n), nullptr, std::move(name));
+  }
+  const OpContext& ctx = *pc.ctx;
+  OpContext mc;
+  mc.op = "matmul";
+  mc.node = ctx.node + "/gemm";
+  mc.device = ctx.device;
+  mc.capability = ctx.capability;
+  mc.workspace_limit_bytes = ctx.workspace_limit_bytes;
+  mc.allow_tf32 = ctx.allow_tf32;
+  mc.deterministic = ctx.deterministic;
+  mc.strict_no_fallback = ctx.strict_no_fallback;
+  mc.strict_pinned_only = ctx.strict_pinned_only;
+  const TensorSpec& w = ctx.inputs[1];
+  const TensorSpec& y = ctx.outputs[0];
+  const int64_t group = std::max<int64_t>(1, n.attr_int("group", 1));
+  int64_t kk = 1, sp = 1;
+  for (std::size_t i = 1; i < w.shape.size(); ++i) kk *= w.shape[i];
+  for (std::size_t i = 2; i < y.shape.size(); ++i) sp *= y.shape[i];
+  const int64_t mg = w.shape.empty() ? 0 : w.shape[0] / group;
+  mc.inputs = {TensorSpec{w.dtype, {mg, kk}, {}}, TensorSpec{w.dtype, {kk, sp}, {}}};
+  mc.outputs = {TensorSpec{w.dtype, {mg, sp}, {}}};
+  Node sub;
+  sub.name = mc.node;
+  sub.op_type = "Conv";  // the op the GEMM serves: the matmul kernels prepare a plain GEMM
+  PreparedKernelPtr p = pc.prepare_sub(mc, sub);
+  auto gemm = std::dynamic_pointer_cast<const CpuGemmPrepared>(p);
+  XRT_CHECK(gemm != nullptr, UnsupportedOperationError, n.where(),
+            ": the matmul kernel chosen for this convolution's GEMM (", mc.node,
+            ") cannot run inside a CPU convolution; CPU GEMM kernels: cpu_blas, cpu_blocked "
+            "(pin one of them for op 'matmul', or pin conv to cpu_direct)");
+  std::string name = gemm->gemm();
+  return std::make_shared<Im2colPrepared>(std::move(n), std::move(gemm), std::move(name));
 }
 
 }  // namespace
@@ -547,7 +618,7 @@ void register_conv_ops(std::vector<OpDef>& defs) {
   d.priority = 20;
   d.description = "direct 2-D depthwise convolution (group == channels)";
   d.infer = conv_infer;
-  d.run = conv_run<true>;
+  d.run = conv_depthwise_run;
   d.supports = depthwise_supports;
   defs.push_back(d);
   OpDef r;
@@ -570,7 +641,10 @@ void register_conv_ops(std::vector<OpDef>& defs) {
   i.uses_gemm = false;
   i.description = "im2col + GEMM through the chosen matmul kernel (any Conv, 1-3 spatial dims)";
   i.infer = conv_infer;
-  i.run = conv_run<false>;
+  i.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    conv_im2col_run(node_gemm_kernel(n), n, in, out);
+  };
+  i.prepare = im2col_prepare;
   defs.push_back(i);
 }
 

@@ -1,8 +1,9 @@
 // The CPU op kernels of the native engine: one OpDef per (ONNX op, kernel) with a
 // shape/dtype inference function and a run function over raw contiguous views.
 // Each OpDef is also registered in the KernelRegistry (KernelDef data + a Kernel
-// whose run() adapts a KernelLaunch), so the Dispatcher chooses among them under a
-// KernelPolicy and records why; the executor then calls run() directly.
+// whose prepare() binds it to a plan step's node and whose run() adapts a
+// KernelLaunch), so the Dispatcher chooses among them under a KernelPolicy and
+// records why; a plan step runs the PreparedKernel.
 //
 // How to add an op: write `infer` and `run` in the family file (elementwise.cpp,
 // reduce.cpp, ...), add an OpDef in that file's register_*() function, and list the
@@ -67,6 +68,18 @@ using InferFn = std::function<bool(const Node&, const std::vector<Meta>&, std::v
 using RunFn =
     std::function<void(const Node&, const std::vector<TensorView>&, std::vector<TensorView>&)>;
 using SupportsFn = std::function<Support(const Node&, const std::vector<Meta>&)>;
+struct OpDef;
+// Binds an op to one plan step when copying the node is not all (a conv's GEMM
+// sub-kernel, chosen through pc.prepare_sub).
+using PrepareFn = std::function<PreparedKernelPtr(const OpDef&, const PrepareContext&)>;
+
+// The views of a prepared kernel's arguments (omitted operands: data == nullptr).
+inline std::vector<TensorView> views_of(const std::vector<TensorArg>& args) {
+  std::vector<TensorView> v;
+  v.reserve(args.size());
+  for (const TensorArg& a : args) v.push_back(TensorView{a.dtype, a.shape, a.data});
+  return v;
+}
 
 struct OpDef {
   std::string op_type;  // ONNX op type ("Add"), or a fused op ("FusedElementwise")
@@ -78,6 +91,9 @@ struct OpDef {
   InferFn infer;   // returns false when an output shape depends on an unknown value
   RunFn run;
   SupportsFn supports;  // optional: case checks beyond the dtype of input 0
+  // Optional: Kernel::prepare of this op's kernel. Default: a prepared kernel that
+  // runs `run` on a copy of the step's node (pc.node, or one built from pc.ctx).
+  PrepareFn prepare;
   // Output 0 is input 0's bytes under another shape (Reshape, Squeeze, ...): the
   // executor aliases instead of copying when it can.
   bool alias = false;
@@ -97,8 +113,11 @@ const OpDef* find_op_def(const std::string& op_type, const std::string& kernel);
 // Dispatcher op key of an ONNX op type: canonical keys for Conv/MatMul/Gemm/
 // Softmax/LayerNormalization, the lower-case op type otherwise.
 std::string op_key(const std::string& op_type);
-// Registers every OpDef in the registry (idempotent for the process registry).
+// Registers every OpDef in the registry (idempotent per registry).
 void register_cpu_op_kernels(KernelRegistry& registry);
+// The node a prepared op kernel runs on: *pc.node, or (callers outside a plan) a
+// node of `op_type` named pc.ctx->node with pc.ctx's attributes as strings.
+Node prepared_node(const std::string& op_type, const PrepareContext& pc);
 void ensure_cpu_op_kernels_registered();
 
 // Family registration (one per file).

@@ -56,7 +56,10 @@ Shape matmul_shape(const Node& n, Shape a, Shape b) {
   return out;
 }
 
-void matmul_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+}  // namespace
+
+void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+                     std::vector<TensorView>& out) {
   Shape a = in[0].shape, b = in[1].shape;
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
@@ -73,7 +76,6 @@ void matmul_run(const Node& n, const std::vector<TensorView>& in, std::vector<Te
   p.c_rs = nn;
   const bool has_bias = n.attr_int("_bias", 0) != 0 && in.size() > 2 && in[2].data;
   if (has_bias) p.bias = in[2].data;
-  const std::string gemm = node_gemm_kernel(n);
   if (nb == 0 || m == 0 || nn == 0) return;
   // Batch dims of A and B left-padded to the output's batch rank.
   auto padded = [&](const Shape& s) {
@@ -135,6 +137,8 @@ void matmul_run(const Node& n, const std::vector<TensorView>& in, std::vector<Te
   apply_node_activation(n, out[0]);
 }
 
+namespace {
+
 bool matmul_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 2);
   XRT_CHECK(in[0].dtype == in[1].dtype, InvalidModelError, n.where(), ": A is ",
@@ -167,7 +171,10 @@ bool gemm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& o
   return true;
 }
 
-void gemm_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+}  // namespace
+
+void onnx_gemm_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+                   std::vector<TensorView>& out) {
   const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
   const double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
   const Shape& a = in[0].shape;
@@ -189,7 +196,7 @@ void gemm_run(const Node& n, const std::vector<TensorView>& in, std::vector<Tens
   if (bias_row) p.bias = in[2].data;
   if (m > 0 && nn > 0) {
     if (k == 0) std::memset(out[0].data, 0, out[0].nbytes());
-    else run_gemm(node_gemm_kernel(n), p);
+    else run_gemm(gemm, p);
   }
   if ((has_c && !bias_row) || alpha != 1.0) {
     // Y = alpha * Y + beta * broadcast(C)
@@ -220,6 +227,8 @@ void gemm_run(const Node& n, const std::vector<TensorView>& in, std::vector<Tens
   }
   apply_node_activation(n, out[0]);
 }
+
+namespace {
 
 // Our pool splits the problem (batches, else column blocks, else row blocks) and
 // each piece runs the kernel single-threaded: one thread pool for the whole plan,
@@ -359,6 +368,38 @@ std::string node_gemm_kernel(const Node& n) {
   return k.empty() ? gemm_kernel_names().front() : k;
 }
 
+namespace {
+
+// An ONNX MatMul/Gemm node bound to one GEMM kernel (the one the dispatcher chose
+// for it): the node is copied, so the prepared kernel outlives the plan's graph.
+class OnnxMatmulPrepared final : public PreparedKernel {
+ public:
+  OnnxMatmulPrepared(std::string gemm, Node node)
+      : gemm_(std::move(gemm)), node_(std::move(node)), is_gemm_(node_.op_type == "Gemm") {}
+
+  void run(const KernelArgs& args) const override {
+    const std::vector<TensorView> in = views_of(args.inputs);
+    std::vector<TensorView> out = views_of(args.outputs);
+    if (is_gemm_) onnx_gemm_run(gemm_, node_, in, out);
+    else onnx_matmul_run(gemm_, node_, in, out);
+  }
+
+ private:
+  std::string gemm_;
+  Node node_;
+  bool is_gemm_;
+};
+
+}  // namespace
+
+PreparedKernelPtr prepare_cpu_matmul(const Kernel& kernel, const std::string& gemm,
+                                     const PrepareContext& pc) {
+  if (pc.node != nullptr && (pc.node->op_type == "MatMul" || pc.node->op_type == "Gemm")) {
+    return std::make_shared<OnnxMatmulPrepared>(gemm, *pc.node);
+  }
+  return std::make_shared<CpuGemmPrepared>(gemm, kernel.Kernel::prepare(pc));
+}
+
 void* thread_scratch(std::size_t bytes, int slot) {
   thread_local Scratch scratch[2];
   Scratch& s = scratch[slot & 1];
@@ -389,7 +430,9 @@ void register_gemm_ops(std::vector<OpDef>& defs) {
   mm.uses_gemm = true;
   mm.description = "MatMul through the chosen matmul kernel (numpy broadcasting)";
   mm.infer = matmul_infer;
-  mm.run = matmul_run;
+  mm.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    onnx_matmul_run(node_gemm_kernel(n), n, in, out);
+  };
   defs.push_back(std::move(mm));
   OpDef g;
   g.op_type = "Gemm";
@@ -399,7 +442,9 @@ void register_gemm_ops(std::vector<OpDef>& defs) {
   g.uses_gemm = true;
   g.description = "Gemm (alpha, beta, transA, transB) through the chosen matmul kernel";
   g.infer = gemm_infer;
-  g.run = gemm_run;
+  g.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    onnx_gemm_run(node_gemm_kernel(n), n, in, out);
+  };
   defs.push_back(std::move(g));
 }
 

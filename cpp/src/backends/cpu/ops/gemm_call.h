@@ -1,6 +1,8 @@
-// Calls the CPU GEMM kernel the dispatcher chose (node attribute "_gemm":
-// "cpu_blas" or "cpu_blocked") through the matmul kernels' plain-argument API,
-// plus the per-thread scratch buffer that im2col and packing use.
+// The CPU GEMM kernels (cpu_blas, cpu_blocked) as the op kernels call them: by
+// name on a GemmProblem (our pool splits it), bound once at prepare time; the
+// prepared forms of the matmul kernels (ONNX MatMul/Gemm nodes, and the plain GEMM
+// a Conv holds as its sub-kernel); plus the per-thread scratch buffer that im2col
+// and packing use.
 #pragma once
 
 #include <cstddef>
@@ -16,8 +18,40 @@ const std::vector<std::string>& gemm_kernel_names();
 // Runs the problem with the named kernel; throws UnsupportedOperationError for an
 // unknown name or a kernel that is unavailable in this build.
 void run_gemm(const std::string& kernel, const matmul::GemmProblem& p);
-// The GEMM kernel recorded on a node (falls back to the best available).
+// The GEMM kernel recorded on a node by a compiler that still writes "_gemm"
+// (falls back to the best available).
 std::string node_gemm_kernel(const Node& n);
+
+// ONNX MatMul (numpy batch broadcast, 1-D promotion, fused "_bias" and "_act") and
+// Gemm (transA/B, alpha, beta, C, fused "_act") run with the named GEMM kernel.
+void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+                     std::vector<TensorView>& out);
+void onnx_gemm_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+                   std::vector<TensorView>& out);
+
+// A CPU GEMM kernel bound to one plain GEMM problem (what a Conv's prepare_sub
+// returns for op "matmul"): run() runs the case of its OpContext, run_problem()
+// runs any GemmProblem with the same kernel (the conv's tiles).
+class CpuGemmPrepared final : public PreparedKernel {
+ public:
+  CpuGemmPrepared(std::string gemm, PreparedKernelPtr plain)
+      : gemm_(std::move(gemm)), plain_(std::move(plain)) {}
+  const std::string& gemm() const { return gemm_; }
+  void run_problem(const matmul::GemmProblem& p) const { run_gemm(gemm_, p); }
+  void run(const KernelArgs& args) const override { plain_->run(args); }
+  std::size_t workspace_bytes() const override { return plain_->workspace_bytes(); }
+
+ private:
+  std::string gemm_;
+  PreparedKernelPtr plain_;  // the kernel's KernelLaunch adapter for run()
+};
+
+// Kernel::prepare of the CPU matmul kernel `kernel` (named `gemm`): for an ONNX
+// MatMul/Gemm node (pc.node->op_type) a prepared kernel running that node's logic
+// with this GEMM; for anything else (a conv's GEMM, a direct dispatch) a
+// CpuGemmPrepared.
+PreparedKernelPtr prepare_cpu_matmul(const Kernel& kernel, const std::string& gemm,
+                                     const PrepareContext& pc);
 // A per-thread buffer of at least `bytes` (64-byte aligned, grows, never shrinks).
 // Valid until the same thread asks again.
 void* thread_scratch(std::size_t bytes, int slot = 0);

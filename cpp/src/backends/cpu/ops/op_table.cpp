@@ -36,8 +36,24 @@ const Table& table() {
   return *t;
 }
 
-// A registry Kernel over one OpDef. The executor calls the OpDef directly; run()
-// serves other callers (the Python dispatch API, tests) through a KernelLaunch.
+// One OpDef bound to one plan step: runs the op on a copy of the step's node (typed
+// attributes as the model gave them), with the arguments as views.
+class CpuOpPrepared final : public PreparedKernel {
+ public:
+  CpuOpPrepared(const OpDef* op, Node node) : op_(op), node_(std::move(node)) {}
+  void run(const KernelArgs& args) const override {
+    const std::vector<TensorView> in = views_of(args.inputs);
+    std::vector<TensorView> out = views_of(args.outputs);
+    op_->run(node_, in, out);
+  }
+
+ private:
+  const OpDef* op_;
+  Node node_;
+};
+
+// A registry Kernel over one OpDef. Plans run what prepare() returns; run() serves
+// other callers (the Python dispatch API, tests) through a KernelLaunch.
 class CpuOpKernel final : public Kernel {
  public:
   CpuOpKernel(KernelDef def, const OpDef* op) : Kernel(std::move(def)), op_(op) {}
@@ -75,6 +91,11 @@ class CpuOpKernel final : public Kernel {
     for (const Tensor& t : launch.inputs) in.push_back(view(t));
     for (const Tensor& t : launch.outputs) out.push_back(view(t));
     op_->run(n, in, out);
+  }
+
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    if (op_->prepare) return op_->prepare(*op_, pc);
+    return std::make_shared<CpuOpPrepared>(op_, prepared_node(op_->op_type, pc));
   }
 
  private:
@@ -135,6 +156,17 @@ std::string op_key(const std::string& op_type) {
   std::string k = op_type;
   std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
   return k;
+}
+
+Node prepared_node(const std::string& op_type, const PrepareContext& pc) {
+  if (pc.node != nullptr) return *pc.node;
+  XRT_CHECK(pc.ctx != nullptr, InvalidArgumentError, "preparing the CPU kernel of ", op_type,
+            " needs a node or an OpContext");
+  Node n;
+  n.name = pc.ctx->node;
+  n.op_type = op_type;
+  for (const auto& [k, v] : pc.ctx->attrs) n.attrs[k] = graph::Attr::of_string(v);
+  return n;
 }
 
 void register_cpu_op_kernels(KernelRegistry& registry) {
