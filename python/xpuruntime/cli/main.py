@@ -6,6 +6,7 @@
     xpuruntime bench MODEL                  warm-up, p50/p90/p99 latency, throughput
     xpuruntime policy validate FILE         check a KernelPolicy/ExecutionPolicy file
     xpuruntime compare MODEL --engines ...  the same inputs through several engines
+    xpuruntime serve --model-repository DIR the Open Inference Protocol over REST and gRPC
 
 Inputs are random (floats standard normal, integers in [0, --int-high), bools random)
 with symbolic dimensions from ``--dim name=value`` (default 1), or read from an
@@ -289,6 +290,29 @@ def cmd_policy_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from ..serving import InferenceServer
+    except ImportError as exc:
+        print(
+            f"error: xpuruntime serve needs the serve extra ({exc}); install with: pip install xpuruntime[serve]",
+            file=sys.stderr,
+        )
+        return 2
+    server = InferenceServer(
+        args.model_repository,
+        host=args.host,
+        http_port=None if args.http_port < 0 else args.http_port,
+        grpc_port=None if args.grpc_port < 0 else args.grpc_port,
+        max_request_bytes=args.max_request_bytes,
+        max_inflight=args.max_inflight,
+        threads=args.threads,
+        load_models=args.load or True,
+    )
+    server.serve_forever(grace=args.grace)
+    return 0
+
+
 # ------------------------------------------------------------------ parser
 def _common(p: argparse.ArgumentParser, model_required: bool) -> None:
     if model_required:
@@ -341,6 +365,17 @@ def build_parser() -> argparse.ArgumentParser:
     from . import compare
 
     compare.add_parser(sub)
+    p = sub.add_parser("serve", help="serve a model repository over the Open Inference Protocol")
+    p.add_argument("--model-repository", required=True, metavar="DIR", help="one folder per model")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface)")
+    p.add_argument("--http-port", type=int, default=8000, help="REST port (0: any free port, -1: no REST)")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: any free port, -1: no gRPC)")
+    p.add_argument("--max-request-bytes", type=int, default=64 << 20, help="largest request body accepted")
+    p.add_argument("--max-inflight", type=int, default=256, help="unbatched requests per model before 503")
+    p.add_argument("--threads", type=int, default=16, help="worker threads (gRPC handlers, unbatched runs)")
+    p.add_argument("--load", action="append", default=[], metavar="MODEL", help="load only these models")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get at shutdown")
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

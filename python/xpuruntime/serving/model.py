@@ -1,0 +1,236 @@
+"""One served model version: its sessions, its shape buckets, validation and execution.
+
+A :class:`ServedModel` owns one :class:`xpuruntime.InferenceSession` per shape bucket
+(native engine: each compiled for its bucket's shapes) or one session warmed at every
+bucket (engines that take any shape). Loading runs every bucket once, so a plan exists
+for every shape a request can be run at and nothing compiles or tunes on a request's
+path. Requests are validated against the model's inputs before they are queued.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import ConfigError, ModelConfig
+from .protocol import InferRequest, datatype_of, invalid
+
+PLATFORM = "xpuruntime"
+
+
+class ServedModel:
+    """A loaded model version, ready to run batches of validated requests.
+
+    Thread safety: :meth:`run_batch` may be called from several threads at once
+    (``InferenceSession.run`` is thread-safe); the rest is read-only after load.
+    """
+
+    def __init__(self, config: ModelConfig, version: str, model_path: Path, folder: Path) -> None:
+        import xpuruntime as xrt
+        from xpuruntime.policies import ExecutionPolicy, KernelPolicy
+
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.path = model_path
+        kp = KernelPolicy.load(folder / config.kernel_policy) if config.kernel_policy else None
+        ep = ExecutionPolicy.load(folder / config.exec_policy) if config.exec_policy else None
+        kfp = (kp or KernelPolicy()).fingerprint
+        efp = (ep or ExecutionPolicy()).fingerprint
+        # One fingerprint for the pair, so a client compares a single string.
+        self.policy_fingerprint = hashlib.sha256(f"{kfp}:{efp}".encode()).hexdigest()
+
+        def session(**options: Any) -> Any:
+            return xrt.InferenceSession(
+                str(model_path),
+                device=config.device,
+                engine=config.engine,
+                kernel_policy=kp,
+                exec_policy=ep,
+                **options,
+            )
+
+        probe = session()
+        self.engine = probe.engine
+        self.device = probe.device
+        self.inputs = [(i.name, np.dtype(i.dtype), tuple(i.shape)) for i in probe.get_inputs()]
+        self.outputs = [(o.name, np.dtype(o.dtype), tuple(o.shape)) for o in probe.get_outputs()]
+        self.input_names = {n for n, _, _ in self.inputs}
+        self.output_names = {n for n, _, _ in self.outputs}
+        self.buckets = config.buckets()
+        self._fixed = {n: self._resolve(n, s) for n, _, s in self.inputs}
+        self._sessions: dict[int, Any] = {}
+        symbolic = any(not isinstance(d, int) for _, _, s in self.inputs for d in s)
+        if self.buckets and self.engine == "native" and symbolic:
+            # The native engine compiles one plan per input shapes; a session per bucket
+            # keeps every bucket's plan resident, whatever the engine's own cache holds.
+            for b in self.buckets:
+                self._sessions[b] = session(input_shapes=self._shapes(b))
+        else:
+            for b in self.buckets or (0,):
+                self._sessions[b] = probe
+        # The Decisions of a session that has built its plan (the smallest bucket's).
+        self._explain_session = self._sessions[self.buckets[0] if self.buckets else 0]
+        for b in self.buckets or (0,):
+            self._warm(b)
+        self.loaded_at = time.time()
+
+    # ------------------------------------------------------------------ shapes
+    def _resolve(self, name: str, shape: Sequence[Any]) -> tuple[int, ...]:
+        """The input's shape with every dim but the batch dim fixed (batch dim -> -1)."""
+        dims = list(shape)
+        out: list[int] = []
+        for k, d in enumerate(dims):
+            if k == 0 and self.config.max_batch_size > 0:
+                if isinstance(d, int) and d >= 0 and self.buckets != (d,):
+                    raise ConfigError(
+                        f"model '{self.name}': input '{name}' has a fixed batch dimension {d}, so it "
+                        f"cannot be batched to {list(self.buckets)}; export it with a dynamic first "
+                        "dimension or set max_batch_size to 0"
+                    )
+                out.append(-1)
+            elif isinstance(d, int) and d >= 0:
+                out.append(d)
+            elif str(d) in self.config.dims:
+                out.append(int(self.config.dims[str(d)]))
+            else:
+                raise ConfigError(
+                    f"model '{self.name}': input '{name}' dimension {k} is symbolic ({d!r}); give its "
+                    f'value in the config ("dims": {{"{d}": N}}) so a plan is built before serving'
+                )
+        return tuple(out)
+
+    def _shapes(self, bucket: int) -> dict[str, list[int]]:
+        return {n: [bucket if d == -1 else d for d in s] for n, s in self._fixed.items()}
+
+    def _warm(self, bucket: int) -> None:
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for n, dt, _ in self.inputs:
+            shape = self._shapes(bucket)[n]
+            if dt.kind == "f":
+                feeds[n] = rng.standard_normal(shape).astype(dt)
+            else:
+                feeds[n] = np.zeros(shape, dtype=dt)
+        outs = self._sessions[bucket].run(feeds)
+        if bucket:
+            for name, value in outs.items():
+                if np.ndim(value) == 0 or np.shape(value)[0] != bucket:
+                    raise ConfigError(
+                        f"model '{self.name}': output '{name}' has shape {list(np.shape(value))} at batch "
+                        f"{bucket}; batching needs every output's first dimension to be the batch "
+                        "dimension (set max_batch_size to 0 to serve it unbatched)"
+                    )
+
+    # ------------------------------------------------------------------ metadata
+    def metadata(self) -> dict[str, Any]:
+        """The protocol's model metadata (batch dimension reported as -1)."""
+
+        def tensors(items: list[tuple[str, np.dtype, tuple[Any, ...]]], fixed: bool) -> list[dict[str, Any]]:
+            out = []
+            for n, dt, s in items:
+                shape = (
+                    list(self._fixed[n]) if fixed else [d if isinstance(d, int) and d >= 0 else -1 for d in s]
+                )
+                if not fixed and self.buckets and shape:
+                    shape[0] = -1
+                out.append({"name": n, "datatype": datatype_of(dt), "shape": shape})
+            return out
+
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": PLATFORM,
+            "inputs": tensors(self.inputs, True),
+            "outputs": tensors(self.outputs, False),
+        }
+
+    def explain(self) -> list[dict[str, Any]]:
+        """Every Decision of the session (engine choice, then one per node), as dicts."""
+        log = self._explain_session.explain()
+        to_list = getattr(log, "to_list", None)
+        if callable(to_list):
+            return list(to_list())
+        return [d.to_dict() for d in log]
+
+    # ------------------------------------------------------------------ requests
+    def validate(self, req: InferRequest) -> int:
+        """Check names, dtypes and shapes; returns the request's batch size (1 unbatched)."""
+        where = f"model '{self.name}'"
+        missing = [n for n, _, _ in self.inputs if n not in req.inputs]
+        extra = sorted(set(req.inputs) - self.input_names)
+        if extra:
+            raise invalid(
+                f"{where}: unknown input '{extra[0]}'; the model's inputs are "
+                f"{', '.join(n for n, _, _ in self.inputs)}"
+            )
+        if missing:
+            raise invalid(f"{where}: input '{missing[0]}' is missing; send every input of the model")
+        for r in req.outputs or ():
+            if r.name not in self.output_names:
+                raise invalid(
+                    f"{where}: unknown output '{r.name}'; the model's outputs are "
+                    f"{', '.join(n for n, _, _ in self.outputs)}"
+                )
+        batch = None
+        for n, dt, _ in self.inputs:
+            arr = req.inputs[n]
+            if arr.dtype != dt:
+                raise invalid(
+                    f"{where}: input '{n}' has datatype {datatype_of(arr.dtype)}, the model expects "
+                    f"{datatype_of(dt)}"
+                )
+            want = self._fixed[n]
+            ok = arr.ndim == len(want) and all(w in (-1, g) for w, g in zip(want, arr.shape))
+            if not ok:
+                shown = ["N" if w == -1 else w for w in want]
+                raise invalid(f"{where}: input '{n}' has shape {list(arr.shape)}, the model expects {shown}")
+            if self.buckets:
+                b = int(arr.shape[0])
+                if batch is not None and b != batch:
+                    raise invalid(f"{where}: inputs disagree on the batch size ({batch} vs {b} at '{n}')")
+                batch = b
+        if not self.buckets:
+            return 1
+        assert batch is not None
+        if batch < 1 or batch > self.buckets[-1]:
+            raise invalid(
+                f"{where}: batch size {batch} is outside 1..{self.buckets[-1]} (max_batch_size); "
+                "split the request"
+            )
+        return batch
+
+    def bucket_for(self, rows: int) -> int:
+        """The smallest bucket that holds ``rows`` (0 for an unbatched model)."""
+        for b in self.buckets:
+            if b >= rows:
+                return b
+        return 0
+
+    def run_batch(self, requests: Sequence[InferRequest], rows: Sequence[int]) -> list[dict[str, np.ndarray]]:
+        """Run requests together, padded to a bucket; each request gets its own rows back."""
+        if not self.buckets:
+            (req,) = requests
+            return [{k: np.asarray(v) for k, v in self._sessions[0].run(req.inputs).items()}]
+        total = sum(rows)
+        bucket = self.bucket_for(total)
+        feeds = {}
+        for n, dt, _ in self.inputs:
+            parts = [r.inputs[n] for r in requests]
+            if bucket > total:  # padding rows: zeros, computed and dropped
+                parts.append(np.zeros((bucket - total, *parts[0].shape[1:]), dtype=dt))
+            feeds[n] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        outs = self._sessions[bucket].run(feeds)
+        if len(requests) == 1 and bucket == total:
+            return [{k: np.asarray(v) for k, v in outs.items()}]
+        results: list[dict[str, np.ndarray]] = []
+        start = 0
+        for n in rows:
+            results.append({k: np.asarray(v)[start : start + n] for k, v in outs.items()})
+            start += n
+        return results

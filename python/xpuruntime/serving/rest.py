@@ -1,0 +1,308 @@
+"""The REST front end: the Open Inference Protocol's HTTP/JSON API on Starlette.
+
+Endpoints (``{v}`` versions are optional everywhere a model is named)::
+
+    GET  /v2                                    server metadata
+    GET  /v2/health/live | /v2/health/ready     health
+    GET  /v2/models/{m}[/versions/{v}]          model metadata
+    GET  /v2/models/{m}[/versions/{v}]/ready    model readiness
+    POST /v2/models/{m}[/versions/{v}]/infer    inference: JSON tensors and the binary tensor extension
+    GET  /v2/models/{m}[/versions/{v}]/explain  the session's Decisions (xpuruntime's extension)
+    POST /v2/repository/index                   model-repository extension
+    POST /v2/repository/models/{m}/load | /unload
+    GET  /metrics                               Prometheus
+
+Starlette (the ASGI toolkit FastAPI is built on) is used directly: the protocol's
+bodies are parsed by hand anyway (the binary extension is not JSON), and skipping
+FastAPI's per-request dependency resolution keeps the added latency low.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import zlib
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .metrics import CONTENT_TYPE
+from .protocol import (
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    ServingError,
+    array_from_bytes,
+    array_from_list,
+    check_shape,
+    datatype_of,
+    dtype_of,
+    invalid,
+    too_large,
+)
+
+HEADER_LENGTH = "inference-header-content-length"
+_JSON = "application/json"
+
+
+def _error(exc: ServingError) -> Response:
+    return Response(orjson.dumps({"error": str(exc)}), status_code=exc.http_status, media_type=_JSON)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(
+        orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status, media_type=_JSON
+    )
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(f"request body of {declared} bytes exceeds the server's limit of {limit} bytes")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"request body exceeds the server's limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "").lower()
+    if encoding in ("gzip", "deflate"):
+        try:
+            d = zlib.decompressobj(31 if encoding == "gzip" else 15)
+            body = d.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise invalid(f"request body is not valid {encoding} data: {exc}") from None
+        if len(body) > limit:
+            raise too_large(f"decompressed request body exceeds the server's limit of {limit} bytes")
+    elif encoding not in ("", "identity"):
+        raise invalid(f"Content-Encoding {encoding!r} is not supported; use gzip, deflate or none")
+    return body
+
+
+def parse_infer(body: bytes, header_length: str | None, model: str, version: str) -> InferRequest:
+    """An InferRequest from a REST body (JSON, optionally followed by binary tensor data)."""
+    if header_length is not None:
+        if not header_length.isdigit() or int(header_length) > len(body):
+            raise invalid(
+                f"Inference-Header-Content-Length {header_length!r} is not a length within the "
+                f"{len(body)}-byte body"
+            )
+        n = int(header_length)
+        head, binary = body[:n], memoryview(body)[n:]
+    else:
+        head, binary = body, memoryview(b"")
+    try:
+        doc = orjson.loads(head)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise invalid("the request body must be a JSON object with an 'inputs' list")
+    tensors = doc.get("inputs")
+    if not isinstance(tensors, list) or not tensors:
+        raise invalid("the request needs a non-empty 'inputs' list of tensors")
+    inputs: dict[str, np.ndarray] = {}
+    offset = 0
+    for k, t in enumerate(tensors):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise invalid(f"inputs[{k}] must be an object with a 'name'")
+        name = t["name"]
+        where = f"input '{name}'"
+        if name in inputs:
+            raise invalid(f"{where} is given twice")
+        dt = dtype_of(t.get("datatype", ""), where)
+        shape = check_shape(t.get("shape"), where)
+        params = t.get("parameters") or {}
+        size = params.get("binary_data_size") if isinstance(params, dict) else None
+        if size is not None:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise invalid(f"{where}: binary_data_size must be a non-negative integer")
+            if offset + size > len(binary):
+                raise invalid(
+                    f"{where}: binary data truncated: needs {size} bytes at offset {offset} but only "
+                    f"{len(binary) - offset} follow the JSON header"
+                )
+            inputs[name] = array_from_bytes(binary[offset : offset + size], dt, shape, where)
+            offset += size
+        elif "data" in t:
+            inputs[name] = array_from_list(t["data"], dt, shape, where)
+        else:
+            raise invalid(f"{where} has neither 'data' nor a binary_data_size parameter")
+    if offset != len(binary):
+        raise invalid(f"{len(binary) - offset} bytes of binary data follow the last binary input")
+    top = doc.get("parameters") or {}
+    if not isinstance(top, dict):
+        raise invalid("'parameters' must be an object")
+    all_binary = bool(top.get("binary_data_output", False))
+    outputs = None
+    if doc.get("outputs") is not None:
+        if not isinstance(doc["outputs"], list):
+            raise invalid("'outputs' must be a list of {name, parameters}")
+        outputs = []
+        for k, o in enumerate(doc["outputs"]):
+            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+                raise invalid(f"outputs[{k}] must be an object with a 'name'")
+            op = o.get("parameters") or {}
+            binary_out = bool(op.get("binary_data", all_binary)) if isinstance(op, dict) else all_binary
+            outputs.append(RequestedOutput(o["name"], binary_out))
+    return InferRequest(model, version, inputs, outputs, str(doc.get("id", "")), top, all_binary)
+
+
+def render_infer(resp: InferResponse, req: InferRequest) -> Response:
+    """The REST response: JSON tensors, or binary ones after the JSON header."""
+    binary_names = {o.name for o in req.outputs if o.binary} if req.outputs else set()
+    if not req.outputs and req.binary_outputs:
+        binary_names = set(resp.outputs)
+    outs = []
+    chunks: list[bytes] = []
+    for name, value in resp.outputs.items():
+        arr = np.ascontiguousarray(value)
+        t: dict[str, Any] = {"name": name, "datatype": datatype_of(arr.dtype), "shape": list(arr.shape)}
+        if name in binary_names:
+            raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+            t["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            # orjson writes float16 arrays not at all, float32 as the shortest text that
+            # reads back to the same float32; float16 widens to float32 exactly.
+            t["data"] = (arr.astype(np.float32) if arr.dtype == np.float16 else arr).reshape(-1)
+        outs.append(t)
+    doc: dict[str, Any] = {
+        "model_name": resp.model,
+        "model_version": resp.version,
+        "parameters": resp.parameters,
+        "outputs": outs,
+    }
+    if resp.id:
+        doc["id"] = resp.id
+    head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return Response(head, media_type=_JSON)
+    return Response(
+        b"".join([head, *chunks]),
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(len(head))},
+    )
+
+
+def build_app(server: Any) -> Starlette:
+    """The Starlette app over ``server`` (an :class:`xpuruntime.serving.InferenceServer`)."""
+    repo = server.repository
+    metrics = server.metrics
+    executor: concurrent.futures.Executor = server.executor
+    limit = server.max_request_bytes
+
+    def _model(request: Request) -> tuple[str, str]:
+        return request.path_params["name"], request.path_params.get("version", "")
+
+    async def live(request: Request) -> Response:
+        return _json({"live": True})
+
+    async def ready(request: Request) -> Response:
+        ok = server.ready()
+        return _json({"ready": ok}, 200 if ok else 503)
+
+    async def server_metadata(request: Request) -> Response:
+        return _json(server.server_metadata())
+
+    async def model_metadata(request: Request) -> Response:
+        try:
+            return _json(repo.get(*_model(request)).model.metadata())
+        except ServingError as exc:
+            return _error(exc)
+
+    async def model_ready(request: Request) -> Response:
+        ok = repo.is_ready(*_model(request))
+        return _json({"name": request.path_params["name"], "ready": ok}, 200 if ok else 503)
+
+    async def explain(request: Request) -> Response:
+        try:
+            m = repo.get(*_model(request)).model
+        except ServingError as exc:
+            return _error(exc)
+        return _json(
+            {
+                "model_name": m.name,
+                "model_version": m.version,
+                "engine": m.engine,
+                "device": m.device,
+                "policy_fingerprint": m.policy_fingerprint,
+                "decisions": m.explain(),
+            }
+        )
+
+    async def infer(request: Request) -> Response:
+        name, version = _model(request)
+        metrics.requests.labels(name, version, "rest").inc()
+        try:
+            sched = repo.get(name, version)
+            body = await _body(request, limit)
+            req = parse_infer(body, request.headers.get(HEADER_LENGTH), name, sched.model.version)
+            resp = await sched.infer_async(req, executor)
+            return render_infer(resp, req)
+        except ServingError as exc:
+            metrics.failures.labels(name, version, "rest", exc.grpc_code).inc()
+            return _error(exc)
+
+    async def repo_index(request: Request) -> Response:
+        ready_only = False
+        body = await request.body()
+        if body.strip():
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                return _error(invalid(f"the request body is not valid JSON: {exc}"))
+            ready_only = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
+        return _json(repo.index(ready_only))
+
+    async def repo_load(request: Request) -> Response:
+        try:
+            await _in_thread(executor, repo.load, request.path_params["name"])
+        except ServingError as exc:
+            return _error(exc)
+        return _json({})
+
+    async def repo_unload(request: Request) -> Response:
+        try:
+            await _in_thread(executor, repo.unload, request.path_params["name"])
+        except ServingError as exc:
+            return _error(exc)
+        return _json({})
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.render(repo.devices()), media_type=CONTENT_TYPE)
+
+    m = "/v2/models/{name}"
+    mv = "/v2/models/{name}/versions/{version}"
+    routes = [
+        Route("/v2", server_metadata, methods=["GET"]),
+        Route("/v2/health/live", live, methods=["GET"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+        Route("/v2/repository/index", repo_index, methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", repo_load, methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", repo_unload, methods=["POST"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    for base in (m, mv):
+        routes += [
+            Route(base, model_metadata, methods=["GET"]),
+            Route(base + "/ready", model_ready, methods=["GET"]),
+            Route(base + "/infer", infer, methods=["POST"]),
+            Route(base + "/explain", explain, methods=["GET"]),
+        ]
+    return Starlette(routes=routes)
+
+
+async def _in_thread(executor: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+
+
+__all__ = ["build_app", "parse_infer", "render_infer"]

@@ -1,0 +1,231 @@
+"""Scheduling requests onto a :class:`ServedModel`: directly, or through the dynamic batcher.
+
+Dynamic batching (a model config with ``dynamic_batching``): requests wait in a bounded
+queue; a worker thread (``instances`` of them) takes the oldest request, waits until the queue holds the
+largest bucket's worth of rows or the oldest request has waited ``max_queue_delay_us``,
+then runs every queued request that fits (in arrival order) as one batch padded to the
+smallest bucket that holds it. Since every bucket's plan was built at load, batches
+never compile. A full queue refuses the request at once (HTTP 503 / gRPC
+RESOURCE_EXHAUSTED): memory stays bounded and the client can back off.
+
+Without batching each request runs on the calling thread (gRPC's worker, or the REST
+server's thread pool); at most ``max_inflight`` run or wait at once.
+
+Thread safety: every public method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+from .metrics import ServerMetrics
+from .model import ServedModel
+from .protocol import InferRequest, InferResponse, ServingError, overloaded, select_outputs, unavailable
+
+
+class _Pending:
+    __slots__ = ("future", "req", "rows", "t_enqueue")
+
+    def __init__(self, req: InferRequest, rows: int) -> None:
+        self.req = req
+        self.rows = rows
+        self.t_enqueue = time.perf_counter()
+        self.future: concurrent.futures.Future[InferResponse] = concurrent.futures.Future()
+
+
+class ModelScheduler:
+    """Runs validated requests of one model version, batched or not, with provenance."""
+
+    def __init__(
+        self,
+        model: ServedModel,
+        metrics: ServerMetrics,
+        max_inflight: int = 256,
+        provenance: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.metrics = metrics
+        self._closed = False
+        self._inflight = 0
+        self._max_inflight = max_inflight
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queued_rows = 0
+        cfg = model.config.dynamic_batching
+        self.batching = cfg is not None
+        self._delay_s = (cfg.max_queue_delay_us if cfg else 0) / 1e6
+        self._max_queue = cfg.max_queue_size if cfg else 0
+        self._workers: list[threading.Thread] = []
+        self._depth = metrics.queue_depth.labels(model.name, model.version)
+        self._base = {
+            "engine": model.engine,
+            "device": model.device,
+            "policy_fingerprint": model.policy_fingerprint,
+            "model_version": model.version,
+            **(provenance or {}),
+        }
+        if self.batching:
+            for k in range(model.config.instances):
+                t = threading.Thread(
+                    target=self._loop, name=f"xrt-batcher-{model.name}-{model.version}-{k}", daemon=True
+                )
+                t.start()
+                self._workers.append(t)
+
+    # ------------------------------------------------------------------ entry points
+    def infer(self, req: InferRequest) -> InferResponse:
+        """Run ``req`` and wait for its response (blocks the calling thread)."""
+        rows = self.model.validate(req)
+        if self.batching:
+            return self._enqueue(req, rows).future.result()
+        self._admit()
+        try:
+            return self._run([req], [rows], [time.perf_counter()])[0]
+        finally:
+            self._release()
+
+    async def infer_async(self, req: InferRequest, executor: concurrent.futures.Executor) -> InferResponse:
+        """Run ``req`` without blocking the event loop (unbatched runs go to ``executor``)."""
+        rows = self.model.validate(req)
+        if self.batching:
+            return await asyncio.wrap_future(self._enqueue(req, rows).future)
+        self._admit()
+        t0 = time.perf_counter()
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(executor, lambda: self._run([req], [rows], [t0])[0])
+        finally:
+            self._release()
+
+    def close(self, drain: bool = True) -> None:
+        """Stop taking requests; with ``drain`` queued requests still run, else they fail."""
+        with self._cond:
+            self._closed = True
+            if not drain:
+                while self._queue:
+                    p = self._queue.popleft()
+                    p.future.set_exception(unavailable(f"model '{self.model.name}' is shutting down"))
+                self._queued_rows = 0
+            self._cond.notify_all()
+        for t in self._workers:
+            if t is not threading.current_thread():
+                t.join()
+
+    def queue_depth(self) -> int:
+        """Requests waiting now (batching) or running (direct)."""
+        with self._cond:
+            return len(self._queue) if self.batching else self._inflight
+
+    # ------------------------------------------------------------------ direct mode
+    def _admit(self) -> None:
+        with self._cond:
+            if self._closed:
+                raise unavailable(f"model '{self.model.name}' is unloading or the server is stopping")
+            if self._inflight >= self._max_inflight:
+                raise overloaded(
+                    f"model '{self.model.name}' has {self._inflight} requests in flight (max_inflight "
+                    f"{self._max_inflight}); retry later"
+                )
+            self._inflight += 1
+
+    def _release(self) -> None:
+        with self._cond:
+            self._inflight -= 1
+
+    # ------------------------------------------------------------------ batching
+    def _enqueue(self, req: InferRequest, rows: int) -> _Pending:
+        p = _Pending(req, rows)
+        with self._cond:
+            if self._closed:
+                raise unavailable(f"model '{self.model.name}' is unloading or the server is stopping")
+            if len(self._queue) >= self._max_queue:
+                raise overloaded(
+                    f"model '{self.model.name}': the batching queue is full ({self._max_queue} requests, "
+                    "max_queue_size); retry later"
+                )
+            self._queue.append(p)
+            self._queued_rows += rows
+            self._depth.set(len(self._queue))
+            self._cond.notify()
+        return p
+
+    def _take(self) -> list[_Pending] | None:
+        """The next batch (None when closed and drained). Called by the worker only."""
+        full = self.model.buckets[-1]
+        with self._cond:
+            while True:
+                while not self._queue:
+                    if self._closed:
+                        return None
+                    self._cond.wait()
+                if self._queued_rows >= full or self._closed:
+                    break
+                # Another worker may take the oldest request meanwhile: the deadline is
+                # always the current oldest request's.
+                left = self._queue[0].t_enqueue + self._delay_s - time.perf_counter()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            batch: list[_Pending] = []
+            rows = 0
+            while self._queue and rows + self._queue[0].rows <= full:
+                p = self._queue.popleft()
+                rows += p.rows
+                batch.append(p)
+            self._queued_rows -= rows
+            self._depth.set(len(self._queue))
+            return batch
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            # Futures a client abandoned (cancelled) are skipped, not run.
+            batch = [p for p in batch if p.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            try:
+                results = self._run(
+                    [p.req for p in batch], [p.rows for p in batch], [p.t_enqueue for p in batch]
+                )
+            except ServingError as exc:  # every waiter learns why; the worker keeps serving
+                for p in batch:
+                    p.future.set_exception(exc)
+                continue
+            for p, r in zip(batch, results):
+                p.future.set_result(r)
+
+    # ------------------------------------------------------------------ running
+    def _run(self, reqs: list[InferRequest], rows: list[int], t_enqueue: list[float]) -> list[InferResponse]:
+        t0 = time.perf_counter()
+        try:
+            outs = self.model.run_batch(reqs, rows)
+        except ServingError:
+            raise
+        except Exception as exc:
+            raise ServingError(
+                f"model '{self.model.name}' failed to run: {type(exc).__name__}: {exc}", 500, "INTERNAL"
+            ) from exc
+        t1 = time.perf_counter()
+        compute = t1 - t0
+        bucket = self.model.bucket_for(sum(rows)) or 1
+        self.metrics.observe_batch(
+            self.model.name, self.model.version, bucket, compute, [t0 - t for t in t_enqueue]
+        )
+        responses = []
+        for req, out, te in zip(reqs, outs, t_enqueue):
+            params: dict[str, Any] = dict(self._base)
+            params["batch_size"] = bucket
+            params["batch_requests"] = len(reqs)
+            params["queue_time_us"] = int((t0 - te) * 1e6)
+            params["compute_time_us"] = int(compute * 1e6)
+            responses.append(
+                InferResponse(req.model, self.model.version, select_outputs(out, req.outputs), params, req.id)
+            )
+        return responses
