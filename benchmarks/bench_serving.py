@@ -356,6 +356,8 @@ def main() -> int:
         "machine": platform.platform(),
         "versions": versions(),
         "config": vars(args),
+        # This machine is shared: the load average says how contended the 2 cores were.
+        "load_average_at_start": list(os.getloadavg()),
         "goals": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -423,6 +425,7 @@ def main() -> int:
                 print(json.dumps(load, indent=2), flush=True)
         finally:
             server.stop()
+    result["load_average_at_end"] = list(os.getloadavg())
     print(json.dumps(result["goals"], indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -92,6 +92,7 @@ def make_repository(root: Path) -> dict[str, Path]:
         "max_batch_size": 8,
         "dynamic_batching": {"preferred_batch_sizes": [1, 2, 4, 8], "max_queue_delay_us": 2000},
         "kernel_policy": "kernel_policy.json",
+        "instances": 2,
     }
     (root / "mlp").mkdir(parents=True)
     (root / "mlp" / "kernel_policy.json").write_text(xrt.KernelPolicy(matmul="cpu_blocked").to_json())

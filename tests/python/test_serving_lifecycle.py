@@ -56,6 +56,7 @@ def test_config_buckets() -> None:
         ({"dims": {"seq": "x"}}, "dims.seq must be an integer"),
         ({"versions": []}, "versions must be a non-empty list"),
         ({"engine": 3}, "engine must be a non-empty string"),
+        ({"instances": 0}, "instances must be an integer >= 1"),
     ],
 )
 def test_bad_configs_name_the_field(data, match) -> None:

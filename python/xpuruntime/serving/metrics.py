@@ -28,6 +28,20 @@ _LATENCY_BUCKETS = (
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+class ModelMetrics:
+    """One model version's histograms and gauge."""
+
+    def __init__(self, batch_size: Any, compute: Any, queue: Any, depth: Any) -> None:
+        self.batch_size, self.compute, self.queue, self.depth = batch_size, compute, queue, depth
+
+    def observe_batch(self, rows: int, compute_s: float, queue_s: list[float]) -> None:
+        """Record one batch run and the queue time of each request in it."""
+        self.batch_size.observe(rows)
+        for q in queue_s:
+            self.compute.observe(compute_s)
+            self.queue.observe(q)
+
+
 class ServerMetrics:
     """Requests, failures, queue and compute latency, batch sizes, queue depth, device memory."""
 
@@ -80,16 +94,14 @@ class ServerMetrics:
             registry=r,
         )
 
-    def observe_batch(
-        self, model: str, version: str, rows: int, compute_s: float, queue_s: list[float]
-    ) -> None:
-        """Record one batch run and the queue time of each request in it."""
-        self.batch_size.labels(model, version).observe(rows)
-        ch = self.compute_seconds.labels(model, version)
-        qh = self.queue_seconds.labels(model, version)
-        for q in queue_s:
-            ch.observe(compute_s)
-            qh.observe(q)
+    def model_metrics(self, model: str, version: str) -> ModelMetrics:
+        """The per-model children (label lookups done once, not per request)."""
+        return ModelMetrics(
+            self.batch_size.labels(model, version),
+            self.compute_seconds.labels(model, version),
+            self.queue_seconds.labels(model, version),
+            self.queue_depth.labels(model, version),
+        )
 
     def render(self, devices: list[str]) -> bytes:
         """The text exposition format, with device memory sampled now."""
@@ -111,4 +123,4 @@ def _memory_stats(device: str) -> int | None:
     return int(stats.allocated_bytes)
 
 
-__all__ = ["CONTENT_TYPE", "ServerMetrics"]
+__all__ = ["CONTENT_TYPE", "ModelMetrics", "ServerMetrics"]

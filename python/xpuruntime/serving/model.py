@@ -76,6 +76,7 @@ class ServedModel:
                 self._sessions[b] = probe
         # The Decisions of a session that has built its plan (the smallest bucket's).
         self._explain_session = self._sessions[self.buckets[0] if self.buckets else 0]
+        self.warm_run_us = 0.0  # the slowest bucket's warm run time
         for b in self.buckets or (0,):
             self._warm(b)
         self.loaded_at = time.time()
@@ -118,6 +119,10 @@ class ServedModel:
             else:
                 feeds[n] = np.zeros(shape, dtype=dt)
         outs = self._sessions[bucket].run(feeds)
+        # A second, timed run: what one request costs once the plan is warm.
+        t0 = time.perf_counter()
+        self._sessions[bucket].run(feeds)
+        self.warm_run_us = max(self.warm_run_us, (time.perf_counter() - t0) * 1e6)
         if bucket:
             for name, value in outs.items():
                 if np.ndim(value) == 0 or np.shape(value)[0] != bucket:

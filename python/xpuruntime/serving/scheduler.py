@@ -9,7 +9,9 @@ never compile. A full queue refuses the request at once (HTTP 503 / gRPC
 RESOURCE_EXHAUSTED): memory stays bounded and the client can back off.
 
 Without batching each request runs on the calling thread (gRPC's worker, or the REST
-server's thread pool); at most ``max_inflight`` run or wait at once.
+server's thread pool); at most ``max_inflight`` run or wait at once. A REST request
+for a model whose warm run takes under ``INLINE_RUN_US`` runs on the event loop
+itself: handing it to a thread would cost more than running it.
 
 Thread safety: every public method may be called from any thread.
 """
@@ -26,6 +28,8 @@ from typing import Any
 from .metrics import ServerMetrics
 from .model import ServedModel
 from .protocol import InferRequest, InferResponse, ServingError, overloaded, select_outputs, unavailable
+
+INLINE_RUN_US = 200.0
 
 
 class _Pending:
@@ -58,10 +62,12 @@ class ModelScheduler:
         self._queued_rows = 0
         cfg = model.config.dynamic_batching
         self.batching = cfg is not None
+        self._inline = not self.batching and model.warm_run_us < INLINE_RUN_US
         self._delay_s = (cfg.max_queue_delay_us if cfg else 0) / 1e6
         self._max_queue = cfg.max_queue_size if cfg else 0
         self._workers: list[threading.Thread] = []
-        self._depth = metrics.queue_depth.labels(model.name, model.version)
+        self._mm = metrics.model_metrics(model.name, model.version)
+        self._depth = self._mm.depth
         self._base = {
             "engine": model.engine,
             "device": model.device,
@@ -97,6 +103,8 @@ class ModelScheduler:
         self._admit()
         t0 = time.perf_counter()
         try:
+            if self._inline:
+                return self._run([req], [rows], [t0])[0]
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(executor, lambda: self._run([req], [rows], [t0])[0])
         finally:
@@ -215,9 +223,7 @@ class ModelScheduler:
         t1 = time.perf_counter()
         compute = t1 - t0
         bucket = self.model.bucket_for(sum(rows)) or 1
-        self.metrics.observe_batch(
-            self.model.name, self.model.version, bucket, compute, [t0 - t for t in t_enqueue]
-        )
+        self._mm.observe_batch(bucket, compute, [t0 - t for t in t_enqueue])
         responses = []
         for req, out, te in zip(reqs, outs, t_enqueue):
             params: dict[str, Any] = dict(self._base)
