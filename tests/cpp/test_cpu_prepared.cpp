@@ -22,7 +22,9 @@ std::vector<float> randn(std::size_t n, unsigned seed) {
   return v;
 }
 
-TensorArg arg(std::vector<float>& v, Shape s) { return TensorArg{DType::kFloat32, std::move(s), v.data()}; }
+TensorArg arg(std::vector<float>& v, Shape s) {
+  return TensorArg{DType::kFloat32, std::move(s), v.data()};
+}
 
 OpContext context_of(const std::string& op, const std::string& node, const KernelArgs& a) {
   OpContext ctx;
@@ -33,12 +35,15 @@ OpContext context_of(const std::string& op, const std::string& node, const Kerne
   return ctx;
 }
 
-std::vector<std::string> cpu_gemms() { return gemm_kernel_names(); }
+std::vector<std::string> cpu_gemms() {
+  return gemm_kernel_names();
+}
 
 // out[b, i, j] = sum_k a[b', i, k] * b[b'', k, j] with numpy batch broadcasting of
 // rank-3 operands (batch dims given as [batch_a], [batch_b], broadcast to nb).
-std::vector<double> batched_ref(const std::vector<float>& a, int64_t ba, const std::vector<float>& b,
-                                int64_t bb, int64_t nb, int64_t m, int64_t k, int64_t n) {
+std::vector<double> batched_ref(const std::vector<float>& a, int64_t ba,
+                                const std::vector<float>& b, int64_t bb, int64_t nb, int64_t m,
+                                int64_t k, int64_t n) {
   std::vector<double> y(static_cast<std::size_t>(nb * m * n), 0.0);
   for (int64_t t = 0; t < nb; ++t) {
     const int64_t ta = ba == 1 ? 0 : t, tb = bb == 1 ? 0 : t;
@@ -59,9 +64,13 @@ TEST(CpuPrepared, RegisterCpuKernelsIsIdempotentPerRegistry) {
   const uint64_t gen = reg.generation();
   register_cpu_kernels(reg);
   EXPECT_EQ(reg.generation(), gen);
-  for (const auto& [op, name] : std::vector<std::pair<std::string, std::string>>{
-           {"matmul", "cpu_blocked"}, {"matmul", "cpu_blas"}, {"conv", "cpu_im2col"},
-           {"conv", "cpu_direct"}, {"add", "cpu"}, {"fusedelementwise", "cpu"}}) {
+  for (const auto& [op, name] :
+       std::vector<std::pair<std::string, std::string>>{{"matmul", "cpu_blocked"},
+                                                        {"matmul", "cpu_blas"},
+                                                        {"conv", "cpu_im2col"},
+                                                        {"conv", "cpu_direct"},
+                                                        {"add", "cpu"},
+                                                        {"fusedelementwise", "cpu"}}) {
     EXPECT_NE(reg.find(op, name), nullptr) << op << "/" << name;
   }
 }
@@ -126,7 +135,8 @@ TEST(CpuPrepared, MatMulNodeGeneralBroadcastWithFusedBiasAndRelu) {
             for (int64_t q = 0; q < k; ++q)
               acc += static_cast<double>(a[(i0 * m + i) * k + q]) * b[(i1 * k + q) * n + j];
             const double want = std::max(acc, 0.0);
-            ASSERT_NEAR(y[((i0 * 3 + i1) * m + i) * n + j], want, 1e-4 * (1 + std::abs(want))) << gemm;
+            ASSERT_NEAR(y[((i0 * 3 + i1) * m + i) * n + j], want, 1e-4 * (1 + std::abs(want)))
+                << gemm;
           }
   }
 }
@@ -135,7 +145,8 @@ TEST(CpuPrepared, GemmNodeTransposesScalesAndBroadcastsC) {
   KernelRegistry reg;
   register_cpu_kernels(reg);
   const int64_t m = 6, k = 9, n = 5;
-  auto a = randn(k * m, 31), b = randn(n * k, 32), c = randn(m, 33);  // A^T stored [K,M], B^T [N,K], C [M,1]
+  auto a = randn(k * m, 31), b = randn(n * k, 32),
+       c = randn(m, 33);  // A^T stored [K,M], B^T [N,K], C [M,1]
   for (const std::string& gemm : cpu_gemms()) {
     std::vector<float> y(m * n);
     KernelArgs args;

@@ -4,15 +4,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/ops/elementwise.h"
-#include "backends/cpu/ops/fused.h"
 #include "graph/passes.h"
+#include "xpuruntime/ops/elementwise.h"
 
 namespace xpuruntime::graph::passes {
 namespace {
 
-using cpu::FusedBin;
-using cpu::Unary;
+using ops::FusedBin;
+using ops::Unary;
 
 bool is_output(const Graph& g, int v) {
   return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
@@ -88,7 +87,7 @@ bool fused_binary(const std::string& op, FusedBin& b) {
 
 struct Instr {
   int kind = 0, code = 0, operand = -1;  // operand: a graph value id until encoded
-  cpu::UnaryParams p;
+  ops::UnaryParams p;
 };
 
 // Describes node n as one instruction on the accumulator value `acc`.
@@ -118,15 +117,10 @@ bool as_instr(const Graph& g, const Node& n, int acc, Instr& ins) {
     if (n.inputs.size() > 2 && n.inputs[2] >= 0 && !const_scalar(g, n.inputs[2], hi)) return false;
     ins.p.lo = lo;
     ins.p.hi = hi;
-  } else if (!cpu::unary_kind(n, k) || n.inputs.size() != 1 || k == Unary::kNot) {
+  } else if (!ops::unary_kind(n, k) || n.inputs.size() != 1 || k == Unary::kNot) {
     return false;
   }
-  if (k == Unary::kLeakyRelu) ins.p.alpha = n.attr_float("alpha", 0.01);
-  if (k == Unary::kElu) ins.p.alpha = n.attr_float("alpha", 1.0);
-  if (k == Unary::kHardSigmoid) {
-    ins.p.alpha = n.attr_float("alpha", 0.2);
-    ins.p.beta = n.attr_float("beta", 0.5);
-  }
+  if (k != Unary::kClip) ins.p = ops::unary_params(n, k);
   ins.kind = 0;
   ins.code = static_cast<int>(k);
   return true;

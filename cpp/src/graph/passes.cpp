@@ -6,16 +6,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
-#include "backends/cpu/ops/cpu_op.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::graph::passes {
 namespace {
 
-using cpu::Meta;
-using cpu::OpDef;
-using cpu::TensorView;
+using ops::Meta;
 
 // Folded outputs may not grow the plan by more than this (Expand of a scalar into
 // a large tensor stays a run-time op).
@@ -48,6 +48,30 @@ std::size_t max_tensor_bytes() {
 
 bool is_graph_output(const Graph& g, int v) {
   return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+}
+
+// Attributes as text for a folding kernel's supports() (tensor attributes are
+// read from the node by prepare()).
+std::map<std::string, std::string> attr_text(const Node& n) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, a] : n.attrs)
+    if (a.kind != Attr::Kind::kTensor) m[k] = a.text();
+  return m;
+}
+
+// The kernel that folds node n on the host: among the registry's CPU kernels for
+// the op key, the first by priority that supports the case, else the first (the
+// matmul kernels read an ONNX MatMul/Gemm node in prepare() whatever the context
+// says). Null when no CPU kernel is registered for the key (the node then stays
+// a run-time op).
+KernelPtr fold_kernel(const OpContext& ctx) {
+  KernelPtr first;
+  for (const KernelPtr& k : KernelRegistry::instance().kernels(ctx.op)) {
+    if (k->def().device != DeviceType::kCPU) continue;
+    if (!first) first = k;
+    if (KernelRegistry::check(*k, ctx).ok) return k;
+  }
+  return first;
 }
 
 }  // namespace
@@ -100,14 +124,13 @@ int infer_and_fold(Graph& g, bool fold) {
   int folded = 0;
   for (int k : g.topo_order()) {
     Node& n = g.nodes[k];
-    const auto& defs = cpu::op_defs(n.op_type);
-    XRT_CHECK(!defs.empty(), UnsupportedOperationError, n.where(),
-              ": op '", n.op_type, "' is not supported by the native CPU engine");
-    const OpDef& def = *defs.front();
+    const ops::OpSchema* schema = ops::find_schema(n.op_type);
+    XRT_CHECK(schema != nullptr, UnsupportedOperationError, n.where(),
+              ": op '", n.op_type, "' is not supported by the native engine");
     std::vector<Meta> in;
     for (int i : n.inputs) in.push_back(meta_of(g, i));
     std::vector<Meta> out(n.outputs.size());
-    bool known = def.infer(n, in, out);
+    bool known = schema->infer(n, in, out);
     for (std::size_t j = 0; j < n.outputs.size(); ++j) {
       if (n.outputs[j] < 0) continue;
       Value& v = g.values[n.outputs[j]];
@@ -120,7 +143,7 @@ int infer_and_fold(Graph& g, bool fold) {
         v.shape.reset();
       }
     }
-    if (!fold || !def.foldable || !known) continue;
+    if (!fold || !schema->foldable || !known) continue;
     const bool shape_only = n.op_type == "Shape" || n.op_type == "Size";
     bool all_const = true;
     std::size_t in_bytes = 0;
@@ -134,26 +157,47 @@ int infer_and_fold(Graph& g, bool fold) {
     for (const Meta& m : out)
       if (m.present && m.shape) out_bytes += static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype);
     if (out_bytes > in_bytes + kFoldGrowthBytes && n.op_type != "Constant") continue;
-    // Run the op now: inputs are constants (or, for Shape/Size, only shapes).
+    // Run the op now through its CPU kernel, on host memory: inputs are constants
+    // (or, for Shape/Size, only shapes).
     static char dummy[64];
-    std::vector<TensorView> iv, ov;
+    OpContext ctx;
+    ctx.op = schema->key;
+    ctx.node = n.name.empty() ? n.op_type : n.name;
+    ctx.device = Device::cpu();
+    ctx.attrs = attr_text(n);
+    KernelArgs args;
+    PrepareContext pc;
+    pc.ctx = &ctx;
+    pc.node = &n;
     for (const Meta& m : in) {
       if (!m.present) {
-        iv.push_back(TensorView{});
+        ctx.inputs.emplace_back();
+        args.inputs.emplace_back();
+        pc.constants.emplace_back();
         continue;
       }
-      iv.push_back(TensorView{m.dtype, *m.shape, m.data ? const_cast<void*>(m.data) : dummy});
+      void* data = m.data ? const_cast<void*>(m.data) : dummy;
+      ctx.inputs.push_back(TensorSpec{m.dtype, *m.shape, {}});
+      args.inputs.push_back(TensorArg{m.dtype, *m.shape, data});
+      pc.constants.push_back(m.data ? HostTensor::wrap(m.dtype, *m.shape, data, nullptr) : HostTensor{});
     }
     std::vector<HostTensor> results;
     for (std::size_t j = 0; j < out.size(); ++j) {
       if (n.outputs[j] < 0) {
-        ov.push_back(TensorView{});
+        args.outputs.emplace_back();
         continue;
       }
       results.push_back(HostTensor::alloc(out[j].dtype, *out[j].shape));
-      ov.push_back(TensorView{out[j].dtype, *out[j].shape, results.back().data});
+      ctx.outputs.push_back(TensorSpec{out[j].dtype, *out[j].shape, {}});
+      args.outputs.push_back(TensorArg{out[j].dtype, *out[j].shape, results.back().data});
     }
-    def.run(n, iv, ov);
+    KernelPtr kernel = fold_kernel(ctx);
+    if (!kernel) continue;
+    PreparedKernelPtr prepared = kernel->prepare(pc);
+    std::vector<char> workspace(prepared->workspace_bytes());
+    args.workspace = workspace.empty() ? nullptr : workspace.data();
+    args.workspace_bytes = workspace.size();
+    prepared->run(args);
     std::size_t r = 0;
     for (std::size_t j = 0; j < out.size(); ++j) {
       if (n.outputs[j] < 0) continue;

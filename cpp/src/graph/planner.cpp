@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 
-#include "backends/cpu/ops/cpu_op.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::graph {
 
@@ -56,8 +56,8 @@ void build_plan_values(const Graph& g, ExecutionPlan& plan) {
   }
   // Views: Reshape & co. whose single output is an intermediate share input 0's bytes.
   for (PlanStep& st : plan.steps) {
-    const auto& defs = cpu::op_defs(st.node.op_type);
-    if (defs.empty() || !defs.front()->alias) continue;
+    const ops::OpSchema* schema = ops::find_schema(st.node.op_type);
+    if (schema == nullptr || !schema->alias) continue;
     int live_outputs = 0;
     for (int o : st.node.outputs) live_outputs += o >= 0;
     const int out = st.node.outputs[0];

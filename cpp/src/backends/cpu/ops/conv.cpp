@@ -46,39 +46,6 @@ Spatial as3d(Spatial g) {
   return g;
 }
 
-Spatial conv_geometry(const Node& n, const Shape& x, const Shape& w) {
-  std::vector<int64_t> k = n.attr_ints("kernel_shape", {});
-  if (k.empty()) k.assign(w.begin() + 2, w.end());
-  return make_spatial(n, x, k, false);
-}
-
-bool conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 2);
-  XRT_CHECK(in[0].dtype == in[1].dtype, InvalidModelError, n.where(), ": X is ",
-            dtype_name(in[0].dtype), " but W is ", dtype_name(in[1].dtype));
-  out[0].present = true;
-  out[0].dtype = in[0].dtype;
-  if (!in[0].shape || !in[1].shape) return false;
-  const Shape& x = *in[0].shape;
-  const Shape& w = *in[1].shape;
-  XRT_CHECK(w.size() == x.size() && x.size() >= 3, InvalidModelError, n.where(), ": X ",
-            shape_str(x), " and W ", shape_str(w), " must have the same rank >= 3");
-  const int64_t group = n.attr_int("group", 1);
-  XRT_CHECK(group >= 1 && x[1] % group == 0 && w[0] % group == 0 && w[1] * group == x[1],
-            InvalidModelError, n.where(), ": channels do not match: X has ", x[1],
-            " channels, W is ", shape_str(w), ", group ", group,
-            " (need W.shape[1] * group == X.shape[1])");
-  if (in.size() > 2 && in[2].present && in[2].shape) {
-    XRT_CHECK(shape_numel(*in[2].shape) == w[0], InvalidModelError, n.where(), ": bias has ",
-              shape_numel(*in[2].shape), " elements, expected ", w[0]);
-  }
-  const Spatial g = conv_geometry(n, x, w);
-  Shape s = {x[0], w[0]};
-  s.insert(s.end(), g.out.begin(), g.out.end());
-  out[0].shape = s;
-  return true;
-}
-
 // Bias, residual and activation over the output planes of all images.
 template <typename T>
 void conv_epilogue(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
@@ -612,35 +579,29 @@ PreparedKernelPtr im2col_prepare(const OpDef& def, const PrepareContext& pc) {
 void register_conv_ops(std::vector<OpDef>& defs) {
   OpDef d;
   d.op_type = "Conv";
-  d.key = "conv";
   d.kernel = "cpu_depthwise";
   d.dtypes = {DType::kFloat32, DType::kFloat64};
   d.priority = 20;
   d.description = "direct 2-D depthwise convolution (group == channels)";
-  d.infer = conv_infer;
   d.run = conv_depthwise_run;
   d.supports = depthwise_supports;
   defs.push_back(d);
   OpDef r;
   r.op_type = "Conv";
-  r.key = "conv";
   r.kernel = "cpu_direct";
   r.dtypes = {DType::kFloat32};
   r.priority = 15;
   r.description = "direct 2-D convolution without im2col (AVX2/FMA register tiles on the padded input)";
-  r.infer = conv_infer;
   r.run = conv_direct_run;
   r.supports = direct_supports;
   defs.push_back(r);
   OpDef i;
   i.op_type = "Conv";
-  i.key = "conv";
   i.kernel = "cpu_im2col";
   i.dtypes = {DType::kFloat32, DType::kFloat64};
   i.priority = 10;
   i.uses_gemm = false;
   i.description = "im2col + GEMM through the chosen matmul kernel (any Conv, 1-3 spatial dims)";
-  i.infer = conv_infer;
   i.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     conv_im2col_run(node_gemm_kernel(n), n, in, out);
   };

@@ -1,13 +1,14 @@
 // The CPU op kernels of the native engine: one OpDef per (ONNX op, kernel) with a
-// shape/dtype inference function and a run function over raw contiguous views.
+// run function over raw contiguous views (the op's semantics are its ops::OpSchema).
 // Each OpDef is also registered in the KernelRegistry (KernelDef data + a Kernel
 // whose prepare() binds it to a plan step's node and whose run() adapts a
 // KernelLaunch), so the Dispatcher chooses among them under a KernelPolicy and
 // records why; a plan step runs the PreparedKernel.
 //
-// How to add an op: write `infer` and `run` in the family file (elementwise.cpp,
-// reduce.cpp, ...), add an OpDef in that file's register_*() function, and list the
-// op in docs/ops.md by running scripts/gen_ops_doc.py. Everything here is
+// How to add an op: its semantics (shape inference, key, dtypes) go into an
+// ops::OpSchema (cpp/src/ops/); its CPU body is a `run` in the family file here
+// (elementwise.cpp, reduce.cpp, ...) with an OpDef in that file's register_*()
+// function; then list the op in docs/ops.md by running scripts/gen_ops_doc.py. Everything here is
 // thread-safe: OpDefs are immutable after registration and run() has no state.
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/ir.h"
 #include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::cpu {
 
@@ -31,22 +33,13 @@ using graph::Shape;
 using graph::shape_numel;
 using graph::shape_str;
 
-// What is known about one operand: at compile time the dtype and maybe the shape
-// and the value (constants); at run time everything.
-struct Meta {
-  bool present = false;  // false: an omitted optional input
-  DType dtype = DType::kFloat32;
-  std::optional<Shape> shape;
-  const void* data = nullptr;  // the value, when known
-
-  bool known() const { return present && shape.has_value(); }
-  bool has_value() const { return known() && data != nullptr; }
-  int64_t numel() const { return shape ? shape_numel(*shape) : -1; }
-  int64_t rank() const { return shape ? static_cast<int64_t>(shape->size()) : -1; }
-  // The value as integers / doubles (requires has_value()).
-  std::vector<int64_t> ints() const;
-  std::vector<double> floats() const;
-};
+using ops::all_known;
+using ops::broadcast_shapes;
+using ops::Meta;
+using ops::norm_axis;
+using ops::op_key;
+using ops::out_meta;
+using ops::require_inputs;
 
 // A contiguous tensor during execution.
 struct TensorView {
@@ -64,7 +57,7 @@ struct TensorView {
   std::vector<int64_t> ints() const;
 };
 
-using InferFn = std::function<bool(const Node&, const std::vector<Meta>&, std::vector<Meta>&)>;
+using ops::InferFn;
 using RunFn =
     std::function<void(const Node&, const std::vector<TensorView>&, std::vector<TensorView>&)>;
 using SupportsFn = std::function<Support(const Node&, const std::vector<Meta>&)>;
@@ -83,25 +76,25 @@ inline std::vector<TensorView> views_of(const std::vector<TensorArg>& args) {
 
 struct OpDef {
   std::string op_type;  // ONNX op type ("Add"), or a fused op ("FusedElementwise")
-  std::string key;      // dispatcher op key ("add", "conv", "matmul", ...)
   std::string kernel;   // kernel name in the registry ("cpu", "cpu_im2col", ...)
-  std::vector<DType> dtypes;  // dtypes of input 0 it runs; empty = any
+  std::vector<DType> dtypes;  // dtypes of input 0 it runs; empty = the schema's
   int priority = 0;
-  std::string description;
-  InferFn infer;   // returns false when an output shape depends on an unknown value
+  std::string description;  // empty = the schema's
   RunFn run;
   SupportsFn supports;  // optional: case checks beyond the dtype of input 0
   // Optional: Kernel::prepare of this op's kernel. Default: a prepared kernel that
   // runs `run` on a copy of the step's node (pc.node, or one built from pc.ctx).
   PrepareFn prepare;
-  // Output 0 is input 0's bytes under another shape (Reshape, Squeeze, ...): the
-  // executor aliases instead of copying when it can.
-  bool alias = false;
-  // May run at compile time on constant inputs (false for random ops).
-  bool foldable = true;
   // The op key is dispatched among *other* kernels (MatMul/Gemm -> the matmul
-  // kernels); run() then reads the chosen GEMM from node attribute "_gemm".
+  // kernels, whose prepare binds the ONNX node to the chosen GEMM).
   bool uses_gemm = false;
+
+  // Copied from the op's ops::OpSchema when the table is built (the semantics live
+  // there; these copies serve the executor until it reads the schemas itself).
+  std::string key;
+  InferFn infer;
+  bool alias = false;
+  bool foldable = true;
 };
 
 // All OpDefs by ONNX op type (domain "" or "xrt"), built once.
@@ -110,9 +103,6 @@ bool op_supported(const std::string& op_type);
 std::vector<std::string> supported_op_types();
 // The OpDef of (op_type, kernel), or nullptr.
 const OpDef* find_op_def(const std::string& op_type, const std::string& kernel);
-// Dispatcher op key of an ONNX op type: canonical keys for Conv/MatMul/Gemm/
-// Softmax/LayerNormalization, the lower-case op type otherwise.
-std::string op_key(const std::string& op_type);
 // Registers every OpDef in the registry (idempotent per registry).
 void register_cpu_op_kernels(KernelRegistry& registry);
 // The node a prepared op kernel runs on: *pc.node, or (callers outside a plan) a
@@ -131,18 +121,6 @@ void register_shape_ops(std::vector<OpDef>& defs);
 void register_data_ops(std::vector<OpDef>& defs);
 void register_fused_ops(std::vector<OpDef>& defs);
 
-// ---- helpers shared by the op files ---------------------------------------
-
-// Numpy-style broadcast of shapes; throws InvalidModelError naming the node.
-Shape broadcast_shapes(const Node& n, const std::vector<Shape>& shapes);
-// Normalizes a possibly negative axis into [0, rank) (or [0, rank] with inclusive).
-int64_t norm_axis(const Node& n, int64_t axis, int64_t rank, bool inclusive = false);
-// Requires `count` present inputs at least; throws InvalidModelError.
-void require_inputs(const Node& n, const std::vector<Meta>& in, std::size_t count);
-// Output meta with dtype and shape.
-Meta out_meta(DType dtype, Shape shape);
-// Whether all inputs have known shapes (infer functions return false otherwise).
-bool all_known(const std::vector<Meta>& in);
 // Parallel-for threshold: below this many elements (or units of work) a loop runs
 // on the calling thread. Waking a second thread costs tens of microseconds on a
 // quiet machine and milliseconds on a loaded one, more than ~100k cheap element

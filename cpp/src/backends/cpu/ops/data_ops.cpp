@@ -10,92 +10,13 @@
 
 namespace xpuruntime::cpu {
 
-DType dtype_from_onnx(int64_t code, const Node& n) {
-  switch (code) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 16: return DType::kBFloat16;
-    default: break;
-  }
-  XRT_THROW(UnsupportedOperationError, n.where(), ": ONNX element type ", code,
-            " is not supported (supported: float, double, float16, bfloat16, int8/16/32/64, "
-            "uint8, bool)");
-}
-
 namespace {
 
-OpDef make(const std::string& type, const std::string& desc) {
+OpDef make(const std::string& type) {
   OpDef d;
   d.op_type = type;
-  d.key = op_key(type);
   d.kernel = "cpu";
-  d.description = desc;
   return d;
-}
-
-struct SliceAxis {
-  int64_t start = 0, step = 1, count = 0;
-};
-
-// Per-dimension start/step/count of a Slice, numpy clamping rules.
-std::vector<SliceAxis> slice_plan(const Node& n, const Shape& s, const std::vector<int64_t>& starts,
-                                  const std::vector<int64_t>& ends, std::vector<int64_t> axes,
-                                  std::vector<int64_t> steps) {
-  const int64_t r = static_cast<int64_t>(s.size());
-  XRT_CHECK(starts.size() == ends.size(), InvalidModelError, n.where(),
-            ": starts and ends differ in length");
-  if (axes.empty())
-    for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  XRT_CHECK(axes.size() == starts.size() && steps.size() == starts.size(), InvalidModelError,
-            n.where(), ": starts, ends, axes and steps must have the same length");
-  std::vector<SliceAxis> plan(r);
-  for (int64_t i = 0; i < r; ++i) plan[i] = {0, 1, s[i]};
-  std::vector<bool> seen(r, false);
-  for (std::size_t i = 0; i < axes.size(); ++i) {
-    const int64_t a = norm_axis(n, axes[i], r);
-    XRT_CHECK(!seen[a], InvalidModelError, n.where(), ": axis ", axes[i], " repeated");
-    seen[a] = true;
-    const int64_t dim = s[a], step = steps[i];
-    XRT_CHECK(step != 0, InvalidModelError, n.where(), ": step must not be 0");
-    int64_t b = starts[i], e = ends[i];
-    if (b < 0) b += dim;
-    if (e < 0) e += dim;
-    if (step > 0) {
-      b = std::clamp<int64_t>(b, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      plan[a] = {b, step, e > b ? (e - b + step - 1) / step : 0};
-    } else {
-      b = std::clamp<int64_t>(b, -1, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      plan[a] = {b, step, b > e ? (b - e + (-step) - 1) / (-step) : 0};
-    }
-  }
-  return plan;
-}
-
-bool slice_inputs(const Node& n, const std::vector<Meta>& in, std::vector<int64_t>& st,
-                  std::vector<int64_t>& en, std::vector<int64_t>& ax, std::vector<int64_t>& sp) {
-  if (in.size() >= 3 && in[1].present) {  // opset >= 10
-    for (std::size_t i = 1; i < in.size(); ++i)
-      if (in[i].present && !in[i].has_value()) return false;
-    st = in[1].ints();
-    en = in[2].ints();
-    if (in.size() > 3 && in[3].present) ax = in[3].ints();
-    if (in.size() > 4 && in[4].present) sp = in[4].ints();
-  } else {
-    st = n.attr_ints("starts", {});
-    en = n.attr_ints("ends", {});
-    ax = n.attr_ints("axes", {});
-  }
-  return true;
 }
 
 std::vector<Meta> metas_of(const std::vector<TensorView>& in) {
@@ -109,36 +30,6 @@ std::vector<Meta> metas_of(const std::vector<TensorView>& in) {
   return m;
 }
 
-std::vector<int64_t> split_sizes(const Node& n, const std::vector<Meta>& in, int64_t dim,
-                                 std::size_t outputs, bool& known) {
-  known = true;
-  std::vector<int64_t> sizes;
-  if (in.size() > 1 && in[1].present) {
-    if (!in[1].has_value()) {
-      known = false;
-      return {};
-    }
-    sizes = in[1].ints();
-  } else {
-    sizes = n.attr_ints("split", {});
-  }
-  if (sizes.empty()) {
-    const int64_t k = static_cast<int64_t>(outputs);
-    const int64_t chunk = (dim + k - 1) / k;  // opset 18: last chunk may be smaller
-    for (int64_t i = 0; i < k; ++i) sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
-  }
-  XRT_CHECK(sizes.size() == outputs, InvalidModelError, n.where(), ": split has ", sizes.size(),
-            " sizes but the node has ", outputs, " outputs");
-  int64_t total = 0;
-  for (int64_t v : sizes) {
-    XRT_CHECK(v >= 0, InvalidModelError, n.where(), ": negative split size");
-    total += v;
-  }
-  XRT_CHECK(total == dim, InvalidModelError, n.where(), ": split sizes sum to ", total,
-            " but the axis has ", dim, " elements");
-  return sizes;
-}
-
 template <typename T>
 void fill_value(void* dst, int64_t n, double v) {
   T* p = static_cast<T*>(dst);
@@ -150,29 +41,7 @@ void fill_value(void* dst, int64_t n, double v) {
 
 void register_data_ops(std::vector<OpDef>& defs) {
   {
-    OpDef d = make("Concat", "Concat along one axis");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 1);
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      if (!all_known(in)) return false;
-      const int64_t r = in[0].rank();
-      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), r);
-      Shape o = *in[0].shape;
-      o[axis] = 0;
-      for (const Meta& m : in) {
-        XRT_CHECK(m.rank() == r && m.dtype == in[0].dtype, InvalidModelError, n.where(),
-                  ": inputs must share rank and dtype, got ", dtype_name(m.dtype),
-                  shape_str(*m.shape), " and ", dtype_name(in[0].dtype), shape_str(*in[0].shape));
-        for (int64_t i = 0; i < r; ++i)
-          XRT_CHECK(i == axis || (*m.shape)[i] == o[i], InvalidModelError, n.where(),
-                    ": input shapes ", shape_str(*m.shape), " and ", shape_str(*in[0].shape),
-                    " differ outside axis ", axis);
-        o[axis] += (*m.shape)[axis];
-      }
-      out[0].shape = o;
-      return true;
-    };
+    OpDef d = make("Concat");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& o = out[0].shape;
       const int64_t axis = norm_axis(n, n.attr_int("axis", 0), static_cast<int64_t>(o.size()));
@@ -192,25 +61,7 @@ void register_data_ops(std::vector<OpDef>& defs) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Split", "Split along one axis (sizes from input, attribute or equal)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 1);
-      for (auto& o : out) {
-        o.present = true;
-        o.dtype = in[0].dtype;
-      }
-      if (!in[0].shape) return false;
-      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), in[0].rank());
-      bool known = true;
-      auto sizes = split_sizes(n, in, (*in[0].shape)[axis], out.size(), known);
-      if (!known) return false;
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        Shape s = *in[0].shape;
-        s[axis] = sizes[i];
-        out[i].shape = s;
-      }
-      return true;
-    };
+    OpDef d = make("Split");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& s = in[0].shape;
       const int64_t axis = norm_axis(n, n.attr_int("axis", 0), in[0].rank());
@@ -232,19 +83,7 @@ void register_data_ops(std::vector<OpDef>& defs) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Slice", "Slice (numpy clamping, negative steps)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 1);
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      std::vector<int64_t> st, en, ax, sp;
-      if (!in[0].shape || !slice_inputs(n, in, st, en, ax, sp)) return false;
-      auto plan = slice_plan(n, *in[0].shape, st, en, ax, sp);
-      Shape o;
-      for (auto& p : plan) o.push_back(p.count);
-      out[0].shape = o;
-      return true;
-    };
+    OpDef d = make("Slice");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       std::vector<int64_t> st, en, ax, sp;
       slice_inputs(n, metas_of(in), st, en, ax, sp);
@@ -266,22 +105,7 @@ void register_data_ops(std::vector<OpDef>& defs) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Gather", "Gather along one axis (negative indices allowed)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 2);
-      XRT_CHECK(in[1].dtype == DType::kInt64 || in[1].dtype == DType::kInt32, InvalidModelError,
-                n.where(), ": indices must be int32 or int64, got ", dtype_name(in[1].dtype));
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      if (!all_known(in)) return false;
-      const Shape& s = *in[0].shape;
-      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), static_cast<int64_t>(s.size()));
-      Shape o(s.begin(), s.begin() + axis);
-      o.insert(o.end(), in[1].shape->begin(), in[1].shape->end());
-      o.insert(o.end(), s.begin() + axis + 1, s.end());
-      out[0].shape = o;
-      return true;
-    };
+    OpDef d = make("Gather");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& s = in[0].shape;
       const int64_t axis = norm_axis(n, n.attr_int("axis", 0), in[0].rank());
@@ -309,21 +133,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("GatherElements", "GatherElements along one axis (negative indices allowed)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 2);
-      XRT_CHECK(in[1].dtype == DType::kInt64 || in[1].dtype == DType::kInt32, InvalidModelError,
-                n.where(), ": indices must be int32 or int64, got ", dtype_name(in[1].dtype));
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      if (!all_known(in)) return false;
-      XRT_CHECK(in[0].rank() == in[1].rank() && in[0].rank() > 0, InvalidModelError, n.where(),
-                ": data ", shape_str(*in[0].shape), " and indices ", shape_str(*in[1].shape),
-                " must have the same rank >= 1");
-      norm_axis(n, n.attr_int("axis", 0), in[0].rank());
-      out[0].shape = in[1].shape;
-      return true;
-    };
+    OpDef d = make("GatherElements");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& ds = in[0].shape;
       const Shape& is = in[1].shape;
@@ -357,33 +167,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Pad", "Pad (constant, reflect, edge, wrap)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 1);
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      if (!in[0].shape) return false;
-      std::vector<int64_t> pads = n.attr_ints("pads", {});
-      std::vector<int64_t> axes;
-      if (in.size() > 1 && in[1].present) {
-        if (!in[1].has_value()) return false;
-        pads = in[1].ints();
-      }
-      if (in.size() > 3 && in[3].present) {
-        if (!in[3].has_value()) return false;
-        axes = in[3].ints();
-      }
-      const Shape& s = *in[0].shape;
-      const int64_t r = static_cast<int64_t>(s.size());
-      auto full = pad_full(n, pads, axes, r);
-      Shape o;
-      for (int64_t i = 0; i < r; ++i) {
-        o.push_back(s[i] + full[i] + full[i + r]);
-        XRT_CHECK(o.back() >= 0, InvalidModelError, n.where(), ": pads crop more than the input");
-      }
-      out[0].shape = o;
-      return true;
-    };
+    OpDef d = make("Pad");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       std::vector<int64_t> pads = in.size() > 1 && in[1].data ? in[1].ints() : n.attr_ints("pads", {});
       std::vector<int64_t> axes = in.size() > 3 && in[3].data ? in[3].ints() : std::vector<int64_t>{};
@@ -443,33 +227,14 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Cast", "Cast between the supported dtypes");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 1);
-      out[0].present = true;
-      out[0].dtype = dtype_from_onnx(n.attr_int("to", 1), n);
-      out[0].shape = in[0].shape;
-      return in[0].shape.has_value();
-    };
+    OpDef d = make("Cast");
     d.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       cast_elements(in[0].dtype, in[0].data, out[0].dtype, out[0].data, in[0].numel());
     };
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("ConstantOfShape", "ConstantOfShape");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 1);
-      const graph::Attr* v = n.attr("value");
-      out[0].present = true;
-      out[0].dtype = v && v->kind == graph::Attr::Kind::kTensor ? v->t.dtype : DType::kFloat32;
-      if (!in[0].has_value()) return false;
-      Shape s = in[0].ints();
-      for (int64_t x : s)
-        XRT_CHECK(x >= 0, InvalidModelError, n.where(), ": negative dimension ", x);
-      out[0].shape = s;
-      return true;
-    };
+    OpDef d = make("ConstantOfShape");
     d.run = [](const Node& n, const std::vector<TensorView>&, std::vector<TensorView>& out) {
       const graph::Attr* v = n.attr("value");
       if (v && v->kind == graph::Attr::Kind::kTensor && v->t.numel() > 0) {
@@ -483,12 +248,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Constant", "Constant (value, value_float(s), value_int(s))");
-    d.infer = [](const Node& n, const std::vector<Meta>&, std::vector<Meta>& out) {
-      HostTensor t = constant_value(n);
-      out[0] = out_meta(t.dtype, t.shape);
-      return true;
-    };
+    OpDef d = make("Constant");
     d.run = [](const Node& n, const std::vector<TensorView>&, std::vector<TensorView>& out) {
       HostTensor t = constant_value(n);
       if (t.nbytes()) std::memcpy(out[0].data, t.data, t.nbytes());
@@ -496,19 +256,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Range", "Range(start, limit, delta)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 3);
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      if (!in[0].has_value() || !in[1].has_value() || !in[2].has_value()) return false;
-      const double s = in[0].floats()[0], l = in[1].floats()[0], dl = in[2].floats()[0];
-      XRT_CHECK(dl != 0, InvalidModelError, n.where(), ": delta must not be 0");
-      const double cnt = std::ceil((l - s) / dl);
-      XRT_CHECK(cnt < 1e10, InvalidModelError, n.where(), ": range is too long");
-      out[0].shape = Shape{std::max<int64_t>(0, static_cast<int64_t>(cnt))};
-      return true;
-    };
+    OpDef d = make("Range");
     d.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       visit_dtype(out[0].dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -522,15 +270,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("Trilu", "Trilu (upper or lower triangle of the last two dims)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 1);
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      out[0].shape = in[0].shape;
-      if (in[0].shape) XRT_CHECK(in[0].rank() >= 2, InvalidModelError, n.where(), ": rank must be >= 2");
-      return in[0].shape.has_value();
-    };
+    OpDef d = make("Trilu");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const int64_t k = in.size() > 1 && in[1].data ? in[1].ints()[0] : 0;
       const bool upper = n.attr_int("upper", 1) != 0;
@@ -552,14 +292,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
     defs.push_back(std::move(d));
   }
   {
-    OpDef d = make("CumSum", "CumSum (exclusive, reverse)");
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      require_inputs(n, in, 2);
-      out[0].present = true;
-      out[0].dtype = in[0].dtype;
-      out[0].shape = in[0].shape;
-      return in[0].shape.has_value();
-    };
+    OpDef d = make("CumSum");
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const int64_t axis = norm_axis(n, in[1].ints().at(0), in[0].rank());
       const bool excl = n.attr_int("exclusive", 0) != 0, rev = n.attr_int("reverse", 0) != 0;

@@ -18,10 +18,6 @@ namespace {
 using matmul::BFloat16;
 using matmul::Half;
 
-const std::vector<DType> kNumeric = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                     DType::kBFloat16, DType::kInt64,   DType::kInt32,
-                                     DType::kInt16,   DType::kInt8,    DType::kUInt8};
-
 // Runs z[i] = f(x[i], y[i]) over a broadcast, on compute types.
 template <typename T, typename O, typename F>
 void binary_loop(const TensorView& a, const TensorView& b, TensorView& o, F f) {
@@ -169,29 +165,10 @@ void run_binary(Bin kind, const TensorView& a, const TensorView& b, TensorView& 
   });
 }
 
-bool infer_binary(Bin kind, const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 2);
-  if (kind != Bin::kPow) {
-    XRT_CHECK(in[0].dtype == in[1].dtype, InvalidModelError, n.where(), ": input dtypes differ (",
-              dtype_name(in[0].dtype), " vs ", dtype_name(in[1].dtype), ")");
-  }
-  out[0].present = true;
-  out[0].dtype = is_compare(kind) ? DType::kBool : in[0].dtype;
-  if (!all_known(in)) return false;
-  out[0].shape = broadcast_shapes(n, {*in[0].shape, *in[1].shape});
-  return true;
-}
-
-OpDef binary_def(const std::string& type, Bin kind, std::vector<DType> dtypes) {
+OpDef binary_def(const std::string& type, Bin kind) {
   OpDef d;
   d.op_type = type;
-  d.key = op_key(type);
   d.kernel = "cpu";
-  d.dtypes = std::move(dtypes);
-  d.description = type + " with numpy broadcasting";
-  d.infer = [kind](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    return infer_binary(kind, n, in, out);
-  };
   bool fmod = false;
   d.run = [kind, fmod](const Node& n, const std::vector<TensorView>& in,
                        std::vector<TensorView>& out) {
@@ -212,23 +189,7 @@ OpDef binary_def(const std::string& type, Bin kind, std::vector<DType> dtypes) {
 OpDef variadic_def(const std::string& type, Bin kind) {
   OpDef d;
   d.op_type = type;
-  d.key = op_key(type);
   d.kernel = "cpu";
-  d.dtypes = kNumeric;
-  d.description = type + " over 1..N broadcast inputs";
-  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    require_inputs(n, in, 1);
-    out[0] = out_meta(in[0].dtype, {});
-    out[0].shape.reset();
-    if (!all_known(in)) return false;
-    std::vector<Shape> shapes;
-    for (const Meta& m : in) {
-      XRT_CHECK(m.dtype == in[0].dtype, InvalidModelError, n.where(), ": input dtypes differ");
-      shapes.push_back(*m.shape);
-    }
-    out[0].shape = broadcast_shapes(n, shapes);
-    return true;
-  };
   const bool mean = type == "Mean";
   d.run = [kind, mean](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     TensorView& o = out[0];
@@ -298,22 +259,20 @@ void cast_elements(DType from, const void* src, DType to, void* dst, int64_t n) 
 }
 
 void register_elementwise_ops(std::vector<OpDef>& defs) {
-  std::vector<DType> all = kNumeric;
-  all.push_back(DType::kBool);
-  defs.push_back(binary_def("Add", Bin::kAdd, kNumeric));
-  defs.push_back(binary_def("Sub", Bin::kSub, kNumeric));
-  defs.push_back(binary_def("Mul", Bin::kMul, kNumeric));
-  defs.push_back(binary_def("Div", Bin::kDiv, kNumeric));
-  defs.push_back(binary_def("Pow", Bin::kPow, kNumeric));
-  defs.push_back(binary_def("Mod", Bin::kMod, kNumeric));
-  defs.push_back(binary_def("Equal", Bin::kEq, all));
-  defs.push_back(binary_def("Less", Bin::kLt, kNumeric));
-  defs.push_back(binary_def("Greater", Bin::kGt, kNumeric));
-  defs.push_back(binary_def("LessOrEqual", Bin::kLe, kNumeric));
-  defs.push_back(binary_def("GreaterOrEqual", Bin::kGe, kNumeric));
-  defs.push_back(binary_def("And", Bin::kAnd, {DType::kBool}));
-  defs.push_back(binary_def("Or", Bin::kOr, {DType::kBool}));
-  defs.push_back(binary_def("Xor", Bin::kXor, {DType::kBool}));
+  defs.push_back(binary_def("Add", Bin::kAdd));
+  defs.push_back(binary_def("Sub", Bin::kSub));
+  defs.push_back(binary_def("Mul", Bin::kMul));
+  defs.push_back(binary_def("Div", Bin::kDiv));
+  defs.push_back(binary_def("Pow", Bin::kPow));
+  defs.push_back(binary_def("Mod", Bin::kMod));
+  defs.push_back(binary_def("Equal", Bin::kEq));
+  defs.push_back(binary_def("Less", Bin::kLt));
+  defs.push_back(binary_def("Greater", Bin::kGt));
+  defs.push_back(binary_def("LessOrEqual", Bin::kLe));
+  defs.push_back(binary_def("GreaterOrEqual", Bin::kGe));
+  defs.push_back(binary_def("And", Bin::kAnd));
+  defs.push_back(binary_def("Or", Bin::kOr));
+  defs.push_back(binary_def("Xor", Bin::kXor));
   defs.push_back(variadic_def("Min", Bin::kMin));
   defs.push_back(variadic_def("Max", Bin::kMax));
   defs.push_back(variadic_def("Sum", Bin::kAdd));
@@ -321,21 +280,7 @@ void register_elementwise_ops(std::vector<OpDef>& defs) {
 
   OpDef w;
   w.op_type = "Where";
-  w.key = "where";
   w.kernel = "cpu";
-  w.dtypes = {DType::kBool};
-  w.description = "Where(cond, X, Y) with numpy broadcasting";
-  w.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    require_inputs(n, in, 3);
-    XRT_CHECK(in[0].dtype == DType::kBool, InvalidModelError, n.where(),
-              ": condition must be bool, got ", dtype_name(in[0].dtype));
-    XRT_CHECK(in[1].dtype == in[2].dtype, InvalidModelError, n.where(), ": X and Y dtypes differ");
-    out[0].present = true;
-    out[0].dtype = in[1].dtype;
-    if (!all_known(in)) return false;
-    out[0].shape = broadcast_shapes(n, {*in[0].shape, *in[1].shape, *in[2].shape});
-    return true;
-  };
   w.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     TensorView& o = out[0];
     const auto* c = in[0].ptr<const uint8_t>();

@@ -10,29 +10,17 @@
 
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
+#include "xpuruntime/ops/elementwise.h"
 
 namespace xpuruntime::cpu {
 
 // Converts n elements between dtypes (float→int saturates, NaN→0; →bool is != 0).
 void cast_elements(DType from, const void* src, DType to, void* dst, int64_t n);
 
-enum class Unary : uint8_t {
-  kIdentity, kNeg, kAbs, kSqrt, kExp, kLog, kErf, kTanh, kSigmoid, kRelu, kLeakyRelu,
-  kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kReciprocal, kClip, kFloor, kCeil, kRound,
-  kSin, kCos, kSoftplus, kSign, kElu, kNot
-};
-
-// Unary kind of an ONNX op type (Gelu resolves its `approximate` attribute);
-// returns false when op_type is not a unary elementwise op.
-bool unary_kind(const Node& n, Unary& kind);
-
-// Parameters some unary ops take (alpha, beta, clip bounds).
-struct UnaryParams {
-  double alpha = 0.0;
-  double beta = 0.0;
-  double lo = -INFINITY;
-  double hi = INFINITY;
-};
+using ops::unary_kind;
+using ops::unary_params;
+using ops::Unary;
+using ops::UnaryParams;
 
 template <Unary K, typename C>
 inline __attribute__((always_inline)) C apply_unary_k(C x, const UnaryParams& p) {

@@ -117,20 +117,7 @@ void binary_block(FusedBin b, bool swap, float* acc, const float* o, int64_t n) 
 void register_fused_ops(std::vector<OpDef>& defs) {
   OpDef d;
   d.op_type = "FusedElementwise";
-  d.key = "fusedelementwise";
   d.kernel = "cpu";
-  d.dtypes = {DType::kFloat32};
-  d.description = "a chain of elementwise ops fused by the compiler (one pass over memory)";
-  d.foldable = false;
-  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    out[0].present = true;
-    out[0].dtype = DType::kFloat32;
-    if (!all_known(in)) return false;
-    std::vector<Shape> shapes;
-    for (const Meta& m : in) shapes.push_back(*m.shape);
-    out[0].shape = broadcast_shapes(n, shapes);
-    return true;
-  };
   d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     const std::vector<Instr> prog = decode(n);
     const int64_t total = out[0].numel();

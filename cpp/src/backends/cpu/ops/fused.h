@@ -1,11 +1,11 @@
-// Binary operations a FusedElementwise program can hold (fused.cpp); the
-// compiler's fusion pass (cpp/src/graph/passes.cpp) encodes programs with these.
+// Binary operations a FusedElementwise program can hold (fused.cpp): the
+// device-neutral kinds of xpuruntime/ops/elementwise.h.
 #pragma once
 
-#include <cstdint>
+#include "xpuruntime/ops/elementwise.h"
 
 namespace xpuruntime::cpu {
 
-enum class FusedBin : uint8_t { kAdd = 0, kSub, kMul, kDiv, kPow, kMin, kMax };
+using ops::FusedBin;
 
 }  // namespace xpuruntime::cpu

@@ -38,24 +38,6 @@ struct Scratch {
   }
 };
 
-// MatMul output shape, with the 1-D promotions recorded.
-Shape matmul_shape(const Node& n, Shape a, Shape b) {
-  XRT_CHECK(!a.empty() && !b.empty(), InvalidModelError, n.where(),
-            ": MatMul inputs must have rank >= 1");
-  const bool a1 = a.size() == 1, b1 = b.size() == 1;
-  if (a1) a.insert(a.begin(), 1);
-  if (b1) b.push_back(1);
-  XRT_CHECK(a[a.size() - 1] == b[b.size() - 2], InvalidModelError, n.where(),
-            ": inner dimensions differ: A is ", shape_str(a), ", B is ", shape_str(b),
-            " (A's last dimension must equal B's second to last)");
-  Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
-  Shape batch = broadcast_shapes(n, {ab, bb});
-  Shape out = batch;
-  if (!a1) out.push_back(a[a.size() - 2]);
-  if (!b1) out.push_back(b.back());
-  return out;
-}
-
 }  // namespace
 
 void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
@@ -138,38 +120,6 @@ void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<T
 }
 
 namespace {
-
-bool matmul_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 2);
-  XRT_CHECK(in[0].dtype == in[1].dtype, InvalidModelError, n.where(), ": A is ",
-            dtype_name(in[0].dtype), " but B is ", dtype_name(in[1].dtype));
-  out[0].present = true;
-  out[0].dtype = in[0].dtype;
-  if (!in[0].shape || !in[1].shape) return false;
-  out[0].shape = matmul_shape(n, *in[0].shape, *in[1].shape);
-  return true;
-}
-
-bool gemm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 2);
-  out[0].present = true;
-  out[0].dtype = in[0].dtype;
-  if (!in[0].shape || !in[1].shape) return false;
-  const Shape& a = *in[0].shape;
-  const Shape& b = *in[1].shape;
-  XRT_CHECK(a.size() == 2 && b.size() == 2, InvalidModelError, n.where(),
-            ": Gemm inputs must be 2-D, got ", shape_str(a), " and ", shape_str(b));
-  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
-  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
-  const int64_t kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
-  XRT_CHECK(k == kb, InvalidModelError, n.where(), ": inner dimensions differ (", k, " vs ", kb,
-            ") for A ", shape_str(a), " and B ", shape_str(b));
-  if (in.size() > 2 && in[2].present && in[2].shape) {
-    (void)broadcast_shapes(n, {*in[2].shape, Shape{m, nn}});
-  }
-  out[0].shape = Shape{m, nn};
-  return true;
-}
 
 }  // namespace
 
@@ -424,24 +374,20 @@ std::size_t scratch_peak_bytes() { return g_scratch_peak.load(); }
 void register_gemm_ops(std::vector<OpDef>& defs) {
   OpDef mm;
   mm.op_type = "MatMul";
-  mm.key = "matmul";
   mm.kernel = "gemm";
   mm.dtypes = kGemmTypes;
   mm.uses_gemm = true;
   mm.description = "MatMul through the chosen matmul kernel (numpy broadcasting)";
-  mm.infer = matmul_infer;
   mm.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     onnx_matmul_run(node_gemm_kernel(n), n, in, out);
   };
   defs.push_back(std::move(mm));
   OpDef g;
   g.op_type = "Gemm";
-  g.key = "matmul";
   g.kernel = "gemm";
   g.dtypes = kGemmTypes;
   g.uses_gemm = true;
   g.description = "Gemm (alpha, beta, transA, transB) through the chosen matmul kernel";
-  g.infer = gemm_infer;
   g.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     onnx_gemm_run(node_gemm_kernel(n), n, in, out);
   };

@@ -15,17 +15,6 @@ namespace xpuruntime::cpu {
 void store_stat(TensorView& t, int64_t r, double v);
 namespace {
 
-const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                    DType::kBFloat16};
-
-bool infer_same(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 1);
-  out[0].present = true;
-  out[0].dtype = in[0].dtype;
-  out[0].shape = in[0].shape;
-  return in[0].shape.has_value();
-}
-
 // Softmax over rows of `len` elements with stride `inner` (row r starts at
 // (r / inner) * len * inner + r % inner).
 template <typename T>
@@ -75,11 +64,7 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, 
 OpDef softmax_def(const std::string& type) {
   OpDef d;
   d.op_type = type;
-  d.key = op_key(type);
   d.kernel = "cpu";
-  d.dtypes = kFloats;
-  d.description = type + " along one axis (opset >= 13 semantics)";
-  d.infer = infer_same;
   const bool log = type == "LogSoftmax";
   d.run = [log](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     const Shape& s = in[0].shape;
@@ -169,35 +154,7 @@ namespace {
 OpDef layernorm_def() {
   OpDef d;
   d.op_type = "LayerNormalization";
-  d.key = "layernorm";
   d.kernel = "cpu";
-  d.dtypes = kFloats;
-  d.description = "LayerNormalization over the trailing axes from `axis`";
-  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    require_inputs(n, in, 2);
-    const int64_t stash = n.attr_int("stash_type", 1);
-    const DType sd = stash == 1 ? DType::kFloat32 : in[0].dtype;
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      out[i].present = true;
-      out[i].dtype = i == 0 ? in[0].dtype : sd;
-    }
-    if (!in[0].shape) return false;
-    const Shape& s = *in[0].shape;
-    const int64_t rank = static_cast<int64_t>(s.size());
-    const int64_t axis = norm_axis(n, n.attr_int("axis", -1), rank);
-    out[0].shape = s;
-    Shape st(s.begin(), s.begin() + axis);
-    for (int64_t i = axis; i < rank; ++i) st.push_back(1);
-    for (std::size_t i = 1; i < out.size(); ++i) out[i].shape = st;
-    if (in[1].shape) {
-      int64_t len = 1;
-      for (int64_t i = axis; i < rank; ++i) len *= s[i];
-      int64_t sn = shape_numel(*in[1].shape);
-      XRT_CHECK(sn == len || (sn > 0 && len % sn == 0), InvalidModelError, n.where(),
-                ": Scale has ", sn, " elements but the normalized shape has ", len);
-    }
-    return true;
-  };
   d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     const Shape& s = in[0].shape;
     const int64_t rank = in[0].rank();
@@ -223,20 +180,7 @@ OpDef layernorm_def() {
 OpDef batchnorm_def() {
   OpDef d;
   d.op_type = "BatchNormalization";
-  d.key = "batchnormalization";
   d.kernel = "cpu";
-  d.dtypes = kFloats;
-  d.description = "BatchNormalization, inference form (running statistics)";
-  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    require_inputs(n, in, 5);
-    XRT_CHECK(n.attr_int("training_mode", 0) == 0 && out.size() == 1, UnsupportedOperationError,
-              n.where(), ": training_mode BatchNormalization is not supported for inference; "
-              "export the model in eval mode");
-    if (in[0].shape) {
-      XRT_CHECK(in[0].rank() >= 2, InvalidModelError, n.where(), ": input must have rank >= 2");
-    }
-    return infer_same(n, in, out);
-  };
   d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     const Shape& s = in[0].shape;
     const int64_t nb = s[0], c = s[1];

@@ -1,6 +1,5 @@
 // The table of CPU OpDefs and their registration as Kernels in the KernelRegistry.
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <mutex>
 
@@ -26,6 +25,18 @@ const Table& table() {
     register_shape_ops(tb->defs);
     register_data_ops(tb->defs);
     register_fused_ops(tb->defs);
+    for (OpDef& d : tb->defs) {
+      // The op's semantics come from its schema; a kernel may narrow the dtypes.
+      const ops::OpSchema* schema = ops::find_schema(d.op_type);
+      XRT_CHECK(schema != nullptr, InvalidArgumentError, "CPU kernel '", d.kernel, "' for op '",
+                d.op_type, "' has no ops::OpSchema; add one in cpp/src/ops/");
+      d.key = schema->key;
+      d.infer = schema->infer;
+      d.alias = schema->alias;
+      d.foldable = schema->foldable;
+      if (d.dtypes.empty()) d.dtypes = schema->dtypes;
+      if (d.description.empty()) d.description = schema->description;
+    }
     for (const OpDef& d : tb->defs) tb->by_type[d.op_type].push_back(&d);
     for (auto& [k, v] : tb->by_type) {
       std::stable_sort(v.begin(), v.end(),
@@ -111,18 +122,6 @@ class CpuOpKernel final : public Kernel {
 
 }  // namespace
 
-std::vector<int64_t> Meta::ints() const {
-  HostTensor t = HostTensor::wrap(dtype, *shape, const_cast<void*>(data), nullptr);
-  return t.to_ints();
-}
-
-std::vector<double> Meta::floats() const {
-  HostTensor t = HostTensor::wrap(dtype, *shape, const_cast<void*>(data), nullptr);
-  std::vector<double> v(static_cast<std::size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.float_at(i);
-  return v;
-}
-
 std::vector<int64_t> TensorView::ints() const {
   return HostTensor::wrap(dtype, shape, data, nullptr).to_ints();
 }
@@ -146,16 +145,6 @@ const OpDef* find_op_def(const std::string& op_type, const std::string& kernel) 
   for (const OpDef* d : op_defs(op_type))
     if (d->kernel == kernel) return d;
   return nullptr;
-}
-
-std::string op_key(const std::string& op_type) {
-  if (op_type == "Conv") return "conv";
-  if (op_type == "MatMul" || op_type == "Gemm") return "matmul";
-  if (op_type == "Softmax") return "softmax";
-  if (op_type == "LayerNormalization") return "layernorm";
-  std::string k = op_type;
-  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
-  return k;
 }
 
 Node prepared_node(const std::string& op_type, const PrepareContext& pc) {
@@ -187,61 +176,6 @@ void register_cpu_op_kernels(KernelRegistry& registry) {
 void ensure_cpu_op_kernels_registered() {
   static std::once_flag once;
   std::call_once(once, [] { register_cpu_op_kernels(KernelRegistry::instance()); });
-}
-
-Shape broadcast_shapes(const Node& n, const std::vector<Shape>& shapes) {
-  std::size_t rank = 0;
-  for (const Shape& s : shapes) rank = std::max(rank, s.size());
-  Shape out(rank, 1);
-  for (const Shape& s : shapes) {
-    std::size_t off = rank - s.size();
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      int64_t& o = out[off + i];
-      int64_t d = s[i];
-      if (d == o || d == 1) continue;
-      if (o == 1) {
-        o = d;
-        continue;
-      }
-      std::string all;
-      for (const Shape& t : shapes) all += shape_str(t) + " ";
-      XRT_THROW(InvalidModelError, n.where(), ": input shapes ", all,
-                "cannot be broadcast together (numpy rules: each dimension must match or be 1)");
-    }
-  }
-  return out;
-}
-
-int64_t norm_axis(const Node& n, int64_t axis, int64_t rank, bool inclusive) {
-  // Inclusive axes (Flatten, Unsqueeze-like) range over [-rank, rank]; negatives
-  // count from the back in both cases.
-  const int64_t lim = inclusive ? rank + 1 : rank;
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  XRT_CHECK(a >= 0 && a < lim, InvalidModelError, n.where(), ": axis ", axis,
-            " is out of range for rank ", rank);
-  return a;
-}
-
-void require_inputs(const Node& n, const std::vector<Meta>& in, std::size_t count) {
-  XRT_CHECK(in.size() >= count, InvalidModelError, n.where(), ": expects at least ", count,
-            " inputs, got ", in.size());
-  for (std::size_t i = 0; i < count; ++i)
-    XRT_CHECK(in[i].present, InvalidModelError, n.where(), ": input ", i,
-              " is required but missing");
-}
-
-Meta out_meta(DType dtype, Shape shape) {
-  Meta m;
-  m.present = true;
-  m.dtype = dtype;
-  m.shape = std::move(shape);
-  return m;
-}
-
-bool all_known(const std::vector<Meta>& in) {
-  for (const Meta& m : in)
-    if (m.present && !m.shape) return false;
-  return true;
 }
 
 }  // namespace xpuruntime::cpu

@@ -13,9 +13,6 @@
 namespace xpuruntime::cpu {
 namespace {
 
-const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                    DType::kBFloat16};
-
 // Pads a geometry to exactly 3 spatial dims (leading unit dims).
 Spatial as3d(Spatial g) {
   while (g.rank() < 3) {
@@ -28,12 +25,6 @@ Spatial as3d(Spatial g) {
     g.pe.insert(g.pe.begin(), 0);
   }
   return g;
-}
-
-Spatial pool_geometry(const Node& n, const Shape& in) {
-  auto k = n.attr_ints("kernel_shape", {});
-  XRT_CHECK(!k.empty(), InvalidModelError, n.where(), ": kernel_shape attribute is required");
-  return make_spatial(n, in, k, n.attr_int("ceil_mode", 0) != 0);
 }
 
 // 2-D max pooling without indices: per output row/column the valid kernel window
@@ -163,30 +154,7 @@ parallel_for(planes, planes * out_sz * g.k_size(), [&](int64_t p_begin, int64_t 
 OpDef pool_def(const std::string& type, bool is_max) {
   OpDef d;
   d.op_type = type;
-  d.key = op_key(type);
   d.kernel = "cpu";
-  d.dtypes = kFloats;
-  if (is_max) {
-    d.dtypes.push_back(DType::kUInt8);
-    d.dtypes.push_back(DType::kInt8);
-  }
-  d.description = type + " over 1-3 spatial dimensions";
-  d.infer = [is_max](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    require_inputs(n, in, 1);
-    out[0].present = true;
-    out[0].dtype = in[0].dtype;
-    if (out.size() > 1) {
-      XRT_CHECK(is_max, InvalidModelError, n.where(), ": only MaxPool has a second output");
-      out[1].present = true;
-      out[1].dtype = DType::kInt64;
-    }
-    if (!in[0].shape) return false;
-    const Spatial g = pool_geometry(n, *in[0].shape);
-    Shape s = {(*in[0].shape)[0], (*in[0].shape)[1]};
-    s.insert(s.end(), g.out.begin(), g.out.end());
-    for (auto& o : out) o.shape = s;
-    return true;
-  };
   d.run = [is_max](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     TensorView* idx = out.size() > 1 && out[1].data ? &out[1] : nullptr;
     visit_dtype(in[0].dtype, [&](auto tag) {
@@ -201,21 +169,7 @@ OpDef pool_def(const std::string& type, bool is_max) {
 OpDef global_pool_def(const std::string& type, bool is_max) {
   OpDef d;
   d.op_type = type;
-  d.key = op_key(type);
   d.kernel = "cpu";
-  d.dtypes = kFloats;
-  d.description = type + " over all spatial dimensions";
-  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    require_inputs(n, in, 1);
-    out[0].present = true;
-    out[0].dtype = in[0].dtype;
-    if (!in[0].shape) return false;
-    XRT_CHECK(in[0].rank() >= 2, InvalidModelError, n.where(), ": input must have rank >= 2");
-    Shape s = *in[0].shape;
-    for (std::size_t i = 2; i < s.size(); ++i) s[i] = 1;
-    out[0].shape = s;
-    return true;
-  };
   d.run = [is_max](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     const int64_t planes = in[0].shape[0] * in[0].shape[1];
     const int64_t sz = planes ? in[0].numel() / planes : 0;

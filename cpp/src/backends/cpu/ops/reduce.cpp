@@ -6,48 +6,15 @@
 
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/parallel.h"
+#include "xpuruntime/ops/shape_rules.h"
 
 namespace xpuruntime::cpu {
 namespace {
 
+using ops::reduce_axes;
+using ops::reduced_shape;
+
 enum class Red { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSumExp };
-
-// Axes to reduce (sorted, unique, non-negative); empty result with noop: none.
-// Returns false when the axes come from an input whose value is unknown.
-bool reduce_axes(const Node& n, const std::vector<Meta>& in, int64_t rank,
-                 std::vector<int64_t>& axes, bool& noop) {
-  std::vector<int64_t> raw;
-  bool from_input = in.size() > 1 && in[1].present;
-  if (from_input) {
-    if (!in[1].has_value()) return false;
-    raw = in[1].ints();
-  } else {
-    raw = n.attr_ints("axes", {});
-  }
-  noop = false;
-  if (raw.empty()) {
-    if (n.attr_int("noop_with_empty_axes", 0) != 0) {
-      noop = true;
-    } else {
-      for (int64_t i = 0; i < rank; ++i) raw.push_back(i);
-    }
-  }
-  axes.clear();
-  for (int64_t a : raw) axes.push_back(norm_axis(n, a, rank));
-  std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  return true;
-}
-
-Shape reduced_shape(const Shape& s, const std::vector<int64_t>& axes, bool keep) {
-  Shape out;
-  for (int64_t i = 0; i < static_cast<int64_t>(s.size()); ++i) {
-    bool r = std::find(axes.begin(), axes.end(), i) != axes.end();
-    if (!r) out.push_back(s[i]);
-    else if (keep) out.push_back(1);
-  }
-  return out;
-}
 
 template <typename T>
 void reduce_typed(Red kind, const T* x, T* y, const Shape& shape, const std::vector<int64_t>& axes) {
@@ -149,23 +116,7 @@ parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) {
 OpDef reduce_def(const std::string& type, Red kind) {
   OpDef d;
   d.op_type = type;
-  d.key = op_key(type);
   d.kernel = "cpu";
-  d.dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-              DType::kInt64,   DType::kInt32,   DType::kInt8,    DType::kUInt8};
-  if (kind == Red::kMax || kind == Red::kMin) d.dtypes.push_back(DType::kBool);
-  d.description = type + " over any set of axes";
-  d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-    require_inputs(n, in, 1);
-    out[0].present = true;
-    out[0].dtype = in[0].dtype;
-    if (!in[0].shape) return false;
-    std::vector<int64_t> axes;
-    bool noop = false;
-    if (!reduce_axes(n, in, in[0].rank(), axes, noop)) return false;
-    out[0].shape = noop ? *in[0].shape : reduced_shape(*in[0].shape, axes, n.attr_int("keepdims", 1) != 0);
-    return true;
-  };
   d.run = [kind](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     std::vector<Meta> metas(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) {

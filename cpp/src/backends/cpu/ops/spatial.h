@@ -1,80 +1,15 @@
-// Window geometry shared by pooling and convolution: kernel, strides, dilations,
-// pads and auto_pad resolved into output sizes for 1-3 spatial dimensions.
+// Window geometry shared by pooling and convolution: the device-neutral rules of
+// xpuruntime/ops/spatial.h, under the names the CPU kernels use.
 #pragma once
 
-#include <vector>
-
 #include "backends/cpu/ops/cpu_op.h"
+#include "xpuruntime/ops/spatial.h"
 
 namespace xpuruntime::cpu {
 
-struct Spatial {
-  std::vector<int64_t> in, out, k, s, d, pb, pe;  // per spatial dim
-  int64_t rank() const { return static_cast<int64_t>(in.size()); }
-  int64_t in_size() const { return prod(in); }
-  int64_t out_size() const { return prod(out); }
-  int64_t k_size() const { return prod(k); }
-  static int64_t prod(const std::vector<int64_t>& v) {
-    int64_t p = 1;
-    for (int64_t x : v) p *= x;
-    return p;
-  }
-};
-
-// `in` is the input shape [N, C, spatial...]; `kernel` the window (from the
-// kernel_shape attribute or the weight's trailing dims). Validates everything
-// and throws InvalidModelError naming the node.
-inline Spatial make_spatial(const Node& n, const Shape& in, const std::vector<int64_t>& kernel,
-                            bool ceil_mode) {
-  XRT_CHECK(in.size() >= 3 && in.size() <= 5, UnsupportedOperationError, n.where(),
-            ": input rank ", in.size(), " is not supported (1 to 3 spatial dimensions)");
-  Spatial g;
-  const std::size_t r = in.size() - 2;
-  XRT_CHECK(kernel.size() == r, InvalidModelError, n.where(), ": kernel has ", kernel.size(),
-            " dimensions but the input has ", r, " spatial dimensions");
-  g.in.assign(in.begin() + 2, in.end());
-  g.k = kernel;
-  g.s = n.attr_ints("strides", std::vector<int64_t>(r, 1));
-  g.d = n.attr_ints("dilations", std::vector<int64_t>(r, 1));
-  std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
-  XRT_CHECK(g.s.size() == r && g.d.size() == r && pads.size() == 2 * r, InvalidModelError,
-            n.where(), ": strides/dilations/pads lengths do not match ", r, " spatial dimensions");
-  const std::string auto_pad = n.attr_str("auto_pad", "NOTSET");
-  g.out.resize(r);
-  g.pb.resize(r);
-  g.pe.resize(r);
-  for (std::size_t i = 0; i < r; ++i) {
-    XRT_CHECK(g.k[i] > 0 && g.s[i] > 0 && g.d[i] > 0, InvalidModelError, n.where(),
-              ": kernel, strides and dilations must be positive");
-    const int64_t ek = (g.k[i] - 1) * g.d[i] + 1;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      g.out[i] = (g.in[i] + g.s[i] - 1) / g.s[i];
-      int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * g.s[i] + ek - g.in[i]);
-      g.pb[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      g.pe[i] = total - g.pb[i];
-    } else if (auto_pad == "VALID") {
-      g.pb[i] = g.pe[i] = 0;
-      int64_t span = g.in[i] - ek;
-      g.out[i] = span < 0 ? 0 : (ceil_mode ? (span + g.s[i] - 1) / g.s[i] : span / g.s[i]) + 1;
-    } else {
-      XRT_CHECK(auto_pad == "NOTSET", InvalidModelError, n.where(), ": unknown auto_pad '",
-                auto_pad, "' (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
-      g.pb[i] = pads[i];
-      g.pe[i] = pads[i + r];
-      XRT_CHECK(g.pb[i] >= 0 && g.pe[i] >= 0, InvalidModelError, n.where(), ": negative pads");
-      int64_t span = g.in[i] + g.pb[i] + g.pe[i] - ek;
-      if (span < 0) {
-        g.out[i] = 0;
-      } else if (ceil_mode) {
-        g.out[i] = (span + g.s[i] - 1) / g.s[i] + 1;
-        // The last window must start inside the input or its leading pad.
-        if ((g.out[i] - 1) * g.s[i] >= g.in[i] + g.pb[i]) --g.out[i];
-      } else {
-        g.out[i] = span / g.s[i] + 1;
-      }
-    }
-  }
-  return g;
-}
+using ops::conv_geometry;
+using ops::make_spatial;
+using ops::pool_geometry;
+using ops::Spatial;
 
 }  // namespace xpuruntime::cpu

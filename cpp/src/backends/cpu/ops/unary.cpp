@@ -12,12 +12,6 @@
 namespace xpuruntime::cpu {
 namespace {
 
-const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                    DType::kBFloat16};
-const std::vector<DType> kSigned = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                    DType::kBFloat16, DType::kInt64,  DType::kInt32,
-                                    DType::kInt16,   DType::kInt8};
-
 template <Unary K, typename T>
 void unary_loop(const UnaryParams& p, const T* x, T* y, int64_t n) {
   using N = Num<T>;
@@ -34,12 +28,6 @@ void unary_typed(const UnaryParams& p, DType t, const void* x, void* y, int64_t 
     unary_loop<K, T>(p, static_cast<const T*>(x), static_cast<T*>(y), n);
   });
 }
-
-struct UnaryEntry {
-  const char* op;
-  Unary kind;
-  const std::vector<DType>* dtypes;
-};
 
 }  // namespace
 
@@ -60,39 +48,6 @@ void run_unary(Unary k, const UnaryParams& p, DType t, const void* x, void* y, i
 }
 
 namespace {
-const UnaryEntry kUnaryOps[] = {
-    {"Neg", Unary::kNeg, &kSigned},           {"Abs", Unary::kAbs, &kSigned},
-    {"Sqrt", Unary::kSqrt, &kFloats},         {"Exp", Unary::kExp, &kFloats},
-    {"Log", Unary::kLog, &kFloats},           {"Erf", Unary::kErf, &kFloats},
-    {"Tanh", Unary::kTanh, &kFloats},         {"Sigmoid", Unary::kSigmoid, &kFloats},
-    {"Relu", Unary::kRelu, &kSigned},         {"LeakyRelu", Unary::kLeakyRelu, &kFloats},
-    {"HardSigmoid", Unary::kHardSigmoid, &kFloats},
-    {"HardSwish", Unary::kHardSwish, &kFloats},
-    {"Gelu", Unary::kGelu, &kFloats},         {"Reciprocal", Unary::kReciprocal, &kFloats},
-    {"Floor", Unary::kFloor, &kFloats},       {"Ceil", Unary::kCeil, &kFloats},
-    {"Round", Unary::kRound, &kFloats},       {"Sin", Unary::kSin, &kFloats},
-    {"Cos", Unary::kCos, &kFloats},           {"Softplus", Unary::kSoftplus, &kFloats},
-    {"Sign", Unary::kSign, &kSigned},         {"Elu", Unary::kElu, &kFloats},
-};
-
-UnaryParams params_of(const Node& n, Unary k) {
-  UnaryParams p;
-  if (k == Unary::kLeakyRelu) p.alpha = n.attr_float("alpha", 0.01);
-  if (k == Unary::kElu) p.alpha = n.attr_float("alpha", 1.0);
-  if (k == Unary::kHardSigmoid) {
-    p.alpha = n.attr_float("alpha", 0.2);
-    p.beta = n.attr_float("beta", 0.5);
-  }
-  return p;
-}
-
-bool infer_same(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 1);
-  out[0].present = true;
-  out[0].dtype = in[0].dtype;
-  out[0].shape = in[0].shape;
-  return in[0].shape.has_value();
-}
 
 void copy_view(const TensorView& a, TensorView& b) {
   if (a.data != b.data) std::memcpy(b.data, a.data, a.nbytes());
@@ -100,48 +55,22 @@ void copy_view(const TensorView& a, TensorView& b) {
 
 }  // namespace
 
-bool unary_kind(const Node& n, Unary& kind) {
-  if (n.op_type == "Gelu") {
-    kind = n.attr_str("approximate", "none") == "tanh" ? Unary::kGeluTanh : Unary::kGelu;
-    return true;
-  }
-  if (n.op_type == "Not") {
-    kind = Unary::kNot;
-    return true;
-  }
-  for (const UnaryEntry& e : kUnaryOps) {
-    if (n.op_type == e.op) {
-      kind = e.kind;
-      return true;
-    }
-  }
-  return false;
-}
-
 void register_unary_ops(std::vector<OpDef>& defs) {
-  for (const UnaryEntry& e : kUnaryOps) {
+  for (const std::string& t : ops::unary_op_types()) {
     OpDef d;
-    d.op_type = e.op;
-    d.key = op_key(e.op);
+    d.op_type = t;
     d.kernel = "cpu";
-    d.dtypes = *e.dtypes;
-    d.description = std::string(e.op) + " elementwise";
-    d.infer = infer_same;
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       Unary k;
       unary_kind(n, k);
-      run_unary(k, params_of(n, k), in[0].dtype, in[0].data, out[0].data, in[0].numel());
+      run_unary(k, unary_params(n, k), in[0].dtype, in[0].data, out[0].data, in[0].numel());
     };
     defs.push_back(std::move(d));
   }
   {
     OpDef d;
     d.op_type = "Not";
-    d.key = "not";
     d.kernel = "cpu";
-    d.dtypes = {DType::kBool};
-    d.description = "logical not";
-    d.infer = infer_same;
     d.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const auto* x = in[0].ptr<const uint8_t>();
       auto* y = out[0].ptr<uint8_t>();
@@ -153,13 +82,7 @@ void register_unary_ops(std::vector<OpDef>& defs) {
     // Clip: bounds from inputs 1 and 2 (opset >= 11) or attributes (older).
     OpDef d;
     d.op_type = "Clip";
-    d.key = "clip";
     d.kernel = "cpu";
-    d.dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                DType::kInt64,   DType::kInt32,   DType::kInt16,   DType::kInt8,
-                DType::kUInt8};
-    d.description = "Clip(x, min, max)";
-    d.infer = infer_same;
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       UnaryParams p;
       HostTensor b;
@@ -192,19 +115,7 @@ void register_unary_ops(std::vector<OpDef>& defs) {
   for (const char* op : {"Identity", "Dropout"}) {
     OpDef d;
     d.op_type = op;
-    d.key = op_key(op);
     d.kernel = "cpu";
-    d.description = std::string(op) + (std::string(op) == "Dropout" ? " (inference: identity)" : "");
-    d.alias = true;
-    d.infer = [](const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-      bool ok = infer_same(n, in, out);
-      if (out.size() > 1) {  // Dropout's mask: all true in inference
-        out[1].present = true;
-        out[1].dtype = DType::kBool;
-        out[1].shape = in[0].shape;
-      }
-      return ok;
-    };
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       if (n.op_type == "Dropout" && in.size() > 2 && in[2].data &&
           in[2].ptr<const uint8_t>()[0] != 0) {

@@ -1,0 +1,46 @@
+// The Conv schema: NCHW-style convolution over 1-3 spatial dims with groups,
+// strides, dilations and pads/auto_pad; the compiler may fuse a bias, a residual
+// ("_sum") and an activation into it.
+#include "ops/families.h"
+#include "xpuruntime/error.h"
+#include "xpuruntime/ops/spatial.h"
+
+namespace xpuruntime::ops {
+namespace {
+
+bool conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 2);
+  XRT_CHECK(in[0].dtype == in[1].dtype, InvalidModelError, n.where(), ": X is ",
+            dtype_name(in[0].dtype), " but W is ", dtype_name(in[1].dtype));
+  out[0].present = true;
+  out[0].dtype = in[0].dtype;
+  if (!in[0].shape || !in[1].shape) return false;
+  const Shape& x = *in[0].shape;
+  const Shape& w = *in[1].shape;
+  XRT_CHECK(w.size() == x.size() && x.size() >= 3, InvalidModelError, n.where(), ": X ",
+            graph::shape_str(x), " and W ", graph::shape_str(w), " must have the same rank >= 3");
+  const int64_t group = n.attr_int("group", 1);
+  XRT_CHECK(group >= 1 && x[1] % group == 0 && w[0] % group == 0 && w[1] * group == x[1],
+            InvalidModelError, n.where(), ": channels do not match: X has ", x[1],
+            " channels, W is ", graph::shape_str(w), ", group ", group,
+            " (need W.shape[1] * group == X.shape[1])");
+  if (in.size() > 2 && in[2].present && in[2].shape) {
+    XRT_CHECK(graph::shape_numel(*in[2].shape) == w[0], InvalidModelError, n.where(), ": bias has ",
+              graph::shape_numel(*in[2].shape), " elements, expected ", w[0]);
+  }
+  const Spatial g = conv_geometry(n, x, w);
+  Shape s = {x[0], w[0]};
+  s.insert(s.end(), g.out.begin(), g.out.end());
+  out[0].shape = s;
+  return true;
+}
+
+}  // namespace
+
+void register_conv_schemas(std::vector<OpSchema>& s) {
+  s.push_back(make_schema("Conv", {DType::kFloat32, DType::kFloat64},
+                          "Conv over 1-3 spatial dims (groups, strides, dilations, pads)",
+                          conv_infer));
+}
+
+}  // namespace xpuruntime::ops

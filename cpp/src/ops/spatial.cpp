@@ -1,0 +1,79 @@
+// Window geometry of Conv and pooling (see xpuruntime/ops/spatial.h).
+#include "xpuruntime/ops/spatial.h"
+
+#include <algorithm>
+#include <string>
+
+#include "xpuruntime/error.h"
+
+namespace xpuruntime::ops {
+
+using graph::Node;
+using graph::Shape;
+
+Spatial make_spatial(const Node& n, const Shape& in, const std::vector<int64_t>& kernel,
+                     bool ceil_mode) {
+  XRT_CHECK(in.size() >= 3 && in.size() <= 5, UnsupportedOperationError, n.where(), ": input rank ",
+            in.size(), " is not supported (1 to 3 spatial dimensions)");
+  Spatial g;
+  const std::size_t r = in.size() - 2;
+  XRT_CHECK(kernel.size() == r, InvalidModelError, n.where(), ": kernel has ", kernel.size(),
+            " dimensions but the input has ", r, " spatial dimensions");
+  g.in.assign(in.begin() + 2, in.end());
+  g.k = kernel;
+  g.s = n.attr_ints("strides", std::vector<int64_t>(r, 1));
+  g.d = n.attr_ints("dilations", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
+  XRT_CHECK(g.s.size() == r && g.d.size() == r && pads.size() == 2 * r, InvalidModelError,
+            n.where(), ": strides/dilations/pads lengths do not match ", r, " spatial dimensions");
+  const std::string auto_pad = n.attr_str("auto_pad", "NOTSET");
+  g.out.resize(r);
+  g.pb.resize(r);
+  g.pe.resize(r);
+  for (std::size_t i = 0; i < r; ++i) {
+    XRT_CHECK(g.k[i] > 0 && g.s[i] > 0 && g.d[i] > 0, InvalidModelError, n.where(),
+              ": kernel, strides and dilations must be positive");
+    const int64_t ek = (g.k[i] - 1) * g.d[i] + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      g.out[i] = (g.in[i] + g.s[i] - 1) / g.s[i];
+      int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * g.s[i] + ek - g.in[i]);
+      g.pb[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      g.pe[i] = total - g.pb[i];
+    } else if (auto_pad == "VALID") {
+      g.pb[i] = g.pe[i] = 0;
+      int64_t span = g.in[i] - ek;
+      g.out[i] = span < 0 ? 0 : (ceil_mode ? (span + g.s[i] - 1) / g.s[i] : span / g.s[i]) + 1;
+    } else {
+      XRT_CHECK(auto_pad == "NOTSET", InvalidModelError, n.where(), ": unknown auto_pad '",
+                auto_pad, "' (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
+      g.pb[i] = pads[i];
+      g.pe[i] = pads[i + r];
+      XRT_CHECK(g.pb[i] >= 0 && g.pe[i] >= 0, InvalidModelError, n.where(), ": negative pads");
+      int64_t span = g.in[i] + g.pb[i] + g.pe[i] - ek;
+      if (span < 0) {
+        g.out[i] = 0;
+      } else if (ceil_mode) {
+        g.out[i] = (span + g.s[i] - 1) / g.s[i] + 1;
+        // The last window must start inside the input or its leading pad.
+        if ((g.out[i] - 1) * g.s[i] >= g.in[i] + g.pb[i]) --g.out[i];
+      } else {
+        g.out[i] = span / g.s[i] + 1;
+      }
+    }
+  }
+  return g;
+}
+
+Spatial conv_geometry(const Node& n, const Shape& x, const Shape& w) {
+  std::vector<int64_t> k = n.attr_ints("kernel_shape", {});
+  if (k.empty()) k.assign(w.begin() + 2, w.end());
+  return make_spatial(n, x, k, false);
+}
+
+Spatial pool_geometry(const Node& n, const Shape& in) {
+  auto k = n.attr_ints("kernel_shape", {});
+  XRT_CHECK(!k.empty(), InvalidModelError, n.where(), ": kernel_shape attribute is required");
+  return make_spatial(n, in, k, n.attr_int("ceil_mode", 0) != 0);
+}
+
+}  // namespace xpuruntime::ops
