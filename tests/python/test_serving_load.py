@@ -28,10 +28,10 @@ def _bench():
 
 def test_load_batching_on_vs_off(tmp_path: Path) -> None:
     bench = _bench()
-    bench.make_repository(tmp_path, load_hidden=2048, load_layers=4, delay_us=2000)
+    bench.make_repository(tmp_path, load_hidden=2048, load_layers=4, delay_us=10_000)
     server = bench.ServerProcess(tmp_path)
     try:
-        res = bench.load_test(server.grpc_port, requests=2000, concurrency=16, cap_s=30.0)
+        res = bench.load_test(server.grpc_port, requests=1000, concurrency=16, cap_s=20.0, rounds=2)
     finally:
         server.stop()
     for mode in ("batching_on", "batching_off"):
