@@ -397,3 +397,46 @@ def test_metrics_endpoint(server, hc) -> None:
     assert "xrt_inference_compute_seconds_bucket" in text and "xrt_inference_batch_size_count" in text
     assert "xrt_inference_failures_total{" in text
     assert 'xrt_device_memory_allocated_bytes{device="cpu"}' in text
+
+
+# ---------------------------------------------------------------------- less common wire forms
+def test_grpc_typed_contents_and_raw_count(server, repo) -> None:
+    """Typed InferTensorContents in, typed contents out; a raw buffer count that disagrees is refused."""
+    import grpc
+    from xpuruntime.serving.grpc_service import messages
+
+    msgs = messages()
+    x = _x(2, 11)
+    req = msgs["ModelInferRequest"](model_name="mlp_direct")
+    t = req.inputs.add()
+    t.name, t.datatype = "x", "FP32"
+    t.shape.extend(x.shape)
+    t.contents.fp32_contents.extend(x.reshape(-1).tolist())
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        call = ch.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=msgs["ModelInferResponse"].FromString,
+        )
+        resp = call(req, timeout=30)
+        assert not resp.raw_output_contents
+        y = {
+            o.name: np.asarray(o.contents.fp32_contents, np.float32).reshape(tuple(o.shape))
+            for o in resp.outputs
+        }
+        assert_bits(y["y"], reference(repo[1]["mlp_direct"], {"x": x})["y"])
+        bad = msgs["ModelInferRequest"]()
+        bad.CopyFrom(req)
+        bad.raw_input_contents.extend([x.tobytes(), x.tobytes()])
+        with pytest.raises(grpc.RpcError) as err:
+            call(bad, timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "2 raw_input_contents for 1 inputs" in err.value.details()
+
+
+def test_http_gzip_request_body(hc, repo) -> None:
+    x = _x(3, 12)
+    inp = httpclient.InferInput("x", [3, 16], "FP32")
+    inp.set_data_from_numpy(x)
+    res = hc.infer("mlp_direct", [inp], request_compression_algorithm="gzip")
+    assert_bits(res.as_numpy("y"), reference(repo[1]["mlp_direct"], {"x": x})["y"])

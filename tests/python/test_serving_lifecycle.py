@@ -248,3 +248,15 @@ def test_example_repository_serves_the_demo_model() -> None:
     want = np.asarray(sess.run({"image": x})[name])
     assert np.array_equal(res.as_numpy(name).view(np.uint32), want.view(np.uint32))
     assert res.get_response()["parameters"]["batch_size"] == 2
+
+
+def test_yaml_config(tmp_path: Path) -> None:
+    pytest.importorskip("yaml", reason="YAML configs need pyyaml")
+    write_model(tmp_path / "m", mlp_model(0))
+    (tmp_path / "m" / "config.yaml").write_text(
+        "max_batch_size: 4\ndynamic_batching:\n  preferred_batch_sizes: [2, 4]\n"
+    )
+    repo = ModelRepository(tmp_path)
+    repo.load("m")
+    assert repo.get("m").model.buckets == (2, 4)
+    repo.close()
