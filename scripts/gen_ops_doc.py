@@ -19,7 +19,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "ops.md"
 def render() -> str:
     """The Markdown text of docs/ops.md."""
     from xpuruntime import _core
-    from xpuruntime.inference.frontend import OPSET_MAX, OPSET_MIN
+    from xpuruntime.engines.native.frontend import OPSET_MAX, OPSET_MIN
 
     rows: OrderedDict[str, list[tuple[str, str, list[str], str]]] = OrderedDict()
     for op_type, key, kernel, dtypes, desc in sorted(_core.graph.supported_ops()):

@@ -52,6 +52,8 @@ class KernelInfo:
     priority: int
     deterministic: bool
     description: str
+    devices: tuple[str, ...] = ()  # every device kind it runs on (device first)
+    requested_only: bool = False  # a candidate only where a caller names it (routed torch calls)
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> KernelInfo:
@@ -68,6 +70,8 @@ class KernelInfo:
             priority=int(d["priority"]),
             deterministic=bool(d["deterministic"]),
             description=d["description"],
+            devices=tuple(d.get("devices", (d["device"],))),
+            requested_only=bool(d.get("requested_only", False)),
         )
 
 
@@ -126,10 +130,12 @@ def register(
             Inputs are numpy arrays for CPU kernels (zero-copy views; ``inputs_as``)
             or xpuruntime Tensors (DLPack-capable) otherwise. Attributes arrive as
             int, float or str; with ``algorithms`` the chosen id comes as ``algorithm``.
-        supports: ``supports(ctx) -> bool | (bool, reason) | reason-str`` on an
-            ``OpContext`` (``ctx.inputs[i].dtype/.shape/.layout``, ``ctx.attrs``,
-            ``ctx.device``). False is recorded as ``python_supports_false`` with the
-            reason; an exception as ``python_supports_error``.
+        supports: ``supports(ctx) -> bool | (bool, reason) | (False, code, reason) |
+            reason-str`` on an ``OpContext`` (``ctx.inputs[i].dtype/.shape/.layout``,
+            ``ctx.attrs``, ``ctx.device``). False is recorded as
+            ``python_supports_false`` with the reason, or with ``code`` (one of
+            ``_core.REASON_CODES``, e.g. ``_core.reason.SHAPE_UNSUPPORTED``); an
+            exception as ``python_supports_error``.
         device: device kind the kernel runs on (``"cpu"`` or ``"cuda"``).
         dtypes: accepted input dtypes (checked before ``supports``); None = any.
         layouts: accepted input layouts (``contiguous``, ``transposed``, ``strided``).

@@ -1,5 +1,5 @@
 """ONNX's conformance node tests through an ``onnx.backend.base.Backend`` wrapper of the
-native engine (xpuruntime.inference.onnx_backend.NativeBackend), on the CPU.
+native engine (xpuruntime.engines.native.onnx_backend.NativeBackend), on the CPU.
 
 In scope: every node test whose model uses only ops the native engine registers
 (``_core.graph.supported_ops()``). Every in-scope test must pass, except the ones in
@@ -19,7 +19,7 @@ pytest.importorskip("onnx.backend.test")
 import onnx.backend.test  # noqa: F811 - a submodule of the module imported above
 import xpuruntime as xrt
 from onnx.backend.test.loader import load_model_tests
-from xpuruntime.inference.onnx_backend import NativeBackend
+from xpuruntime.engines.native.onnx_backend import NativeBackend
 
 
 @pytest.fixture(autouse=True, scope="module")

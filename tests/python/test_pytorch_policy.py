@@ -122,7 +122,13 @@ def test_preference_list_takes_the_first_kernel_that_can_run():
     F.scaled_dot_product_attention(q, k, v)
     d = xrt_torch.decision_log()[0]
     assert d.chosen == "flash_v2" and d.rule == "policy.prefer"
-    assert [(c.kernel, c.verdict) for c in d.candidates] == [("cudnn", "rejected"), ("flash_v2", "supported")]
+    # The named kernels first, in the policy's order; then every other kernel the call
+    # could run (the Dispatcher lists them all), torch's own among them.
+    assert [(c.kernel, c.verdict) for c in d.candidates[:2]] == [
+        ("cudnn", "rejected"),
+        ("flash_v2", "supported"),
+    ]
+    assert d.candidate("torch").verdict == "supported"
 
 
 def test_unsupported_torch_backend_falls_back_to_torch_default():

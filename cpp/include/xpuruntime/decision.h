@@ -58,6 +58,9 @@ struct Decision {
   std::string detail;
   std::string key;     // OpContext::case_key()
   uint64_t seq = 0;    // position in the log (1-based, increasing)
+  // Calls this decision answered. A hot path that caches its choice per case (routed
+  // torch calls) records the case once and adds its later calls here.
+  uint64_t hits = 1;
 
   // Compact JSON of all fields (sorted keys).
   std::string to_json() const;
@@ -74,6 +77,8 @@ class DecisionLog {
 
   // Stores a copy, assigns and returns its sequence number.
   uint64_t append(Decision d);
+  // Adds `n` calls to the decision numbered `seq`; false when it has left the ring.
+  bool add_hits(uint64_t seq, uint64_t n);
   // Oldest first. `last` > 0 returns only the newest `last` decisions.
   std::vector<Decision> snapshot(std::size_t last = 0) const;
   std::size_t size() const;

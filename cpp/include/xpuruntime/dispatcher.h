@@ -25,12 +25,37 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <vector>
 
 #include "xpuruntime/decision.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/policy.h"
 
 namespace xpuruntime {
+
+// What a caller that runs the chosen kernel itself (PyTorch routing) adds to a
+// selection. The rules stay the Dispatcher's; these only say what the caller can run
+// and what it measured.
+struct SelectOptions {
+  // Kernels the caller can run. Registered kernels not listed are no candidates (a
+  // routed torch call runs torch's kernels and ours with a torch bridge, never the
+  // native engine's CPU kernels); a listed name that is not registered is rejected
+  // backend_unavailable. Empty = every registered kernel of the op.
+  std::vector<std::string> runnable;
+  // The kernel the fallback rule takes when it is supported ("torch" for routed torch
+  // calls: falling back means torch's own kernel). "" = the highest-priority one.
+  std::string fallback_kernel;
+  // best_performance timed by the caller (a torch call is timed forward and backward on
+  // torch's stream): kernel -> median ms, and kernel -> what it raised when timed.
+  // Used when `timed`; otherwise a non-empty untimed_reason says why this case stays
+  // auto.first_supported.
+  bool timed = false;
+  std::map<std::string, double> timings_ms;
+  std::map<std::string, std::string> failures;
+  std::string untimed_reason;
+  std::string note;    // the caller's note, first in the decision's detail (a precision hint)
+  bool record = true;  // false: evaluate only (the caller looks at the pool, then times it)
+};
 
 struct TuningOptions {
   int warmup = 1;      // untimed runs per candidate/algorithm
@@ -69,6 +94,7 @@ class Dispatcher {
   // UnsupportedOperationError (after recording) when nothing may run the case.
   Decision select(const OpContext& ctx);
   Decision select(const OpContext& ctx, const KernelPolicy& policy);
+  Decision select(const OpContext& ctx, const KernelPolicy& policy, const SelectOptions& options);
   // select + run (+ tuning under best_performance). Fills launch.ctx, algorithm and
   // workspace (allocated on ctx.device when the kernel needs one and none is given).
   Decision dispatch(const OpContext& ctx, KernelLaunch& launch);
@@ -96,11 +122,14 @@ class Dispatcher {
   };
   struct Selection;
   std::shared_ptr<const KernelPolicy> current_policy() const;
-  Selection evaluate(const OpContext& ctx, const KernelPolicy& policy) const;
-  // Applies the cached or (launch given) fresh tuning result, records and returns the
-  // Decision; throws UnsupportedOperationError after recording when nothing may run.
+  Selection evaluate(const OpContext& ctx, const KernelPolicy& policy,
+                     const SelectOptions* options) const;
+  // Applies the cached, caller-measured or (launch given) fresh tuning result, records
+  // and returns the Decision; throws UnsupportedOperationError after recording when
+  // nothing may run.
   Decision decide(const OpContext& ctx, const KernelPolicy& policy, KernelLaunch* launch,
-                  KernelPtr* chosen);
+                  KernelPtr* chosen, const SelectOptions* options = nullptr);
+  Tuned measured(const Selection& sel, const SelectOptions& options) const;
   Tuned tune(const OpContext& ctx, const Selection& sel, const KernelLaunch& launch) const;
   std::optional<Tuned> cached(const std::string& tuning_key) const;
 

@@ -9,6 +9,7 @@
 // core (CPU) or the plugin entry point (CUDA) calls once.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -129,6 +130,9 @@ struct KernelDef {
   std::string name;      // unique within op: "cublasLt", "flash_v2", "cpu_blas", ...
   std::string provider;  // "cpu", "cublas", "cublasLt", "cuda_raw", "python", ...
   DeviceType device = DeviceType::kCPU;
+  // Further device kinds it runs on: a Python kernel over torch tensors (torch's own
+  // matmul, the math SDPA backend) runs wherever torch does. Usually empty.
+  std::vector<DeviceType> more_devices;
   std::vector<DType> dtypes;         // accepted input dtypes; empty = any
   std::vector<std::string> layouts;  // accepted input layouts (TensorSpec::layout); empty = any
   int min_capability = 0;            // CUDA only; 0 = no minimum
@@ -137,7 +141,15 @@ struct KernelDef {
   int priority = 0;                  // higher first among auto candidates
   bool deterministic = true;         // bitwise reproducible run to run (no atomics races)
   bool allocates_outputs = false;    // run() fills empty launch.outputs itself (Python kernels)
+  // A candidate only where the caller asks for it by name (SelectOptions::runnable):
+  // torch-side kernels that run the tensors of a routed torch call, which the native
+  // engine's selections must not list.
+  bool requested_only = false;
   std::string description;
+
+  bool runs_on(DeviceType t) const {
+    return t == device || std::find(more_devices.begin(), more_devices.end(), t) != more_devices.end();
+  }
 };
 
 // One dense, contiguous operand of a prepared kernel, in the kernel's device memory.

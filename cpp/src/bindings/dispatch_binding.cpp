@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <memory>
 
 #include "bindings/bindings.h"
@@ -41,7 +42,44 @@ py::object to_py(const Decision& d, const py::object& mod) {
   return mod.attr("Decision")(
       d.op, d.device, py::cast(d.dtypes), shapes, cands, d.chosen, d.rule, py::arg("node") = d.node,
       py::arg("pin") = pin, py::arg("timings") = timings, py::arg("detail") = d.detail,
-      py::arg("algorithm") = d.algorithm, py::arg("key") = d.key, py::arg("seq") = d.seq);
+      py::arg("algorithm") = d.algorithm, py::arg("key") = d.key, py::arg("seq") = d.seq,
+      py::arg("hits") = d.hits);
+}
+
+// A Python Decision (xpuruntime.dispatch.decision.Decision) as the C++ struct, so
+// decisions made outside a select() (a kernel refusing a case only when it ran) land
+// in the same log.
+Decision from_py(const py::handle& o) {
+  Decision d;
+  d.op = o.attr("op").cast<std::string>();
+  d.node = o.attr("node").cast<std::string>();
+  d.device = o.attr("device").cast<std::string>();
+  d.dtypes = o.attr("dtypes").cast<std::vector<std::string>>();
+  for (const auto& s : o.attr("shapes")) d.shapes.push_back(s.cast<Shape>());
+  for (const auto& c : o.attr("candidates")) {
+    Candidate k;
+    k.kernel = c.attr("kernel").cast<std::string>();
+    k.verdict = c.attr("verdict").cast<std::string>();
+    k.reason_code = c.attr("reason_code").cast<std::string>();
+    k.detail = c.attr("detail").cast<std::string>();
+    py::object t = c.attr("time_ms");
+    if (!t.is_none()) k.time_ms = t.cast<double>();
+    k.algorithm = c.attr("algorithm").cast<std::string>();
+    d.candidates.push_back(std::move(k));
+  }
+  d.chosen = o.attr("chosen").cast<std::string>();
+  d.algorithm = o.attr("algorithm").cast<std::string>();
+  d.rule = o.attr("rule").cast<std::string>();
+  py::object pin = o.attr("pin");
+  if (!pin.is_none()) {
+    d.pin = KernelPin{pin["kernel"].cast<std::string>(), pin["algorithm"].cast<std::string>()};
+  }
+  py::object timings = o.attr("timings");
+  if (!timings.is_none()) d.timings = timings.cast<std::map<std::string, double>>();
+  d.detail = o.attr("detail").cast<std::string>();
+  d.key = o.attr("key").cast<std::string>();
+  d.hits = o.attr("hits").cast<uint64_t>();
+  return d;
 }
 
 py::object to_py(const Decision& d) { return to_py(d, decision_module()); }
@@ -151,12 +189,13 @@ class PyKernel final : public Kernel {
     py::gil_scoped_acquire gil;
     try {
       py::object r = supports_(ctx);
-      // True / False / (False, "why") / a string naming why not.
+      // True / False / (False, "why") / (False, reason_code, "why") / a string naming why not.
       if (py::isinstance<py::tuple>(r)) {
         auto t = r.cast<py::tuple>();
         bool ok = t.size() > 0 && py::bool_(t[0]);
-        std::string detail = t.size() > 1 ? std::string(py::str(t[1])) : "";
-        return ok ? Support::yes() : Support::no(reason::kPythonSupportsFalse, detail);
+        if (ok) return Support::yes();
+        if (t.size() > 2) return Support::no(py::str(t[1]), py::str(t[2]));
+        return Support::no(reason::kPythonSupportsFalse, t.size() > 1 ? std::string(py::str(t[1])) : "");
       }
       if (py::isinstance<py::str>(r)) return Support::no(reason::kPythonSupportsFalse, r.cast<std::string>());
       if (py::bool_(r)) return Support::yes();
@@ -247,6 +286,10 @@ py::dict def_to_dict(const KernelDef& d) {
   o["name"] = d.name;
   o["provider"] = d.provider;
   o["device"] = std::string(device_type_name(d.device));
+  py::list devices;
+  devices.append(std::string(device_type_name(d.device)));
+  for (DeviceType t : d.more_devices) devices.append(std::string(device_type_name(t)));
+  o["devices"] = devices;
   py::list dts;
   for (DType t : d.dtypes) dts.append(std::string(dtype_name(t)));
   o["dtypes"] = dts;
@@ -256,6 +299,7 @@ py::dict def_to_dict(const KernelDef& d) {
   o["workspace_bytes"] = d.workspace_bytes;
   o["priority"] = d.priority;
   o["deterministic"] = d.deterministic;
+  o["requested_only"] = d.requested_only;
   o["description"] = d.description;
   return o;
 }
@@ -295,6 +339,30 @@ py::tuple dispatch_py(Dispatcher& d, const std::string& op, const py::sequence& 
 }  // namespace
 
 void bind_dispatch(py::module_& m) {
+  // The stable names Python reads instead of declaring its own copies.
+  m.attr("RULES") = py::make_tuple(rule::kPinned, rule::kPolicyRequire, rule::kPolicyPrefer,
+                                   rule::kFallback, rule::kAutoFirstSupported,
+                                   rule::kAutoBestPerformance, rule::kNone);
+  m.attr("REASON_CODES") = py::make_tuple(
+      reason::kDtypeUnsupported, reason::kShapeUnsupported, reason::kLayoutUnsupported,
+      reason::kCapabilityTooLow, reason::kCapabilityTooHigh, reason::kWorkspaceExceeded,
+      reason::kBackendUnavailable, reason::kDeviceMismatch, reason::kNotInPolicy,
+      reason::kNondeterministic, reason::kAttributeUnsupported, reason::kPythonSupportsFalse,
+      reason::kPythonSupportsError, reason::kPinMismatch, reason::kSupportsError, reason::kRunFailed);
+  m.attr("AUTO_KERNEL") = std::string(kAutoKernel);  // the policy's "any kernel" entry
+  // The same names as attributes (`_core.reason.SHAPE_UNSUPPORTED`, `_core.rule.FALLBACK`),
+  // so Python code spells a code through C++'s declaration instead of a literal.
+  for (const char* sub : {"RULES", "REASON_CODES"}) {
+    py::module_ ns = m.def_submodule(std::string(sub) == "RULES" ? "rule" : "reason");
+    for (const auto& v : m.attr(sub)) {
+      std::string name = v.cast<std::string>();
+      for (auto& ch : name) {
+        ch = ch == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      }
+      ns.attr(name.c_str()) = v;
+    }
+  }
+
   py::class_<TensorSpec>(m, "TensorSpec", "dtype, shape and strides of one operand.")
       .def(py::init([](const std::string& dtype, const Shape& shape, const Shape& strides) {
              return TensorSpec{dtype_from_name(dtype), shape, strides};
@@ -371,7 +439,8 @@ void bind_dispatch(py::module_& m) {
               const py::object& supports, const std::string& device, const py::object& dtypes,
               const py::object& layouts, int priority, const std::string& description,
               int min_capability, int max_capability, std::size_t workspace_bytes,
-              bool deterministic, const py::object& algorithms, bool numpy_io, bool replace) {
+              bool deterministic, const py::object& algorithms, bool numpy_io, bool replace,
+              const std::vector<std::string>& more_devices, bool requested_only) {
              XRT_CHECK(supports.is_none() || PyCallable_Check(supports.ptr()), InvalidArgumentError,
                        "register(", op, ", ", name, "): supports must be callable or None");
              KernelDef d;
@@ -379,6 +448,7 @@ void bind_dispatch(py::module_& m) {
              d.name = name;
              d.provider = "python";
              d.device = Device::parse(device).type;
+             for (const auto& m : more_devices) d.more_devices.push_back(Device::parse(m).type);
              if (!dtypes.is_none()) {
                for (const auto& t : dtypes) d.dtypes.push_back(dtype_from_name(py::str(t).cast<std::string>()));
              }
@@ -390,6 +460,7 @@ void bind_dispatch(py::module_& m) {
              d.workspace_bytes = workspace_bytes;
              d.deterministic = deterministic;
              d.allocates_outputs = true;
+             d.requested_only = requested_only;
              r.register_kernel(std::make_shared<PyKernel>(d, fn, supports, algorithms, numpy_io), replace);
            },
            py::arg("op"), py::arg("name"), py::arg("fn"), py::arg("supports") = py::none(),
@@ -397,7 +468,8 @@ void bind_dispatch(py::module_& m) {
            py::arg("priority") = 0, py::arg("description") = "", py::arg("min_capability") = 0,
            py::arg("max_capability") = 0, py::arg("workspace_bytes") = 0,
            py::arg("deterministic") = true, py::arg("algorithms") = py::none(),
-           py::arg("numpy_io") = true, py::arg("replace") = false)
+           py::arg("numpy_io") = true, py::arg("replace") = false,
+           py::arg("more_devices") = std::vector<std::string>{}, py::arg("requested_only") = false)
       .def("unregister", &KernelRegistry::unregister_kernel, py::arg("op"), py::arg("name"))
       .def("list",
            [](const KernelRegistry& r, const std::optional<std::string>& op,
@@ -457,16 +529,49 @@ void bind_dispatch(py::module_& m) {
       .def("get_policy", &Dispatcher::get_policy)
       .def("effective_policy", &Dispatcher::effective_policy)
       .def("select",
-           [](Dispatcher& d, const OpContext& ctx, const py::object& policy) {
+           [](Dispatcher& d, const OpContext& ctx, const py::object& policy,
+              const std::vector<std::string>& runnable, const std::string& fallback_kernel,
+              const py::object& timings, const std::map<std::string, std::string>& failures,
+              const std::string& untimed_reason, bool record, const std::string& note) {
              std::optional<KernelPolicy> p = policy_arg(policy);
+             SelectOptions opt;
+             opt.runnable = runnable;
+             opt.fallback_kernel = fallback_kernel;
+             opt.timed = !timings.is_none();
+             if (opt.timed) opt.timings_ms = timings.cast<std::map<std::string, double>>();
+             opt.failures = failures;
+             opt.untimed_reason = untimed_reason;
+             opt.record = record;
+             opt.note = note;
+             const bool plain = runnable.empty() && fallback_kernel.empty() && !opt.timed &&
+                                failures.empty() && untimed_reason.empty() && record && note.empty();
              Decision dec;
              {
                py::gil_scoped_release release;
-               dec = p ? d.select(ctx, *p) : d.select(ctx);
+               if (plain) {
+                 dec = p ? d.select(ctx, *p) : d.select(ctx);
+               } else {
+                 dec = d.select(ctx, p ? *p : d.effective_policy(), opt);
+               }
              }
              return to_py(dec);
            },
-           py::arg("ctx"), py::arg("policy") = py::none())
+           py::arg("ctx"), py::arg("policy") = py::none(), py::kw_only(),
+           py::arg("runnable") = std::vector<std::string>{}, py::arg("fallback_kernel") = "",
+           py::arg("timings") = py::none(), py::arg("failures") = std::map<std::string, std::string>{},
+           py::arg("untimed_reason") = "", py::arg("record") = true, py::arg("note") = "",
+           "Chooses a kernel and records the Decision. A caller that runs kernels itself "
+           "passes the kernels it can run (runnable), the kernel the fallback rule takes, "
+           "and, under best_performance, the timings it measured (kernel -> ms) or why it "
+           "could not time; record=False evaluates without recording.")
+      .def("record",
+           [](Dispatcher& d, const py::object& decision) { return d.log().append(from_py(decision)); },
+           py::arg("decision"),
+           "Appends a Decision made outside select() (a kernel that refused a case when it "
+           "ran); returns its sequence number.")
+      .def("add_hits", [](Dispatcher& d, uint64_t seq, uint64_t n) { return d.log().add_hits(seq, n); },
+           py::arg("seq"), py::arg("n") = 1,
+           "Counts n more calls answered by decision `seq` (false when it left the log).")
       .def("dispatch", &dispatch_py, py::arg("op"), py::arg("inputs"), py::arg("outputs") = py::none(),
            py::arg("policy") = py::none(), py::arg("exec_policy") = py::none(),
            py::arg("attrs") = py::none(), py::arg("node") = "",

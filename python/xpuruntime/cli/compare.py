@@ -56,7 +56,7 @@ def make_inputs(
     infos: Sequence[Any], dims: dict[str, int], seed: int, int_high: int
 ) -> dict[str, np.ndarray]:
     """Random inputs for TensorInfo-like specs; symbolic dims from ``dims`` (else 1)."""
-    from ..engines._common import numpy_dtype
+    from ..engines.onnx_model import numpy_dtype
 
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
@@ -124,7 +124,7 @@ def compare(
     Returns the rows (reference first) and the inputs used.
     """
     from ..engines import registry
-    from ..engines._common import load_model, onnx_io
+    from ..engines.onnx_model import load_model, onnx_io
 
     def spec(text: str) -> tuple[str, str, str]:
         """ "name" or "name@device" → (engine, device, row label)."""

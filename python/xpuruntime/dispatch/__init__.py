@@ -1,10 +1,12 @@
 """Kernel dispatch: decisions, the decision log and explain helpers (DESIGN.md §4).
 
 ``decision`` holds plain dataclasses (no ``_core`` needed); ``explain`` drives the
-C++ dispatcher.
+C++ dispatcher; ``log`` is the process decision log, importable from anywhere.
 """
 
-from .decision import REASON_CODES, RULES, Candidate, Decision, DecisionLog
+from typing import Any
+
+from .decision import Candidate, Decision, DecisionLog
 from .explain import (
     Dispatcher,
     OpContext,
@@ -35,3 +37,11 @@ __all__ = [
     "select",
     "set_policy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RULES", "REASON_CODES"):  # declared in C++: read on first use
+        from . import decision
+
+        return getattr(decision, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

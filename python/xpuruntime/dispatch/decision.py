@@ -18,42 +18,22 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "REASON_CODES",
-    "RULES",
+    "REASON_CODES",  # noqa: F822 - read from _core by __getattr__
+    "RULES",  # noqa: F822
     "Candidate",
     "Decision",
     "DecisionLog",
 ]
 
-#: Rules a Decision may carry (``Decision.rule``).
-RULES = (
-    "pinned",
-    "policy.require",
-    "policy.prefer",
-    "fallback",
-    "auto.first_supported",
-    "auto.best_performance",
-    "none",
-)
 
-#: Stable reason codes for rejected candidates. Engines may add their own codes;
-#: these are the ones the C++ dispatcher emits.
-REASON_CODES = (
-    "dtype_unsupported",
-    "shape_unsupported",
-    "layout_unsupported",
-    "capability_too_low",
-    "capability_too_high",
-    "workspace_exceeded",
-    "backend_unavailable",
-    "device_mismatch",
-    "not_in_policy",
-    "nondeterministic",
-    "attribute_unsupported",
-    "python_supports_false",
-    "python_supports_error",
-    "pin_mismatch",
-)
+def __getattr__(name: str) -> Any:
+    # RULES and REASON_CODES are declared once, in C++ (decision.h, kernel_registry.h);
+    # read on first use, so this module still imports before _core is built.
+    if name in ("RULES", "REASON_CODES"):
+        from .. import _core
+
+        return tuple(getattr(_core, name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -124,6 +104,8 @@ class Decision:
         algorithm: the chosen algorithm id ("" = the kernel's default).
         key: the case key used by tuning caches and pins.
         seq: position in the process log (0 for decisions built in Python).
+        hits: calls this decision answered (a routed torch case is recorded once and
+            its later calls counted here).
     """
 
     op: str
@@ -140,6 +122,7 @@ class Decision:
     algorithm: str = ""
     key: str = ""
     seq: int = 0
+    hits: int = 1
 
     def candidate(self, kernel: str) -> Candidate | None:
         """The candidate named ``kernel``, or None."""
@@ -165,6 +148,7 @@ class Decision:
             "detail": self.detail,
             "key": self.key,
             "seq": self.seq,
+            "hits": self.hits,
         }
 
     @classmethod
@@ -185,6 +169,7 @@ class Decision:
             algorithm=d.get("algorithm", ""),
             key=d.get("key", ""),
             seq=int(d.get("seq", 0)),
+            hits=int(d.get("hits", 1)),
         )
 
     def summary(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import _core
+from . import log as _log
 from .decision import Decision, DecisionLog
 
 __all__ = [
@@ -127,12 +128,16 @@ def dispatch(
 
 def explain(last: int = 0, *, op: str | None = None, dispatcher: Any = None) -> DecisionLog:
     """The recorded decisions (oldest first; ``last`` > 0 keeps the newest ``last``)."""
+    if dispatcher is None:
+        _log.flush()  # hit counts that routed calls hold back reach the process log
     log = _dispatcher(dispatcher).explain(last)
     return log.filter(op=op) if op is not None else log
 
 
 def clear_log(*, dispatcher: Any = None) -> None:
     """Forgets the recorded decisions."""
+    if dispatcher is None:
+        _log.flush()
     _dispatcher(dispatcher).clear_log()
 
 

@@ -1,7 +1,7 @@
 """Helpers shared by the external-engine adapters (not public API).
 
-Model sources, the ONNX dtype table, policy field access that works with the
-pybind-wrapped policies or plain objects, and the Decision shapes adapters record:
+Policy field access that works with the pybind-wrapped policies or plain objects,
+and the Decision shapes adapters record (models and dtypes: :mod:`.onnx_model`):
 one per policy mapping (``op="engine.policy"``) and one per node placement
 (``op=<node op type>``, ``rule="engine.placement"``).
 """
@@ -9,146 +9,10 @@ one per policy mapping (``op="engine.policy"``) and one per node placement
 from __future__ import annotations
 
 import hashlib
-import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..dispatch.decision import Candidate, Decision
-from .base import TensorInfo
-
-# ONNX TensorProto element type → canonical dtype name (dtype.h) and numpy dtype.
-ONNX_DTYPES: dict[int, str] = {
-    1: "float32",
-    2: "uint8",
-    3: "int8",
-    4: "uint16",
-    5: "int16",
-    6: "int32",
-    7: "int64",
-    9: "bool",
-    10: "float16",
-    11: "float64",
-    12: "uint32",
-    13: "uint64",
-    16: "bfloat16",
-}
-
-# ORT's type strings ("tensor(float)") → canonical names.
-ORT_TYPE_NAMES: dict[str, str] = {
-    "tensor(float)": "float32",
-    "tensor(float16)": "float16",
-    "tensor(bfloat16)": "bfloat16",
-    "tensor(double)": "float64",
-    "tensor(int8)": "int8",
-    "tensor(uint8)": "uint8",
-    "tensor(int16)": "int16",
-    "tensor(uint16)": "uint16",
-    "tensor(int32)": "int32",
-    "tensor(uint32)": "uint32",
-    "tensor(int64)": "int64",
-    "tensor(uint64)": "uint64",
-    "tensor(bool)": "bool",
-}
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    """numpy dtype for a canonical dtype name (bfloat16 through ml_dtypes)."""
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-# ------------------------------------------------------------------ model sources
-@dataclass
-class ModelSource:
-    """One ONNX model, whatever form it came in, with a content hash.
-
-    ``path`` is kept when the model came from a file so vendors that resolve external
-    data relative to the file can read it themselves.
-    """
-
-    proto: Any  # onnx.ModelProto
-    path: Path | None = None
-    _bytes: bytes | None = field(default=None, repr=False)
-    _hash: str | None = field(default=None, repr=False)
-
-    @property
-    def bytes(self) -> bytes:
-        """The serialized model with external data inlined."""
-        if self._bytes is None:
-            self._bytes = self.proto.SerializeToString()
-        return self._bytes
-
-    @property
-    def sha256(self) -> str:
-        """SHA-256 of the serialized model (what the engine caches are keyed on)."""
-        if self._hash is None:
-            self._hash = hashlib.sha256(self.bytes).hexdigest()
-        return self._hash
-
-
-def load_model(model: Any) -> ModelSource:
-    """Accept an ``onnx.ModelProto``, serialized bytes or a path; raise InvalidModelError."""
-    import onnx
-
-    from .._core import InvalidModelError
-
-    if isinstance(model, ModelSource):
-        return model
-    if isinstance(model, onnx.ModelProto):
-        return ModelSource(model)
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        try:
-            proto = onnx.load_from_string(bytes(model))
-        except Exception as exc:
-            raise InvalidModelError(f"model bytes are not a valid ONNX ModelProto: {exc}") from exc
-        return ModelSource(proto, _bytes=bytes(model))
-    if isinstance(model, (str, os.PathLike)):
-        path = Path(model)
-        if not path.is_file():
-            raise InvalidModelError(
-                f"model file {str(path)!r} does not exist (pass an .onnx path, bytes or a ModelProto)"
-            )
-        try:
-            proto = onnx.load(str(path), load_external_data=True)
-        except Exception as exc:
-            raise InvalidModelError(f"cannot load ONNX model {str(path)!r}: {exc}") from exc
-        return ModelSource(proto, path=path)
-    raise InvalidModelError(
-        f"model must be an onnx.ModelProto, bytes or a path to an .onnx file, got {type(model).__name__}"
-    )
-
-
-def onnx_io(proto: Any) -> tuple[list[TensorInfo], list[TensorInfo]]:
-    """Graph inputs (initializers excluded) and outputs as TensorInfo."""
-    inits = {i.name for i in proto.graph.initializer}
-
-    def info(vi: Any) -> TensorInfo:
-        tt = vi.type.tensor_type
-        dims: list[int | str | None] = []
-        for d in tt.shape.dim:
-            if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
-            elif d.HasField("dim_param"):
-                dims.append(d.dim_param)
-            else:
-                dims.append(None)
-        return TensorInfo(vi.name, tuple(dims), ONNX_DTYPES.get(tt.elem_type, f"onnx_type_{tt.elem_type}"))
-
-    ins = [info(v) for v in proto.graph.input if v.name not in inits]
-    outs = [info(v) for v in proto.graph.output]
-    return ins, outs
-
-
-def has_dynamic_dims(infos: Iterable[TensorInfo]) -> list[str]:
-    """Names of inputs with a dimension that is not a fixed integer."""
-    return [t.name for t in infos if any(not isinstance(d, int) or d < 0 for d in t.shape)]
 
 
 # ---------------------------------------------------------------------- policies

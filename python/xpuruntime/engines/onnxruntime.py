@@ -43,19 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from . import _cuda
-from ._common import (
-    ORT_TYPE_NAMES,
-    DecisionRecorder,
-    kernel_prefs,
-    load_model,
-    numpy_dtype,
-    onnx_io,
-    pol,
-    precision,
-    strict,
-)
+from ._common import DecisionRecorder, kernel_prefs, pol, precision, strict
 from .base import Availability, Engine, EngineOptions, TensorInfo
+from .onnx_model import ORT_TYPE_NAMES, load_model, numpy_dtype, onnx_io
 
 INSTALL_HINT = "pip install xpuruntime[onnxruntime]"
 GPU_INSTALL_HINT = "pip install xpuruntime[onnxruntime-gpu]"
@@ -430,7 +422,7 @@ class OnnxRuntimeEngine(Engine):
         if on_cpu:
             for d in self._rec.items:
                 if d.rule == "engine.placement" and d.chosen == _PROVIDER["cpu"]:
-                    d.rule = "fallback"
+                    d.rule = _core.rule.FALLBACK
             if strict(ep, "no_cpu_fallback") or strict(ep, "no_fallback"):
                 from .._core import UnsupportedOperationError
 

@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from ._common import DecisionRecorder, load_model, onnx_io, pol, precision, strict
+from ._common import DecisionRecorder, pol, precision, strict
 from .base import Availability, Engine, EngineOptions, TensorInfo
+from .onnx_model import load_model, onnx_io
 
 INSTALL_HINT = "pip install xpuruntime[openvino]"
 

@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from ._common import DecisionRecorder, load_model, onnx_io, pol, precision, strict
+from .. import _core
+from ._common import DecisionRecorder, pol, precision, strict
 from .base import Availability, Engine, EngineOptions, TensorInfo
+from .onnx_model import load_model, onnx_io
 
 INSTALL_HINT = "pip install xpuruntime[qnn]"
 _QDQ = {"QuantizeLinear", "DequantizeLinear"}
@@ -273,7 +275,7 @@ class QnnEngine(Engine):
                 self._rec.placement(
                     node.name, node.op_type, sub.ep_name, detail="not supported by the QNN backend"
                 )
-                self._rec.items[-1].rule = "fallback"
+                self._rec.items[-1].rule = _core.rule.FALLBACK
         if fallback and not allow_cpu:
             raise UnsupportedOperationError(
                 f"{len(fallback)} node(s) are not supported by QNN on {self._device} and would run on the CPU: "

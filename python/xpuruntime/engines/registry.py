@@ -22,10 +22,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _core
 from .._core import BackendUnavailableError, InvalidArgumentError, PolicyError, UnsupportedOperationError
 from ..dispatch.decision import Candidate, Decision
 from ._common import pol, strict
 from .base import Availability, Engine
+from .native import devices as native_devices
 
 # name → "module:Class" (lazy) or the class itself (after the first lookup).
 _BUILTIN: dict[str, str] = {
@@ -50,12 +52,22 @@ DEVICE_KINDS = ("cpu", "cuda", "npu", "gpu")
 
 # Engine preference per device kind when engine="auto": ours first where it runs,
 # then the vendor engine built for that device, then the general ones.
-AUTO_ORDER: dict[str, tuple[str, ...]] = {
+_PREFERENCE: dict[str, tuple[str, ...]] = {
     "cuda": ("native", "tensorrt", "onnxruntime"),
     "npu": ("openvino", "qnn"),
     "gpu": ("openvino",),
     "cpu": ("native", "onnxruntime", "openvino"),
 }
+
+
+def _auto_order() -> dict[str, tuple[str, ...]]:
+    # The native engine is ranked only where it has an execution provider: ranking it
+    # first for a device it refuses would only add a rejected candidate to every choice.
+    kinds = native_devices()
+    return {k: tuple(n for n in names if n != "native" or k in kinds) for k, names in _PREFERENCE.items()}
+
+
+AUTO_ORDER: dict[str, tuple[str, ...]] = _auto_order()
 
 # Device preference when device="auto" (and the policy's target is "auto" or unset).
 AUTO_DEVICE_ORDER = ("cuda", "npu", "cpu")
@@ -332,7 +344,7 @@ def select_engine(
             chosen = _try(names, fb, exec_policy, cands, want_engine is not None)
             if chosen:
                 chosen_dev = fb
-                rule = "fallback"
+                rule = _core.rule.FALLBACK
                 detail = f"{want_device} unavailable; ExecutionPolicy(allow_fallback={str(fb)!r}) allows {fb}"
 
     if chosen is None or chosen_dev is None:

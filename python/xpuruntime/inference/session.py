@@ -50,12 +50,16 @@ class InferenceSession:
     ) -> None:
         from ..engines.base import EngineOptions
         from ..engines.registry import canonical_name, select_engine
+        from ..policies import coerce
 
         if backend is not None and engine is not None and canonical_name(backend) != canonical_name(engine):
             raise InvalidArgumentError(
                 f"engine={engine!r} and backend={backend!r} disagree; backend is an alias of engine, pass one"
             )
         engine = engine if engine is not None else backend
+        # One form from here on: every engine receives the core objects (or None).
+        kernel_policy = coerce.core_kernel_policy(kernel_policy)
+        exec_policy = coerce.core_exec_policy(exec_policy)
         if fp16:
             exec_policy = _with_fp16(exec_policy)
         if model is None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _core
 from ..dispatch.decision import Decision
+from ..policies import coerce
 
 __all__ = [
     "ACTIVATIONS",
@@ -41,8 +42,6 @@ ACTIVATIONS = ("none", "relu", "gelu")
 
 _ops = _core.ops
 _matmul = _ops.matmul
-_KernelPolicy = _core.KernelPolicy
-_ExecutionPolicy = _core.ExecutionPolicy
 
 
 def _split_policy(policy: Any) -> tuple[Any, Any]:
@@ -56,10 +55,10 @@ def _split_policy(policy: Any) -> tuple[Any, Any]:
             kernel = k if k is not None else kernel
             execution = e if e is not None else execution
         return kernel, execution
-    inner = policy._get_internal() if hasattr(policy, "_get_internal") else policy
-    if isinstance(inner, _KernelPolicy):
+    kind = coerce.policy_kind(policy)
+    if kind == "kernel":
         return policy, None
-    if isinstance(inner, _ExecutionPolicy):
+    if kind == "execution":
         return None, policy
     raise TypeError(
         f"policy must be a KernelPolicy, an ExecutionPolicy, a (KernelPolicy, ExecutionPolicy) "

@@ -1,10 +1,11 @@
-"""How one torch call is routed under a KernelPolicy: candidates, verdicts, runners.
+"""How one torch call is routed under a KernelPolicy: parse, ask the Dispatcher, run.
 
-For each canonical op key (``matmul``, ``attention``, ``layernorm``) this module
-knows the kernels, why each cannot run a case (a stable reason code and a
-detail), how to run each one, and how to time them for ``best_performance``.
-:mod:`.policy` owns the state (policy, decision log, per-case cache) and the
-TorchFunctionMode that calls :func:`route`.
+For each routed torch function this module builds the call's OpContext and asks the
+C++ Dispatcher (the one selector, with the one decision log) to choose among the
+kernels a torch call can run (:mod:`._kernels`); then it runs the choice. Under
+``best_performance`` it times the Dispatcher's candidates on torch's stream (forward
+and backward) and hands the timings back for the Dispatcher to choose.
+:mod:`.policy` owns the state and the TorchFunctionMode that calls :func:`select`.
 """
 
 from __future__ import annotations
@@ -17,28 +18,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..dispatch import Candidate, Decision
-from .ops.attention import attention_forward, draw_rng_state, flash_attention_support
-from .ops.layernorm import layer_norm_forward, layernorm_support
-from .ops.matmul import matmul_forward, matmul_support
-
-#: Kernels per op key, in the order ``auto`` tries them.
-OP_KERNELS: dict[str, tuple[str, ...]] = {
-    "matmul": ("cublasLt", "cublas", "torch"),
-    "attention": ("flash_v2", "cudnn", "torch_flash", "efficient", "math"),
-    "layernorm": ("fused", "torch"),
-}
-#: Policy op keys accepted as aliases of the canonical ones.
-OP_ALIASES = {
-    "mm": "matmul",
-    "bmm": "matmul",
-    "linear": "matmul",
-    "addmm": "matmul",
-    "gemm": "matmul",
-    "sdpa": "attention",
-    "scaled_dot_product_attention": "attention",
-    "layer_norm": "layernorm",
-}
+from .. import _core
+from ..dispatch import Decision
+from . import _kernels
+from .ops.attention import attention_forward, draw_rng_state
+from .ops.layernorm import layer_norm_forward
+from .ops.matmul import matmul_forward, output_shape
 
 
 # ---- calls: the routed torch functions, normalised --------------------------------------
@@ -158,7 +143,6 @@ def routed_functions() -> tuple[Callable, ...]:
     return tuple(_FUNCS)
 
 
-# ---- support: why a kernel cannot run a call ----------------------------------------------
 def _sdpa_backend(kernel: str):
     from torch.nn.attention import SDPBackend
 
@@ -168,55 +152,6 @@ def _sdpa_backend(kernel: str):
         "cudnn": SDPBackend.CUDNN_ATTENTION,
         "math": SDPBackend.MATH,
     }[kernel]
-
-
-def _torch_sdpa_support(kernel: str, f: dict) -> tuple[str, str] | None:
-    q, k, v, m = f["query"], f["key"], f["value"], f["attn_mask"]
-    if kernel == "math":
-        return None
-    if q.device.type != "cuda":
-        return "device_mismatch", f"torch's {kernel} SDPA backend runs CUDA tensors only"
-    checks = {
-        "torch_flash": "can_use_flash_attention",
-        "efficient": "can_use_efficient_attention",
-        "cudnn": "can_use_cudnn_attention",
-    }
-    check = getattr(torch.backends.cuda, checks[kernel], None)
-    params_cls = getattr(torch.backends.cuda, "SDPAParams", None)
-    if check is None or params_cls is None:
-        return "backend_unavailable", f"this torch has no {checks[kernel]}"
-    try:
-        params = params_cls(q, k, v, m, float(f["dropout_p"]), bool(f["is_causal"]), bool(f["enable_gqa"]))
-    except TypeError:
-        params = params_cls(q, k, v, m, float(f["dropout_p"]), bool(f["is_causal"]))
-    if not check(params, False):
-        return "shape_unsupported", f"torch reports {kernel} cannot run this case ({checks[kernel]} is False)"
-    return None
-
-
-def support(kernel: str, call: Call) -> tuple[str, str] | None:
-    """Why ``kernel`` cannot run ``call`` (reason_code, detail), or None when it can."""
-    f = call.fields
-    if kernel == "torch":
-        return None
-    if call.op == "matmul":
-        if not f["plain"]:
-            return "attribute_unsupported", "this call form (beta/alpha/out=/vector operand) stays with torch"
-        return matmul_support(kernel, f["a"], f["b"], f["bias"])
-    if call.op == "attention":
-        if kernel != "flash_v2":
-            return _torch_sdpa_support(kernel, f)
-        q, k = f["query"], f["key"]
-        if q.dim() == 4 and k.dim() == 4 and q.shape[1] != k.shape[1] and not f["enable_gqa"]:
-            return "shape_unsupported", "query and key head counts differ and enable_gqa=False"
-        if f["is_causal"] and f["attn_mask"] is not None:
-            return "attribute_unsupported", "attn_mask together with is_causal"
-        return flash_attention_support(q, k, f["value"], f["attn_mask"], float(f["dropout_p"]))
-    if call.op == "layernorm":
-        ns = f["normalized_shape"]
-        ns = [ns] if isinstance(ns, int) else list(ns)
-        return layernorm_support(f["input"], ns, f["weight"], f["bias"])
-    return "attribute_unsupported", f"unknown op {call.op}"
 
 
 # ---- runners ----------------------------------------------------------------------------------
@@ -350,100 +285,162 @@ def time_kernel(kernel: str, call: Call, func: Callable, args: tuple, kwargs: di
     return float(statistics.median(times))
 
 
-# ---- selection ------------------------------------------------------------------------------------
-class PolicyViolation(Exception):
-    """mode='require' and no required kernel can run the case (carries the message)."""
+# ---- the question for the Dispatcher ----------------------------------------------------------
+_capabilities: dict[int, int] = {}
 
 
-def _describe(call: Call) -> tuple[str, list[str], list[list[int]]]:
-    t0 = call.tensors[0]
-    return (
-        str(t0.device),
-        [str(t.dtype).replace("torch.", "") for t in call.tensors],
-        [list(t.shape) for t in call.tensors],
+def _capability(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    cap = _capabilities.get(index)
+    if cap is None:
+        major, minor = torch.cuda.get_device_capability(index)
+        cap = _capabilities[index] = major * 10 + minor
+    return cap
+
+
+def _spec(t: torch.Tensor) -> tuple[str, list[int], list[int]]:
+    return (str(t.dtype).replace("torch.", ""), list(t.shape), list(t.stride()))
+
+
+def context(call: Call) -> Any:
+    """The call's OpContext: inputs, the output it produces, its flags as attributes."""
+    f = call.fields
+    attrs: dict[str, Any] = {}
+    outputs: list[tuple[str, list[int]]] = []
+    if call.op == "matmul":
+        attrs["plain"] = bool(f["plain"])
+        a, b = f["a"], f["b"]
+        if isinstance(b, torch.Tensor) and a.dim() >= 2 and b.dim() >= 2:
+            try:
+                outputs.append((_spec(a)[0], list(output_shape(a, b))))
+            except RuntimeError:  # batch dimensions that do not broadcast: the kernels say why
+                pass
+    elif call.op == "attention":
+        q, v = f["query"], f["value"]
+        attrs.update(
+            is_causal=bool(f["is_causal"]),
+            dropout_p=float(f["dropout_p"]),
+            enable_gqa=bool(f["enable_gqa"]),
+            requires_grad=any(t.requires_grad for t in call.tensors),
+        )
+        if f["scale"] is not None:
+            attrs["scale"] = float(f["scale"])
+        outputs.append((_spec(q)[0], [*q.shape[:-1], v.shape[-1]]))
+    else:
+        ns = f["normalized_shape"]
+        shape = [int(ns)] if isinstance(ns, int) else [int(s) for s in ns]
+        attrs.update(  # axis/epsilon: the fused kernel's attribute names (ONNX LayerNormalization's)
+            normalized_shape=shape,
+            axis=-len(shape),
+            epsilon=float(f["eps"]),
+            has_weight=f["weight"] is not None,
+            has_bias=f["bias"] is not None,
+        )
+        outputs.append((_spec(f["input"])[0], list(f["input"].shape)))
+    device = call.tensors[0].device
+    return _core.OpContext(
+        call.op,
+        [_spec(t) for t in call.tensors],
+        outputs,
+        device=str(device),
+        capability=_capability(device),
+        node=call.name,
+        attrs=attrs,
     )
+
+
+def _timing_skipped(call: Call, pool: Sequence[str]) -> str:
+    """Why ``best_performance`` cannot time this call here ("" when it can)."""
+    if call.tensors[0].device.type != "cuda":
+        return "CPU tensors: timing runs on CUDA"
+    if len(pool) < 2:
+        return "one candidate"
+    if torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling():
+        return "inside a CUDA graph capture or torch.compile"
+    return ""
 
 
 def select(
     call: Call,
-    names: Sequence[str],
-    mode: str,
-    strategy: str,
+    policy: Any,
+    named: Sequence[str],
+    best_performance: bool,
     hint: str,
     func: Callable,
     args: tuple,
     kwargs: dict,
 ) -> Decision:
-    """Chooses the kernel for ``call`` under a policy entry and returns the Decision.
+    """Asks the Dispatcher which kernel runs ``call`` under ``policy``; returns the Decision.
 
-    Raises PolicyViolation (mode 'require') when none of the named kernels can run.
+    ``named``: the kernels the policy names for the op ("auto" excluded). Raises
+    UnsupportedOperationError (mode 'require') when none of them can run the call.
     """
     call = autocast_view(call)
-    known = OP_KERNELS[call.op]
-    named = [n for n in names if n != "auto"]
-    auto = not named or names[-1] == "auto"
-    order = named + ([k for k in known if k not in named] if auto else [])
-    cands: list[Candidate] = []
-    for k in order:
-        why = support(k, call)
-        cands.append(Candidate(k, "supported") if why is None else Candidate(k, "rejected", why[0], why[1]))
-    device, dtypes, shapes = _describe(call)
-    detail = f"precision_hint={hint}" if hint else ""
-    decision = Decision(
-        op=call.op,
-        device=device,
-        dtypes=dtypes,
-        shapes=shapes,
-        candidates=cands,
-        chosen="",
-        rule="none",
-        node=call.name,
-        detail=detail,
-    )
-    for c in cands[: len(named)]:
-        if c.supported:
-            decision.chosen = c.kernel
-            decision.rule = "policy.require" if mode == "require" else "policy.prefer"
-            return decision
-    if named and mode == "require" and not auto:
-        reasons = "; ".join(f"{c.kernel}: {c.reason_code} ({c.detail})" for c in cands[: len(named)])
-        raise PolicyViolation(
-            f"KernelPolicy(mode='require') for op '{call.op}' ({call.name} on {device}, {dtypes}, {shapes}): "
-            f"no required kernel can run it: {reasons}. Use mode='prefer' to fall back, or change the policy."
-        )
-    rest = [c for c in cands[len(named) :] if c.supported] if auto else []
-    if not rest:
-        decision.chosen, decision.rule = "torch", "fallback"
-        why = "; ".join(f"{c.kernel}: {c.reason_code}" for c in cands if not c.supported)
-        decision.detail = ", ".join(x for x in (detail, f"torch's own kernels ({why})") if x)
-        return decision
-    timing_ok = (
-        strategy == "best_performance"
-        and call.tensors[0].device.type == "cuda"
-        and len(rest) > 1
-        and not torch.cuda.is_current_stream_capturing()
-        and not torch.compiler.is_compiling()
-    )
-    if timing_ok:
-        timings = {}
-        for c in rest:
+    ctx = context(call)
+    dispatcher = _core.Dispatcher.instance()
+    opts = {
+        "runnable": _kernels.RUNNABLE[call.op],
+        "fallback_kernel": _kernels.FALLBACK,
+        "note": f"precision_hint={hint}" if hint else "",
+    }
+    with _kernels.checking(call):
+        if not best_performance:
+            return dispatcher.select(ctx, policy, **opts)
+        try:
+            preview = dispatcher.select(ctx, policy, record=False, **opts)
+        except _core.UnsupportedOperationError:
+            return dispatcher.select(ctx, policy, **opts)  # records the refusal, raises again
+        if preview.rule != _core.rule.AUTO_FIRST_SUPPORTED:  # a named kernel, a pin or a fallback
+            return dispatcher.select(ctx, policy, **opts)
+        pool = [c.kernel for c in preview.candidates[len(named) :] if c.supported]
+        skipped = _timing_skipped(call, pool)
+        if skipped:
+            return dispatcher.select(ctx, policy, untimed_reason=skipped, **opts)
+        timings: dict[str, float] = {}
+        failures: dict[str, str] = {}
+        for kernel in pool:
             try:
-                c.time_ms = time_kernel(c.kernel, call, func, args, kwargs)
-                timings[c.kernel] = c.time_ms
+                timings[kernel] = time_kernel(kernel, call, func, args, kwargs)
             except Exception as e:  # noqa: BLE001 - a candidate failing to run is a verdict, recorded
-                c.verdict, c.reason_code, c.detail = (
-                    "rejected",
-                    "python_supports_error",
-                    f"failed when timed: {e}",
-                )
-        timed = [c for c in rest if c.supported and c.time_ms is not None]
-        if timed:
-            best = min(timed, key=lambda c: c.time_ms)
-            decision.chosen, decision.rule, decision.timings = best.kernel, "auto.best_performance", timings
-            return decision
-    decision.chosen, decision.rule = rest[0].kernel, "auto.first_supported"
-    if strategy == "best_performance":
-        decision.detail = ", ".join(
-            x for x in (detail, "timing skipped (CPU, capture, compile or one candidate)") if x
-        )
-    return decision
+                failures[kernel] = str(e)
+        return dispatcher.select(ctx, policy, timings=timings, failures=failures, **opts)
+
+
+# ---- running a kernel for a dispatch (the registered kernels' functions) -------------------
+def _torch_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    out = torch.matmul(a, b)
+    return out if bias is None else out + bias
+
+
+def run_dispatched(op: str, kernel: str, tensors: tuple, attrs: dict) -> Any:
+    """Runs ``kernel`` on torch tensors in OpContext order (what a dispatch hands it)."""
+    if op == "matmul":
+        a, b, *rest = tensors
+        bias = rest[0] if rest else None
+        return run(kernel, _matmul_call("matmul", a, b, bias, True), _torch_matmul, (a, b, bias), {})
+    if op == "attention":
+        q, k, v, *rest = tensors
+        kwargs = {
+            "attn_mask": rest[0] if rest else None,
+            "dropout_p": float(attrs.get("dropout_p", 0.0)),
+            "is_causal": bool(attrs.get("is_causal", 0)),
+            "scale": attrs.get("scale"),
+            "enable_gqa": bool(attrs.get("enable_gqa", 0)),
+        }
+        func, args = F.scaled_dot_product_attention, (q, k, v)
+    else:
+        x, *rest = tensors
+        ns = attrs.get("normalized_shape", x.shape[-1])
+        ns = [int(s) for s in str(ns).split(",")]
+        w = rest.pop(0) if attrs.get("has_weight", 0) else None
+        b = rest.pop(0) if attrs.get("has_bias", 0) else None
+        func, args = F.layer_norm, (x, ns, w, b, float(attrs.get("epsilon", 1e-5)))
+        kwargs = {}
+    call = parse_call(func, args, kwargs)
+    assert call is not None
+    return run(kernel, call, func, args, kwargs)
+
+
+_kernels.register(run_dispatched)

@@ -10,14 +10,16 @@ calling thread's torch-function stack and routes ``torch.matmul``, ``mm``,
 * attention: ``flash_v2`` (ours) | ``cudnn`` | ``torch_flash`` | ``efficient`` | ``math``
 * layernorm: ``fused`` (ours) | ``torch``
 
-Every routing is recorded as a :class:`xpuruntime.dispatch.Decision`: once per
-distinct case (op, function, device, dtypes, shapes, flags), since the same case
-always routes the same way; :func:`routing_counts` counts the calls. A kernel that
-cannot run a case is skipped with its reason; with ``mode='prefer'`` the call
-falls back (to the next kernel, or to torch's own), with ``mode='require'`` it
-raises :class:`xpuruntime.UnsupportedOperationError`. ``"auto"`` lets
-``auto_strategy`` choose (``first_supported``, or ``best_performance``: each
-supported kernel is timed once per case on the GPU and the fastest kept).
+The C++ Dispatcher chooses, as it does for inference nodes: each distinct case (op,
+function, device, dtypes, shapes, flags) is decided once and recorded as a
+:class:`xpuruntime.dispatch.Decision` in the process log, and later calls of the case
+are a lookup counted in the decision's ``hits`` (:func:`routing_counts` counts per
+kernel). A kernel that cannot run a case is skipped with its reason; with
+``mode='prefer'`` the call falls back (to the next kernel, or to torch's own), with
+``mode='require'`` it raises :class:`xpuruntime.UnsupportedOperationError`. ``"auto"``
+lets ``auto_strategy`` choose (``first_supported``, or ``best_performance``: each
+supported kernel is timed once per case on the GPU, forward and backward, and the
+Dispatcher keeps the fastest).
 
 :func:`clear_kernel_policy` pops the mode: torch then runs exactly as it does
 without xpuruntime (nothing stays registered). Like torch's own modes, the policy
@@ -26,7 +28,6 @@ applies to the thread that set it.
 
 from __future__ import annotations
 
-import collections
 import threading
 from typing import Any
 
@@ -34,8 +35,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import _core
-from ..dispatch import Candidate, Decision, DecisionLog
-from . import _routing
+from ..dispatch import DecisionLog
+from ..policies import coerce
+from . import _kernels, _log, _routing
+from ._log import _tensor_key, record_direct_fallback
 
 __all__ = [
     "clear_decision_log",
@@ -44,6 +47,7 @@ __all__ = [
     "explain",
     "get_kernel_policy",
     "get_precision_hint",
+    "record_direct_fallback",
     "routing_counts",
     "set_kernel_policy",
     "set_precision_hint",
@@ -51,30 +55,24 @@ __all__ = [
 
 
 class _PolicyView:
-    """What routing reads from a policy: op -> kernel names, mode and auto strategy."""
+    """What routing reads from a policy: the core object, the ops it names and how."""
 
     def __init__(self, policy: Any) -> None:
-        internal = policy._get_internal() if hasattr(policy, "_get_internal") else policy
-        prefs: dict[str, list[str]] = {}
-        for op, names in dict(internal.preferences).items():
-            op = _routing.OP_ALIASES.get(op, op)
-            prefs[op] = [names] if isinstance(names, str) else [str(n) for n in names]
-        self.prefs = prefs
-        self.mode = str(getattr(internal, "mode", "prefer"))
-        strategy = getattr(internal, "auto_strategy_name", None)
-        if strategy is None:
-            strategy = str(getattr(internal, "auto_strategy", "first_supported"))
-        self.strategy = "best_performance" if "best" in str(strategy).lower() else "first_supported"
-        self.fingerprint = str(getattr(internal, "fingerprint", ""))
-        for op, names in prefs.items():
-            if op not in _routing.OP_KERNELS:
+        self.core = coerce.core_kernel_policy(policy)
+        self.named: dict[str, list[str]] = {}
+        for op, names in dict(self.core.preferences).items():
+            names = [names] if isinstance(names, str) else [str(n) for n in names]
+            self.named[op] = [n for n in names if n != _core.AUTO_KERNEL]
+            runnable = _kernels.RUNNABLE.get(op)
+            if runnable is None:
                 continue
-            for n in names:
-                if n != "auto" and n not in _routing.OP_KERNELS[op]:
+            for n in self.named[op]:
+                if n not in runnable:
                     raise _core.PolicyError(
                         f"kernel '{n}' for op '{op}' has no PyTorch routing; valid choices: "
-                        f"{', '.join(_routing.OP_KERNELS[op])}, auto"
+                        f"{', '.join(runnable)}, {_core.AUTO_KERNEL}"
                     )
+        self.best = "best" in str(getattr(self.core, "auto_strategy_name", "")).lower()
 
 
 class _State:
@@ -83,21 +81,11 @@ class _State:
         self.policy: Any = None
         self.view: _PolicyView | None = None
         self.mode: _PolicyMode | None = None
-        self.log = DecisionLog(capacity=4096)
-        self.cache: dict[tuple, str] = {}
-        self.counts: collections.Counter[str] = collections.Counter()
         self.precision_hint = ""
         self.saved_dispatcher_policy: Any = None
 
 
 _state = _State()
-
-
-def _tensor_key(t: Any) -> Any:
-    # Cheap and hashable: this runs on every routed call.
-    if isinstance(t, torch.Tensor):
-        return (t.get_device(), t.dtype, t.shape, t.requires_grad)  # get_device: -1 on CPU
-    return repr(t) if isinstance(t, (int, float, bool, str, type(None))) else type(t).__name__
 
 
 class _PolicyMode(TorchFunctionMode):
@@ -108,13 +96,13 @@ class _PolicyMode(TorchFunctionMode):
         view = _state.view
         # Cheap checks first: most calls through the mode are not routed at all.
         op = _routing.FUNC_OPS.get(func) if view is not None else None
-        if op is None or op not in view.prefs:
+        if op is None or op not in view.named:
             return func(*args, **kwargs)
         call = _routing.parse_call(func, args, kwargs)
         if call is None:
             return func(*args, **kwargs)
         autocast = _routing.autocast_state(call)
-        # The cache is cleared whenever the policy changes, so the key needs neither
+        # The cases are forgotten whenever the policy changes, so the key needs neither
         # the policy nor its fingerprint; the precision hint is recorded, so it is in.
         key = (
             func,
@@ -123,38 +111,36 @@ class _PolicyMode(TorchFunctionMode):
             autocast,
             _state.precision_hint,
         )
-        kernel = _state.cache.get(key)
-        if kernel is None:
+        compiling = torch.compiler.is_compiling()
+        entry = _log.cases.get(key)
+        if entry is None:
             try:
                 decision = _routing.select(
-                    call,
-                    view.prefs[call.op],
-                    view.mode,
-                    view.strategy,
-                    _state.precision_hint,
-                    func,
-                    args,
-                    kwargs,
+                    call, view.core, view.named[op], view.best, _state.precision_hint, func, args, kwargs
                 )
-            except _routing.PolicyViolation as e:
-                raise _core.UnsupportedOperationError(str(e)) from None
+            except _core.InvalidArgumentError:
+                return func(*args, **kwargs)  # a dtype the core has no name for: torch's call, untouched
             kernel = decision.chosen
-            decision.key = repr((call.op, call.name, key[1], call.extra_key))
-            if not torch.compiler.is_compiling():
-                _state.cache[key] = kernel
-                _state.log.append(decision)
-        if not torch.compiler.is_compiling():
-            _state.counts[f"{call.op}:{kernel}"] += 1
+            if not compiling:
+                entry = _log.remember(key, kernel, decision.seq, call.op)
+        else:
+            kernel = entry.kernel
+            if not compiling:
+                entry.pending += 1
+        if entry is not None and not compiling:
+            _log.counts[entry.count_key] += 1
         try:
             return _routing.run(kernel, call, func, args, kwargs, autocast)
         except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
             # A kernel may only find out when it runs (no cuBLASLt algorithm for this
             # problem, a layout it refuses): under 'prefer' that is a fallback like
             # any other, recorded with the kernel's message. CUDA errors propagate.
-            if kernel == "torch" or view.mode == "require" or torch.compiler.is_compiling():
+            if kernel == _kernels.FALLBACK or str(view.core.mode) == "require" or compiling:
                 raise
-            _state.cache[key] = "torch"
-            record_direct_fallback(call.op, kernel, ("python_supports_error", str(e)), call.tensors)
+            _log.remember(key, _kernels.FALLBACK, 0, call.op)
+            record_direct_fallback(
+                call.op, kernel, (_core.reason.PYTHON_SUPPORTS_ERROR, str(e)), call.tensors
+            )
             return func(*args, **kwargs)
 
 
@@ -205,7 +191,7 @@ def set_kernel_policy(policy: Any = None, **kwargs: Any) -> None:
             _state.saved_dispatcher_policy = dispatcher.get_policy()
         dispatcher.set_policy(policy)  # the C++ side (inference, _core.ops) sees the same policy
         _state.policy, _state.view = policy, view
-        _state.cache.clear()
+        _log.forget_cases()
         if _state.mode is None:
             _state.mode = _PolicyMode()
             _state.mode.__enter__()
@@ -226,29 +212,29 @@ def clear_kernel_policy() -> None:
             _core.Dispatcher.instance().set_policy(_state.saved_dispatcher_policy)
             _state.saved_dispatcher_policy = None
         _state.policy, _state.view = None, None
-        _state.cache.clear()
+        _log.forget_cases()
 
 
 def decision_log() -> DecisionLog:
-    """The decisions recorded by routing (and by fused ops falling back)."""
-    return _state.log
+    """The decisions routing recorded (and our fused ops falling back), with their hit
+    counts: a view of the process log, where inference decisions are too
+    (:func:`xpuruntime.dispatch.explain`)."""
+    return _log.decisions()
 
 
 def clear_decision_log() -> None:
-    """Forgets recorded decisions, the per-case cache and the call counts."""
-    _state.log.clear()
-    _state.cache.clear()
-    _state.counts.clear()
+    """Forgets routing's decisions, the per-case choices and the call counts."""
+    _log.clear()
 
 
 def explain() -> str:
     """The decision log as a plain-text table."""
-    return _state.log.to_table(style="plain")
+    return decision_log().to_table(style="plain")
 
 
 def routing_counts() -> dict[str, int]:
     """Calls routed per ``"op:kernel"`` since the last :func:`clear_decision_log`."""
-    return dict(_state.counts)
+    return dict(_log.counts)
 
 
 def get_precision_hint() -> str:
@@ -262,27 +248,3 @@ def set_precision_hint(hint: str) -> str:
         raise ValueError(f"precision hint must be 'fp32', 'fp16', 'bf16' or '', got {hint!r}")
     previous, _state.precision_hint = _state.precision_hint, hint
     return previous
-
-
-def record_direct_fallback(op: str, kernel: str, why: tuple[str, str], tensors: tuple) -> None:
-    """Records that a direct call of one of our ops ran torch's kernel instead (once per case)."""
-    if torch.compiler.is_compiling():
-        return
-    ts = [t for t in tensors if isinstance(t, torch.Tensor)]
-    key = ("direct", op, kernel, tuple(_tensor_key(t) for t in ts), why[0])
-    if key in _state.cache:
-        return
-    _state.cache[key] = "torch"
-    _state.log.append(
-        Decision(
-            op=op,
-            device=str(ts[0].device) if ts else "",
-            dtypes=[str(t.dtype).replace("torch.", "") for t in ts],
-            shapes=[list(t.shape) for t in ts],
-            candidates=[Candidate(kernel, "rejected", why[0], why[1]), Candidate("torch", "supported")],
-            chosen="torch",
-            rule="fallback",
-            node=f"xpuruntime.pytorch.ops.fused_{op}",
-            detail=f"{kernel} cannot run this case: {why[1]}",
-        )
-    )

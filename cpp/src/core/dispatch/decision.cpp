@@ -31,6 +31,7 @@ std::string Decision::to_json() const {
   j["detail"] = detail;
   j["key"] = key;
   j["seq"] = seq;
+  j["hits"] = hits;
   return j.dump();
 }
 
@@ -50,6 +51,14 @@ uint64_t DecisionLog::append(Decision d) {
   ring_.push_back(std::move(d));
   while (ring_.size() > capacity_) ring_.pop_front();
   return seq;
+}
+
+bool DecisionLog::add_hits(uint64_t seq, uint64_t n) {
+  std::lock_guard lock(mu_);
+  // Sequence numbers in the ring are consecutive, so the position is arithmetic.
+  if (ring_.empty() || seq < ring_.front().seq || seq > ring_.back().seq) return false;
+  ring_[static_cast<std::size_t>(seq - ring_.front().seq)].hits += n;
+  return true;
 }
 
 std::vector<Decision> DecisionLog::snapshot(std::size_t last) const {

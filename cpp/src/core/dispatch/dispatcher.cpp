@@ -96,7 +96,8 @@ Dispatcher::ScopedPolicy::~ScopedPolicy() {
   }
 }
 
-Dispatcher::Selection Dispatcher::evaluate(const OpContext& ctx, const KernelPolicy& policy) const {
+Dispatcher::Selection Dispatcher::evaluate(const OpContext& ctx, const KernelPolicy& policy,
+                                           const SelectOptions* options) const {
   Selection sel;
   sel.key = ctx.case_key();
   const bool require = policy.mode == KernelPolicy::Mode::Require;
@@ -111,14 +112,38 @@ Dispatcher::Selection Dispatcher::evaluate(const OpContext& ctx, const KernelPol
     sel.candidates.push_back({n, "", "", "", std::nullopt, ""});
     sel.kernels.push_back(registry_.find(ctx.op, n));
   }
+  const std::vector<std::string>* runnable =
+      options && !options->runnable.empty() ? &options->runnable : nullptr;
+  auto listed = [](const std::vector<std::string>& v, const std::string& n) {
+    return std::find(v.begin(), v.end(), n) != v.end();
+  };
   for (const auto& k : registry_.kernels(ctx.op)) {
-    if (std::find(sel.named.begin(), sel.named.end(), k->def().name) != sel.named.end()) continue;
+    if (listed(sel.named, k->def().name)) continue;
+    if (runnable ? !listed(*runnable, k->def().name) : k->def().requested_only) continue;
     sel.candidates.push_back({k->def().name, "", "", "", std::nullopt, ""});
     sel.kernels.push_back(k);
+  }
+  // A runnable kernel that is not registered still shows, rejected, so the decision
+  // says which of the caller's kernels this process lacks.
+  if (runnable) {
+    for (const auto& n : *runnable) {
+      bool present = false;
+      for (const auto& c : sel.candidates) present = present || c.kernel == n;
+      if (present) continue;
+      sel.candidates.push_back({n, "", "", "", std::nullopt, ""});
+      sel.kernels.push_back(nullptr);
+    }
   }
   const std::size_t n_named = sel.named.size();
   for (std::size_t i = 0; i < sel.candidates.size(); ++i) {
     Candidate& c = sel.candidates[i];
+    if (i < n_named && runnable && !listed(*runnable, c.kernel)) {
+      c.verdict = verdict::kRejected;
+      c.reason_code = reason::kBackendUnavailable;
+      c.detail = "the caller cannot run kernel '" + c.kernel + "' (it runs " +
+                 join_names(*runnable) + ")";
+      continue;
+    }
     if (!sel.kernels[i]) {
       c.verdict = verdict::kRejected;
       c.reason_code = reason::kBackendUnavailable;
@@ -226,7 +251,13 @@ Dispatcher::Selection Dispatcher::evaluate(const OpContext& ctx, const KernelPol
   const bool best = policy.auto_strategy == KernelPolicy::AutoSelectStrategy::BestPerformance;
   sel.rule = fallback ? rule::kFallback : (best ? rule::kAutoBestPerformance : rule::kAutoFirstSupported);
   sel.chosen = sel.pool[0];
-  sel.needs_tuning = best;
+  if (fallback && options && !options->fallback_kernel.empty()) {
+    for (int idx : sel.pool) {
+      if (sel.candidates[idx].kernel == options->fallback_kernel) sel.chosen = idx;
+    }
+  }
+  // A caller-named fallback kernel is the fallback's whole answer: nothing to time.
+  sel.needs_tuning = best && !(fallback && options && !options->fallback_kernel.empty());
   return sel;
 }
 
@@ -285,18 +316,50 @@ Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
   return t;
 }
 
+Dispatcher::Tuned Dispatcher::measured(const Selection& sel, const SelectOptions& options) const {
+  Tuned t;
+  t.generation = registry_.generation();
+  bool have_best = false;
+  double best_ms = 0;
+  for (int idx : sel.pool) {  // pool order: ties keep the earlier (priority) candidate
+    const std::string& name = sel.candidates[idx].kernel;
+    if (auto f = options.failures.find(name); f != options.failures.end()) {
+      t.failures[name] = f->second;
+      continue;
+    }
+    auto it = options.timings_ms.find(name);
+    if (it == options.timings_ms.end()) continue;
+    t.timings[name] = it->second;
+    t.best_per_kernel[name] = {it->second, ""};
+    if (!have_best || it->second < best_ms) {
+      have_best = true;
+      best_ms = it->second;
+      t.pin = {name, ""};
+    }
+  }
+  return t;
+}
+
 Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, KernelLaunch* launch,
-                            KernelPtr* chosen_kernel) {
-  Selection sel = evaluate(ctx, policy);
+                            KernelPtr* chosen_kernel, const SelectOptions* options) {
+  Selection sel = evaluate(ctx, policy, options);
   std::map<std::string, double> timings;
+  const bool caller_timed = options && options->timed;
 
   if (sel.error.empty() && sel.needs_tuning) {
     std::string tkey = sel.key + "#";
     for (std::size_t i = 0; i < sel.pool.size(); ++i) {
       tkey += (i ? "," : "") + sel.candidates[sel.pool[i]].kernel;
     }
-    std::optional<Tuned> t = cached(tkey);
-    if (!t && launch) {
+    std::optional<Tuned> t = caller_timed ? std::nullopt : cached(tkey);
+    if (caller_timed) {
+      t = measured(sel, *options);
+      if (options->record) {
+        std::lock_guard lock(tune_mu_);
+        tuned_[tkey] = *t;
+        if (!t->pin.kernel.empty()) tuned_case_[sel.key] = tkey;
+      }
+    } else if (!t && launch) {
       // One tuning run at a time, so concurrent first calls of one case agree on a winner.
       std::lock_guard run_lock(tuning_run_mu_);
       t = cached(tkey);
@@ -337,7 +400,10 @@ Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, Ke
     } else if (sel.rule == rule::kAutoBestPerformance) {
       // select() alone never runs kernels: report the honest rule until dispatch() tunes.
       sel.rule = rule::kAutoFirstSupported;
-      std::string note = "best_performance: this case is not tuned yet (dispatch() tunes it)";
+      std::string note =
+          options && !options->untimed_reason.empty()
+              ? "best_performance: timing skipped (" + options->untimed_reason + ")"
+              : "best_performance: this case is not tuned yet (dispatch() tunes it)";
       sel.detail = sel.detail.empty() ? note : sel.detail + "; " + note;
     }
   }
@@ -353,10 +419,11 @@ Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, Ke
   d.candidates = std::move(sel.candidates);
   d.key = sel.key;
   d.timings = std::move(timings);
+  const bool record = !options || options->record;
   if (!sel.error.empty()) {
     d.rule = rule::kNone;
     d.detail = sel.error;
-    log_.append(std::move(d));
+    if (record) log_.append(std::move(d));
     XRT_THROW(UnsupportedOperationError, sel.error);
   }
   d.chosen = d.candidates[sel.chosen].kernel;
@@ -364,7 +431,11 @@ Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, Ke
   d.rule = sel.rule;
   d.pin = sel.pin;
   d.detail = sel.detail;
+  if (options && !options->note.empty()) {
+    d.detail = d.detail.empty() ? options->note : options->note + ", " + d.detail;
+  }
   if (chosen_kernel) *chosen_kernel = sel.kernels[sel.chosen];
+  if (!record) return d;
   if (Profiler::instance().enabled()) {
     Profiler::instance().instant(d.summary(), "decision",
                                  {{"op", d.op}, {"node", d.node}, {"chosen", d.chosen},
@@ -381,6 +452,11 @@ Decision Dispatcher::select(const OpContext& ctx) {
 
 Decision Dispatcher::select(const OpContext& ctx, const KernelPolicy& policy) {
   return decide(ctx, policy, nullptr, nullptr);
+}
+
+Decision Dispatcher::select(const OpContext& ctx, const KernelPolicy& policy,
+                            const SelectOptions& options) {
+  return decide(ctx, policy, nullptr, nullptr, &options);
 }
 
 Decision Dispatcher::dispatch(const OpContext& ctx, KernelLaunch& launch) {

@@ -119,7 +119,7 @@ std::vector<KernelDef> KernelRegistry::list(const std::optional<std::string>& op
     for (const auto& [o, by_name] : kernels_) {
       if (op && *op != o) continue;
       for (const auto& [name, k] : by_name) {
-        if (!device || k->def().device == *device) all.push_back(k);
+        if (!device || k->def().runs_on(*device)) all.push_back(k);
       }
     }
   }
@@ -135,7 +135,7 @@ std::vector<KernelDef> KernelRegistry::list(const std::optional<std::string>& op
 
 Support KernelRegistry::check(const Kernel& kernel, const OpContext& ctx) {
   const KernelDef& d = kernel.def();
-  if (d.device != ctx.device.type) {
+  if (!d.runs_on(ctx.device.type)) {
     return Support::no(reason::kDeviceMismatch,
                        std::string("kernel runs on ") + std::string(device_type_name(d.device)) +
                            ", the call is on " + ctx.device.str());

@@ -31,10 +31,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ... import _core
+from .._log import record_direct_fallback
 from . import _bridge
 from ._philox import dropout_keep_mask
 
 __all__ = ["attention_forward", "flash_attention_support", "fused_attention"]
+
+R = _core.reason  # reason codes, declared in C++ (kernel_registry.h)
 
 
 # ---- support ------------------------------------------------------------------------
@@ -51,59 +55,59 @@ def flash_attention_support(
     kernels' dtypes, head dimensions and device capability.
     """
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
-        return "shape_unsupported", "query/key/value must be 4-D [batch, heads, seq, head_dim]"
+        return R.SHAPE_UNSUPPORTED, "query/key/value must be 4-D [batch, heads, seq, head_dim]"
     if not (query.device == key.device == value.device):
-        return "device_mismatch", "query, key and value are on different devices"
+        return R.DEVICE_MISMATCH, "query, key and value are on different devices"
     if not (query.dtype == key.dtype == value.dtype):
-        return "dtype_unsupported", "query, key and value have different dtypes"
+        return R.DTYPE_UNSUPPORTED, "query, key and value have different dtypes"
     if not query.dtype.is_floating_point:
-        return "dtype_unsupported", f"{query.dtype} is not a floating dtype"
+        return R.DTYPE_UNSUPPORTED, f"{query.dtype} is not a floating dtype"
     B, Hq, Sq, D = query.shape
     if key.shape[0] != B or value.shape[0] != B or key.shape[1] != value.shape[1]:
-        return "shape_unsupported", "batch or key/value head counts differ"
+        return R.SHAPE_UNSUPPORTED, "batch or key/value head counts differ"
     if key.shape[2] != value.shape[2] or key.shape[3] != D or value.shape[3] != D:
         return (
-            "shape_unsupported",
+            R.SHAPE_UNSUPPORTED,
             "key/value lengths or head dims do not match query (Ev != E is not supported)",
         )
     if key.shape[1] == 0 or Hq % key.shape[1] != 0:
-        return "shape_unsupported", f"query heads {Hq} are not a multiple of key/value heads {key.shape[1]}"
+        return R.SHAPE_UNSUPPORTED, f"query heads {Hq} are not a multiple of key/value heads {key.shape[1]}"
     if Sq == 0 or key.shape[2] == 0 or B == 0 or Hq == 0 or D == 0:
-        return "shape_unsupported", "empty batch, heads, sequence or head_dim"
+        return R.SHAPE_UNSUPPORTED, "empty batch, heads, sequence or head_dim"
     if attn_mask is not None:
         if attn_mask.dtype != torch.bool and not attn_mask.dtype.is_floating_point:
-            return "dtype_unsupported", f"attn_mask dtype {attn_mask.dtype} (need bool or floating)"
+            return R.DTYPE_UNSUPPORTED, f"attn_mask dtype {attn_mask.dtype} (need bool or floating)"
         if attn_mask.requires_grad:
-            return "attribute_unsupported", "attn_mask requires grad (no mask gradient is computed)"
+            return R.ATTRIBUTE_UNSUPPORTED, "attn_mask requires grad (no mask gradient is computed)"
         try:
             torch.broadcast_shapes(attn_mask.shape, (B, Hq, Sq, key.shape[2]))
         except RuntimeError:
             return (
-                "shape_unsupported",
+                R.SHAPE_UNSUPPORTED,
                 f"attn_mask {tuple(attn_mask.shape)} does not broadcast to {(B, Hq, Sq, key.shape[2])}",
             )
         if attn_mask.dim() > 4:
-            return "shape_unsupported", "attn_mask has more than 4 dimensions"
+            return R.SHAPE_UNSUPPORTED, "attn_mask has more than 4 dimensions"
     if not 0.0 <= dropout_p < 1.0:
-        return "attribute_unsupported", f"dropout_p must be in [0, 1), got {dropout_p}"
+        return R.ATTRIBUTE_UNSUPPORTED, f"dropout_p must be in [0, 1), got {dropout_p}"
     if query.device.type == "cpu":
         return None
     if query.device.type != "cuda":
-        return "device_mismatch", f"no flash_v2 kernel for device type {query.device.type}"
+        return R.DEVICE_MISMATCH, f"no flash_v2 kernel for device type {query.device.type}"
     if query.dtype not in _bridge.FLASH_DTYPES:
-        return "dtype_unsupported", f"CUDA kernels take float16/bfloat16, got {query.dtype}"
+        return R.DTYPE_UNSUPPORTED, f"CUDA kernels take float16/bfloat16, got {query.dtype}"
     if D not in _bridge.FLASH_HEAD_DIMS:
-        return "shape_unsupported", f"head_dim {D} has no CUDA kernel (supported: 64, 128)"
+        return R.SHAPE_UNSUPPORTED, f"head_dim {D} has no CUDA kernel (supported: 64, 128)"
     if max(Sq, key.shape[2]) >= 2**31 or B > 65535 or Hq > 65535:
-        return "shape_unsupported", "sequence, batch or head count too large for the kernels"
+        return R.SHAPE_UNSUPPORTED, "sequence, batch or head count too large for the kernels"
     why = _bridge.cuda_kernels_unavailable()
     if why:
-        return "backend_unavailable", why
+        return R.BACKEND_UNAVAILABLE, why
     why = _bridge.capability_problem(
         query.device.index if query.device.index is not None else torch.cuda.current_device()
     )
     if why:
-        return "capability_too_low", why
+        return R.CAPABILITY_TOO_LOW, why
     return None
 
 
@@ -360,8 +364,6 @@ def fused_attention(
         raise ValueError("fused_attention: pass either attn_mask or is_causal=True, not both (as torch SDPA)")
     why = flash_attention_support(query, key, value, attn_mask, dropout_p)
     if why is not None:
-        from ..policy import record_direct_fallback
-
         record_direct_fallback("attention", "flash_v2", why, (query, key, value))
         out = torch.nn.functional.scaled_dot_product_attention(
             query,

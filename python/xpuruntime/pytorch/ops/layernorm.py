@@ -19,9 +19,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ... import _core
+from .._log import record_direct_fallback
 from . import _bridge
 
 __all__ = ["fused_layernorm", "layer_norm_forward", "layernorm_support"]
+
+R = _core.reason  # reason codes, declared in C++ (kernel_registry.h)
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -40,36 +44,36 @@ def layernorm_support(
     n = len(shape)
     if n == 0 or n > x.dim() or x.shape[-n:] != shape:
         return (
-            "shape_unsupported",
+            R.SHAPE_UNSUPPORTED,
             f"normalized_shape {shape} is not the trailing shape of input {tuple(x.shape)}",
         )
     if math.prod(shape) == 0:
-        return "shape_unsupported", "normalized_shape has no elements"
+        return R.SHAPE_UNSUPPORTED, "normalized_shape has no elements"
     dtype, device = x.dtype, x.device
     if not dtype.is_floating_point:
-        return "dtype_unsupported", f"{dtype} is not a floating dtype"
+        return R.DTYPE_UNSUPPORTED, f"{dtype} is not a floating dtype"
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
             continue
         if t.shape != shape:
-            return "shape_unsupported", f"{name} shape {tuple(t.shape)} != normalized_shape {shape}"
+            return R.SHAPE_UNSUPPORTED, f"{name} shape {tuple(t.shape)} != normalized_shape {shape}"
         if t.dtype != dtype:
-            return "dtype_unsupported", f"{name} dtype {t.dtype} != input dtype {dtype}"
+            return R.DTYPE_UNSUPPORTED, f"{name} dtype {t.dtype} != input dtype {dtype}"
         if t.device != device:
-            return "device_mismatch", f"{name} is on {t.device}, input on {device}"
+            return R.DEVICE_MISMATCH, f"{name} is on {t.device}, input on {device}"
     if device.type == "cpu":
         return None
     if device.type != "cuda":
-        return "device_mismatch", f"no fused kernel for device type {device.type}"
+        return R.DEVICE_MISMATCH, f"no fused kernel for device type {device.type}"
     if dtype not in _bridge.LN_DTYPES:
-        return "dtype_unsupported", f"CUDA kernels take float32/float16/bfloat16, got {dtype}"
+        return R.DTYPE_UNSUPPORTED, f"CUDA kernels take float32/float16/bfloat16, got {dtype}"
     why = _bridge.cuda_kernels_unavailable()
     if why:
-        return "backend_unavailable", why
+        return R.BACKEND_UNAVAILABLE, why
     index = device.index
     why = _bridge.capability_problem(index if index is not None else torch.cuda.current_device())
     if why:
-        return "capability_too_low", why
+        return R.CAPABILITY_TOO_LOW, why
     return None
 
 
@@ -267,8 +271,6 @@ def fused_layernorm(
     )
     why = layernorm_support(input, shape, weight, bias)
     if why is not None:
-        from ..policy import record_direct_fallback
-
         record_direct_fallback("layernorm", "fused", why, (input,))
         return torch.nn.functional.layer_norm(input, shape, weight, bias, eps)
     return layer_norm_forward(input, shape, weight, bias, float(eps))

@@ -27,8 +27,11 @@ MATMUL_KERNELS = ("cublasLt", "cublas")
 _WORKSPACE_BYTES = 32 << 20
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
+R = _core.reason  # reason codes, declared in C++ (kernel_registry.h)
 
-def _out_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
+
+def output_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
+    """The shape of ``a @ b`` (batch dimensions broadcast)."""
     # The common cases without torch.broadcast_shapes, which costs tens of
     # microseconds of host time (it runs through torch._refs) on every call.
     if b.dim() == 2 or a.shape[:-2] == b.shape[:-2]:
@@ -42,25 +45,25 @@ def _out_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
 def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None) -> tuple[str, str] | None:
     """Why ``kernel`` (cublasLt or cublas) cannot run ``a @ b (+ bias)``, or None."""
     if a.device.type != "cuda" or b.device != a.device or (bias is not None and bias.device != a.device):
-        return "device_mismatch", f"{kernel} runs CUDA tensors (got {a.device})"
+        return R.DEVICE_MISMATCH, f"{kernel} runs CUDA tensors (got {a.device})"
     if a.dim() < 2 or b.dim() < 2:
-        return "shape_unsupported", "operands must have at least 2 dimensions (torch handles vectors)"
+        return R.SHAPE_UNSUPPORTED, "operands must have at least 2 dimensions (torch handles vectors)"
     if a.shape[-1] != b.shape[-2]:
-        return "shape_unsupported", f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}"
+        return R.SHAPE_UNSUPPORTED, f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}"
     try:
-        _out_shape(a, b)
+        output_shape(a, b)
     except RuntimeError:
-        return "shape_unsupported", "batch dimensions do not broadcast"
+        return R.SHAPE_UNSUPPORTED, "batch dimensions do not broadcast"
     if a.dtype != b.dtype or (bias is not None and bias.dtype != a.dtype):
-        return "dtype_unsupported", "operands (and bias) must share one dtype"
+        return R.DTYPE_UNSUPPORTED, "operands (and bias) must share one dtype"
     if a.dtype not in _DTYPES:
-        return "dtype_unsupported", f"{kernel} takes float16/bfloat16/float32, got {a.dtype}"
+        return R.DTYPE_UNSUPPORTED, f"{kernel} takes float16/bfloat16/float32, got {a.dtype}"
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != b.shape[-1]):
-        return "shape_unsupported", "bias must be 1-D with one value per output column"
+        return R.SHAPE_UNSUPPORTED, "bias must be 1-D with one value per output column"
     ops = getattr(_core, "ops", None)
     if ops is None or not hasattr(ops, "matmul_with_kernel"):
         return (
-            "backend_unavailable",
+            R.BACKEND_UNAVAILABLE,
             "this build of _core has no matmul kernels (_core.ops.matmul_with_kernel)",
         )
     return None
@@ -73,7 +76,7 @@ def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
             return _run_cuda(a, b, bias, kernel)
-    out = torch.empty(_out_shape(a, b), device=a.device, dtype=a.dtype)
+    out = torch.empty(output_shape(a, b), device=a.device, dtype=a.dtype)
     # The kernel's scratch comes from torch's caching allocator, which knows about
     # streams and CUDA-graph pools: under capture it lives in the graph's private
     # pool, so a replay never shares it with memory allocated after the capture.
@@ -105,7 +108,7 @@ def _(a, b, bias, kernel):
 
 @xrt_matmul.register_fake
 def _(a, b, bias, kernel):
-    return a.new_empty(_out_shape(a, b))
+    return a.new_empty(output_shape(a, b))
 
 
 def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:

@@ -1,0 +1,290 @@
+"""The native engine (DESIGN.md §5): our C++ compiler and executor.
+
+``NativeEngine(model, options)`` loads the model through the ONNX front end
+(:mod:`.frontend`), compiles it in C++ (constant folding,
+BatchNorm folding, fusion, dispatch of every node through the Dispatcher under the
+KernelPolicy, memory planning) and runs the resulting ``ExecutionPlan``. A plan saved
+with :meth:`save_plan` loads back without the onnx package (``model`` may be a plan
+file path or plan bytes). ``run`` is thread-safe and releases the GIL.
+
+Engine-specific options (``EngineOptions.extra``): ``input_shapes`` (name → shape,
+a specialization of symbolic dimensions), ``fold`` and ``fuse`` (compiler passes,
+default on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ... import _core
+from ..._core import InvalidArgumentError
+from ...policies import coerce
+from ..base import Availability, Engine, EngineOptions, TensorInfo
+from . import frontend
+
+PLAN_MAGIC = b"XRTPLAN"
+
+
+def core_kernel_policy(policy: Any) -> Any:
+    """The C++ KernelPolicy behind ``policy`` (None -> the default policy)."""
+    return coerce.core_kernel_policy(policy) or _core.KernelPolicy()
+
+
+def core_exec_policy(policy: Any) -> Any:
+    """The C++ ExecutionPolicy behind ``policy`` (None -> the default policy)."""
+    return coerce.core_exec_policy(policy) or _core.ExecutionPolicy()
+
+
+def devices() -> tuple[str, ...]:
+    """Device kinds the native engine can compile for: those with an execution provider."""
+    providers = getattr(_core.graph, "providers", None)  # the ProviderRegistry, where bound
+    if callable(providers):
+        return tuple(str(p) for p in providers())
+    return ("cpu",)  # a core without the provider registry compiles for the CPU only
+
+
+def is_plan(model: Any) -> bool:
+    """Whether ``model`` is a saved plan (path to a plan file, or plan bytes)."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model[:7]) == PLAN_MAGIC
+    if isinstance(model, (str, os.PathLike)):
+        p = Path(model)
+        if p.is_file():
+            with open(p, "rb") as f:
+                return f.read(7) == PLAN_MAGIC
+    return False
+
+
+def _precision(exec_policy: Any) -> str:
+    if exec_policy is None:
+        return "fp32"
+    v = getattr(exec_policy, "precision", "fp32")
+    return str(getattr(v, "name", v)).lower().replace("precision.", "")
+
+
+def as_numpy(name: str, value: Any) -> np.ndarray:
+    """A C-contiguous numpy view of an input (numpy, xpuruntime Tensor, any __dlpack__)."""
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "__dlpack__"):
+        try:
+            arr = np.from_dlpack(value)
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:  # a CUDA tensor, say
+            try:
+                arr = np.asarray(value)
+            except (TypeError, ValueError, RuntimeError):
+                raise InvalidArgumentError(
+                    f"input '{name}': cannot view {type(value).__name__} on the CPU through DLPack ({exc}); "
+                    "pass a CPU array"
+                ) from exc
+    else:
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:
+            raise InvalidArgumentError(f"input '{name}' is not an array: {type(value).__name__}") from exc
+    if arr.dtype == object:
+        raise InvalidArgumentError(f"input '{name}' is not a numeric array")
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one.
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+class NativeEngine(Engine):
+    """A model compiled by xpuruntime's own compiler and run by its C++ executor."""
+
+    name = "native"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return Availability(True, "", "", devices())
+
+    @classmethod
+    def supports(cls, device: str, exec_policy: Any) -> tuple[str, str] | None:
+        kind = str(device).split(":")[0]
+        if kind not in devices():
+            return (
+                "device_unavailable",
+                (
+                    f"the native engine has no execution provider for {kind} in this build "
+                    f"(it compiles for: {', '.join(devices())})"
+                ),
+            )
+        prec = _precision(exec_policy)
+        if prec not in ("fp32", "float32"):
+            detail = (
+                f"the native CPU engine runs fp32 models as exported; precision={prec!r} "
+                "is not implemented (use engine='onnxruntime' for int8, or precision='fp32')"
+            )
+            return ("dtype_unsupported", detail)
+        return None
+
+    def __init__(self, model: Any, options: EngineOptions) -> None:
+        self._options = options
+        self._kp = core_kernel_policy(options.kernel_policy)
+        self._ep = core_exec_policy(options.exec_policy)
+        self._fingerprint = _core.graph.policy_fingerprint(self._kp, self._ep)
+        extra = dict(options.extra or {})
+        self._extra = extra
+        self._lock = threading.Lock()
+        self._plans: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # shapes -> (plan, executor)
+        self._desc: dict[str, Any] | None = None
+        self._plan = None
+        self._executor = None
+        if isinstance(model, _core.graph.ExecutionPlan):
+            self._use(model)
+        elif is_plan(model):
+            self._use(self._load_plan(model, extra.get("check_policy", True)))
+        else:
+            loaded = frontend.load(model)
+            self._desc = frontend.describe(loaded)
+            self._model_hash = loaded.model_hash
+            self._inputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["inputs"]]
+            self._outputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["outputs"]]
+            given = {k: [int(d) for d in v] for k, v in (extra.get("input_shapes") or {}).items()}
+            static = all(all(isinstance(d, int) for d in i.shape) for i in self._inputs)
+            if static or all(i.name in given for i in self._inputs):
+                # Shapes known now: compile at once. Otherwise each new set of input
+                # shapes gets its own plan at its first run (a specialization).
+                self._use(self._compile(given))
+
+    def _compile(self, shapes: dict[str, list[int]]) -> Any:
+        assert self._desc is not None
+        return _core.graph.compile(
+            self._desc,
+            self._kp,
+            self._ep,
+            model_hash=self._model_hash,
+            input_shapes=shapes,
+            fold=bool(self._extra.get("fold", True)),
+            fuse=bool(self._extra.get("fuse", True)),
+        )
+
+    def _use(self, plan: Any) -> None:
+        self._plan = plan
+        self._executor = _core.graph.Executor(plan)
+        self._inputs = [TensorInfo(n, tuple(d), t) for n, t, d in plan.inputs]
+        self._outputs = [TensorInfo(n, tuple(d), t) for n, t, d in plan.outputs]
+        key = tuple(tuple(d) for _, _, d in plan.inputs)
+        self._plans[key] = (plan, self._executor)
+
+    def _executor_for(self, arrays: Mapping[str, np.ndarray]) -> Any:
+        if self._desc is None or self._plan is not None and self._static_plan():
+            return self._executor
+        infos = self._desc_inputs()
+        key = self._check_inputs(infos, arrays)
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is None:
+                plan = self._compile({i.name: list(arrays[i.name].shape) for i in infos})
+                if len(self._plans) >= 8:  # keep a few specializations
+                    self._plans.pop(next(iter(self._plans)))
+                hit = (plan, _core.graph.Executor(plan))
+                self._plans[key] = hit
+            self._plan = hit[0]
+            return hit[1]
+
+    @staticmethod
+    def _check_inputs(infos: Sequence[TensorInfo], arrays: Mapping[str, np.ndarray]) -> tuple[Any, ...]:
+        """Validates names, dtypes, ranks and fixed dims (same messages as the executor)."""
+
+        def decl(i: TensorInfo) -> str:
+            return f"{i.dtype}[{', '.join('?' if d is None else str(d) for d in i.shape)}]"
+
+        expect = ", ".join(f"{i.name}: {decl(i)}" for i in infos)
+        names = [i.name for i in infos]
+        for n in arrays:
+            if n not in names:
+                raise InvalidArgumentError(f"unknown input name '{n}'; the model's inputs are: {expect}")
+        for i in infos:
+            if i.name not in arrays:
+                raise InvalidArgumentError(f"missing input '{i.name}'; the model's inputs are: {expect}")
+            a = arrays[i.name]
+            if str(a.dtype) != i.dtype:
+                raise InvalidArgumentError(
+                    f"input '{i.name}' has dtype {a.dtype} but the model expects {decl(i)}"
+                )
+            if a.ndim != len(i.shape):
+                raise InvalidArgumentError(
+                    f"input '{i.name}' has rank {a.ndim} (shape {list(a.shape)}) but the model expects {decl(i)}"
+                )
+            for k, (got, want) in enumerate(zip(a.shape, i.shape)):
+                if isinstance(want, int) and got != want:
+                    raise InvalidArgumentError(
+                        f"input '{i.name}' has shape {list(a.shape)} but the model expects {decl(i)}: "
+                        f"dimension {k} must be {want}"
+                    )
+        return tuple(tuple(arrays[n].shape) for n in names)
+
+    def _static_plan(self) -> bool:
+        return all(all(isinstance(d, int) for d in i.shape) for i in self._desc_inputs())
+
+    def _desc_inputs(self) -> list[TensorInfo]:
+        assert self._desc is not None
+        return [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["inputs"]]
+
+    def _load_plan(self, model: Any, check_policy: bool) -> Any:
+        fp = self._fingerprint if check_policy else ""
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            return _core.graph.ExecutionPlan.deserialize(bytes(model), device="cpu", policy_fingerprint=fp)
+        return _core.graph.ExecutionPlan.load(str(model), device="cpu", policy_fingerprint=fp)
+
+    # ----------------------------------------------------------------- Engine API
+    def inputs(self) -> Sequence[TensorInfo]:
+        return list(self._inputs)
+
+    def outputs(self) -> Sequence[TensorInfo]:
+        return list(self._outputs)
+
+    def run(self, inputs: Mapping[str, Any], output_names: Sequence[str] | None = None) -> dict[str, Any]:
+        if not isinstance(inputs, Mapping):
+            raise InvalidArgumentError(
+                f"inputs must be a dict of name -> array, got {type(inputs).__name__}; "
+                f"expected inputs: {self._executor.describe_inputs()}"
+            )
+        arrays = {str(k): as_numpy(str(k), v) for k, v in inputs.items()}
+        names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
+        outs = self._executor_for(arrays).run(arrays, names if output_names is not None else None)
+        return dict(zip(names, outs))
+
+    def decisions(self) -> list[Any]:
+        from ...dispatch.decision import Decision
+
+        if self._plan is None:
+            return []
+        return [Decision.from_dict(json.loads(d)) for d in self._plan.decisions]
+
+    # ------------------------------------------------------------ native extras
+    @property
+    def plan(self) -> Any:
+        """The compiled ``_core.graph.ExecutionPlan`` (the latest specialization; None before the
+        first run of a model with symbolic input dimensions)."""
+        return self._plan
+
+    def _need_plan(self) -> Any:
+        if self._plan is None:
+            raise InvalidArgumentError(
+                "the model has symbolic input dimensions and no plan was compiled yet: run it once, or "
+                "pass input_shapes={name: shape} to compile a specialization up front"
+            )
+        return self._plan
+
+    def save_plan(self, path: str | os.PathLike[str]) -> None:
+        """Write the compiled plan; it loads back without the ONNX model or the onnx package."""
+        self._need_plan().save(str(path))
+
+    def memory(self) -> dict[str, int]:
+        """Arena (peak) bytes next to the sum of all intermediates, constants, dynamic values."""
+        return dict(self._need_plan().memory)
+
+    def explain_text(self) -> str:
+        return str(self._need_plan().summary())
+
+    def __repr__(self) -> str:
+        steps = len(self._plan.steps) if self._plan is not None else "?"
+        return f"NativeEngine({steps} steps, device=cpu)"

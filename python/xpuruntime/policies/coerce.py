@@ -1,0 +1,86 @@
+"""One way to turn any policy argument into the C++ policy object (DESIGN.md §3).
+
+Every API that takes a policy (sessions, engines, ``xpuruntime.ops``, PyTorch
+routing, the dispatcher helpers) accepts the same forms and unwraps them here:
+
+* ``None`` — no policy (the caller decides what that means);
+* the core object (``_core.KernelPolicy`` / ``_core.ExecutionPolicy``);
+* the Python wrapper (:class:`~xpuruntime.KernelPolicy` /
+  :class:`~xpuruntime.ExecutionPolicy`);
+* a mapping: ``op -> kernel`` keywords for a KernelPolicy (``{"matmul": "cpu_blas"}``),
+  the JSON form for an ExecutionPolicy (``{"precision": "fp16"}``);
+* a path to a JSON (or YAML) policy file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .. import _core
+from . import _io
+
+__all__ = ["core_exec_policy", "core_kernel_policy", "policy_kind"]
+
+
+def policy_kind(policy: Any) -> str | None:
+    """``"kernel"`` or ``"execution"`` for a policy object (wrapper or core), else None."""
+    inner = _inner(policy)
+    if isinstance(inner, _core.KernelPolicy):
+        return "kernel"
+    if isinstance(inner, _core.ExecutionPolicy):
+        return "execution"
+    return None
+
+
+def _inner(policy: Any) -> Any:
+    get = getattr(policy, "_get_internal", None)
+    return get() if callable(get) else policy
+
+
+def _coerce(policy: Any, core_cls: Any, from_mapping: Any, what: str) -> Any:
+    if policy is None:
+        return None
+    inner = _inner(policy)
+    if isinstance(inner, core_cls):
+        return inner
+    if isinstance(policy, Mapping):
+        built = from_mapping(dict(policy))
+    elif isinstance(policy, (str, os.PathLike)):
+        built = core_cls.from_json(_io.read(policy, None))
+    else:
+        built = None
+    if built is not None:
+        built.validate()  # raw content: check it here, where the caller can still see which
+        return built
+    raise _core.InvalidArgumentError(
+        f"expected a {what} (the object, its core object, a dict or a path to a JSON/YAML policy "
+        f"file), got {type(policy).__name__}; build one with xpuruntime.{what}(...)"
+    )
+
+
+def core_kernel_policy(policy: Any) -> Any:
+    """The ``_core.KernelPolicy`` behind ``policy`` (None stays None).
+
+    Raises:
+        InvalidArgumentError: ``policy`` is none of the accepted forms.
+        PolicyError: its content is invalid.
+    """
+    return _coerce(policy, _core.KernelPolicy, lambda d: _core.KernelPolicy(**d), "KernelPolicy")
+
+
+def core_exec_policy(policy: Any) -> Any:
+    """The ``_core.ExecutionPolicy`` behind ``policy`` (None stays None).
+
+    Raises:
+        InvalidArgumentError: ``policy`` is none of the accepted forms.
+        PolicyError: its content is invalid.
+    """
+    return _coerce(
+        policy,
+        _core.ExecutionPolicy,
+        lambda d: _core.ExecutionPolicy.from_json(json.dumps(d)),
+        "ExecutionPolicy",
+    )
