@@ -177,14 +177,16 @@ class InferenceServicer:
 
     def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:
         name, version = request.model_name, request.model_version
-        self.metrics.requests.labels(name, version, "grpc").inc()
+        label = ("", "")  # labelled by model once the model is known (bounded label set)
         try:
             sched = self.repo.get(name, version)
+            label = (name, version)
+            self.metrics.requests.labels(name, version, "grpc").inc()
             req = parse_infer(request)
             req.version = sched.model.version
             return render_infer(sched.infer(req), req.binary_outputs)
         except ServingError as exc:
-            self.metrics.failures.labels(name, version, "grpc", exc.grpc_code).inc()
+            self.metrics.failures.labels(*label, "grpc", exc.grpc_code).inc()
             self._abort(context, exc)
 
     def RepositoryIndex(self, request: Any, context: grpc.ServicerContext) -> Any:
