@@ -390,6 +390,8 @@ def test_full_queue_answers_503_and_resource_exhausted(server, hc, gc) -> None:
 
 def test_metrics_endpoint(server, hc) -> None:
     http_infer(hc, "mlp", _x(1, 0), True)
+    with pytest.raises(InferenceServerException):
+        http_infer(hc, "no_such_model_for_metrics", _x(1, 0), True)
     status, body = _get(server, "/metrics")
     text = body.decode()
     assert status == 200
@@ -397,6 +399,7 @@ def test_metrics_endpoint(server, hc) -> None:
     assert "xrt_inference_compute_seconds_bucket" in text and "xrt_inference_batch_size_count" in text
     assert "xrt_inference_failures_total{" in text
     assert 'xrt_device_memory_allocated_bytes{device="cpu"}' in text
+    assert "no_such_model_for_metrics" not in text  # names from bad requests never become labels
 
 
 # ---------------------------------------------------------------------- less common wire forms
@@ -440,3 +443,37 @@ def test_http_gzip_request_body(hc, repo) -> None:
     inp.set_data_from_numpy(x)
     res = hc.infer("mlp_direct", [inp], request_compression_algorithm="gzip")
     assert_bits(res.as_numpy("y"), reference(repo[1]["mlp_direct"], {"x": x})["y"])
+
+
+def test_random_bodies_never_break_the_server(server, hc, gc) -> None:
+    """Random bytes, random JSON and mangled valid requests: each a 4xx with a message."""
+    rng = np.random.default_rng(1234)
+    good = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]}
+    mutations = [
+        lambda d: d["inputs"][0].update(shape=[16]),
+        lambda d: d["inputs"][0].update(shape="1,16"),
+        lambda d: d["inputs"][0].update(shape=[1, -16]),
+        lambda d: d["inputs"][0].update(datatype="BYTES"),
+        lambda d: d["inputs"][0].update(datatype=7),
+        lambda d: d["inputs"][0].update(data=[[0.5] * 8, [0.5] * 9]),
+        lambda d: d["inputs"][0].update(data=["a"] * 16),
+        lambda d: d["inputs"][0].update(parameters={"binary_data_size": -1}),
+        lambda d: d["inputs"][0].update(parameters={"binary_data_size": True}),
+        lambda d: d["inputs"][0].pop("data"),
+        lambda d: d["inputs"].append(dict(d["inputs"][0])),
+        lambda d: d.update(inputs=[]),
+        lambda d: d.update(inputs={"x": 1}),
+        lambda d: d.update(outputs=[{"name": "nope"}]),
+        lambda d: d.update(outputs="y"),
+        lambda d: d.update(parameters=[1]),
+    ]
+    bodies = [bytes(rng.integers(0, 256, int(n), dtype=np.uint8)) for n in rng.integers(0, 300, 10)]
+    for mutate in mutations:
+        d = json.loads(json.dumps(good))
+        mutate(d)
+        bodies.append(json.dumps(d).encode())
+    for body in bodies:
+        status, reply = _post(server, "/v2/models/mlp/infer", body)
+        assert 400 <= status < 500, (body[:80], status, reply[:200])
+        assert json.loads(reply)["error"], reply
+    _still_serving(hc, gc)
