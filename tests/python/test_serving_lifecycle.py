@@ -260,3 +260,31 @@ def test_yaml_config(tmp_path: Path) -> None:
     repo.load("m")
     assert repo.get("m").model.buckets == (2, 4)
     repo.close()
+
+
+def test_saved_plan_is_served(tmp_path: Path) -> None:
+    """A model folder may hold a saved plan (model.xrtplan) instead of the ONNX file."""
+    import json
+
+    import xpuruntime as xrt
+    from xpuruntime.serving import InferRequest
+
+    onnx_path = tmp_path / "m.onnx"
+    onnx.save(mlp_model(0), str(onnx_path))
+    sess = xrt.InferenceSession(str(onnx_path), device="cpu", engine="native", input_shapes={"x": [4, 16]})
+    folder = tmp_path / "repo" / "planned"
+    (folder / "1").mkdir(parents=True)
+    sess.save_plan(str(folder / "1" / "model.xrtplan"))
+    cfg = {"max_batch_size": 4, "dynamic_batching": {"preferred_batch_sizes": [4]}}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    repo = ModelRepository(tmp_path / "repo")
+    repo.load_all()
+    try:
+        x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+        out = repo.get("planned").infer(InferRequest("planned", "", {"x": x}))
+        padded = np.concatenate([x, np.zeros((1, 16), np.float32)])  # the bucket the plan was built for
+        want = np.asarray(sess.run({"x": padded})["y"])[:3]
+        assert np.array_equal(out.outputs["y"].view(np.uint32), want.view(np.uint32))
+        assert out.parameters["batch_size"] == 4 and out.parameters["engine"] == "native"
+    finally:
+        repo.close()
