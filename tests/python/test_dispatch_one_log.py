@@ -101,6 +101,7 @@ def test_hits_count_calls_of_one_recorded_case_and_record_appends():
     assert not d.add_hits(first.seq + 100, 1)  # not in the log
     (again,) = [x for x in d.explain() if x.seq == first.seq]
     assert again.hits == 5 and again.to_dict()["hits"] == 5
+    assert "calls: 5" in str(again) and xrt.dispatch.Decision.from_dict(again.to_dict()).hits == 5
     made = xrt.dispatch.Decision("softmax", "cpu", ["float32"], [[1]], [], "own", "fallback", hits=2)
     seq = d.record(made)
     (stored,) = [x for x in d.explain() if x.seq == seq]
@@ -177,6 +178,14 @@ def test_torch_calls_and_an_inference_session_share_one_log(xrt_torch):
     view = xrt_torch.decision_log()
     assert {d.seq for d in view} == {d.seq for d in routed.values()}
     assert xrt_torch.routing_counts()["attention:flash_v2"] == 3
+
+
+def test_torch_side_kernel_names_are_declared_in_core():
+    from xpuruntime.pytorch import _kernels
+
+    reg = _core.KernelRegistry()  # a fresh registry knows only the names C++ declares
+    for k in _kernels.KERNELS:
+        assert reg.is_known_kernel_name(k.op, k.name), (k.op, k.name)
 
 
 def test_list_kernels_shows_the_torch_side_kernels(xrt_torch):

@@ -211,7 +211,8 @@ def _decision_block(d: Decision, index: int) -> str:
     chosen = d.chosen or "<nothing>"
     if d.algorithm:
         chosen += f" (algorithm {d.algorithm})"
-    lines.append(f"    chosen: {chosen}  rule: {d.rule}")
+    calls = f"  calls: {d.hits}" if d.hits > 1 else ""  # a cached case answered more calls
+    lines.append(f"    chosen: {chosen}  rule: {d.rule}{calls}")
     if d.pin:
         lines.append(f"    pin: {d.pin.get('kernel', '')} {d.pin.get('algorithm', '')}".rstrip())
     if d.detail:
