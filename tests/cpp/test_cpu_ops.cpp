@@ -222,6 +222,7 @@ TEST(CpuOps, FusedGeluProgramMatchesUnfusedOps) {
                                            static_cast<int>(FusedBin::kMul), 0, 1,
                                            static_cast<int>(FusedBin::kMul), 3});
   n.attrs["_params"] = graph::Attr::of_floats(std::vector<double>(20, 0.0));
+  n.inputs = {0, 1, 2, 3};  // x and the three constants (operand indices refer to these)
   run("FusedElementwise", "cpu", n,
       {view(x, {static_cast<int64_t>(x.size())}), view(c_sqrt2, {}), view(c_one, {}), view(c_half, {})},
       {view(y, {static_cast<int64_t>(x.size())})});

@@ -6,6 +6,8 @@
 
 #include "graph/passes.h"
 #include "xpuruntime/ops/elementwise.h"
+#include "xpuruntime/ops/elementwise_program.h"
+#include "xpuruntime/ops/epilogue.h"
 
 namespace xpuruntime::graph::passes {
 namespace {
@@ -29,13 +31,9 @@ bool const_scalar(const Graph& g, int v, double& out) {
   return true;
 }
 
-// An activation that can be applied as an epilogue; fills the node attributes.
-bool activation_attrs(const Graph& g, const Node& a, std::map<std::string, Attr>& attrs) {
-  static const char* kActs[] = {"Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
-                                "LeakyRelu", "Gelu", "Clip"};
-  if (std::find_if(std::begin(kActs), std::end(kActs), [&](const char* s) { return a.op_type == s; }) ==
-      std::end(kActs))
-    return false;
+// The epilogue of `p` with activation node `a` absorbed (Clip bounds must be
+// constants); false when `a` cannot be an epilogue.
+bool with_activation(const Graph& g, const Node& p, const Node& a, ops::Epilogue& e) {
   double lo = -INFINITY, hi = INFINITY;
   if (a.op_type == "Clip") {
     lo = a.attr_float("min", lo);
@@ -43,21 +41,8 @@ bool activation_attrs(const Graph& g, const Node& a, std::map<std::string, Attr>
     if (a.inputs.size() > 1 && a.inputs[1] >= 0 && !const_scalar(g, a.inputs[1], lo)) return false;
     if (a.inputs.size() > 2 && a.inputs[2] >= 0 && !const_scalar(g, a.inputs[2], hi)) return false;
   }
-  attrs["_act"] = Attr::of_string(a.op_type);
-  attrs["_lo"] = Attr::of_float(lo);
-  attrs["_hi"] = Attr::of_float(hi);
-  double alpha = 0, beta = 0;
-  if (a.op_type == "HardSigmoid") {
-    alpha = a.attr_float("alpha", 0.2);
-    beta = a.attr_float("beta", 0.5);
-  } else if (a.op_type == "LeakyRelu") {
-    alpha = a.attr_float("alpha", 0.01);
-  } else if (a.op_type == "Gelu") {
-    attrs["_approximate"] = Attr::of_string(a.attr_str("approximate", "none"));
-  }
-  attrs["_alpha"] = Attr::of_float(alpha);
-  attrs["_beta"] = Attr::of_float(beta);
-  return true;
+  e = ops::Epilogue::from_node(p);
+  return ops::Epilogue::activation_of(a, lo, hi, e);
 }
 
 bool f32(const Graph& g, int v) { return v >= 0 && g.values[v].dtype == DType::kFloat32; }
@@ -85,10 +70,7 @@ bool fused_binary(const std::string& op, FusedBin& b) {
   return false;
 }
 
-struct Instr {
-  int kind = 0, code = 0, operand = -1;  // operand: a graph value id until encoded
-  ops::UnaryParams p;
-};
+using Instr = ops::ElementwiseInstr;
 
 // Describes node n as one instruction on the accumulator value `acc`.
 bool as_instr(const Graph& g, const Node& n, int acc, Instr& ins) {
@@ -104,9 +86,9 @@ bool as_instr(const Graph& g, const Node& n, int acc, Instr& ins) {
     const Shape os = g.values[other].constant.defined() ? g.values[other].constant.shape
                                                         : *g.values[other].shape;
     if (!suffix_compatible(os, *g.values[n.outputs[0]].shape)) return false;
-    ins.kind = n.inputs[0] == acc ? 1 : 2;
-    ins.code = static_cast<int>(b);
-    ins.operand = other;
+    ins.kind = n.inputs[0] == acc ? Instr::Kind::kBinary : Instr::Kind::kBinaryOperandLeft;
+    ins.binary = b;
+    ins.operand = other;  // a graph value id until the program is encoded
     return true;
   }
   Unary k;
@@ -115,14 +97,14 @@ bool as_instr(const Graph& g, const Node& n, int acc, Instr& ins) {
     double lo = n.attr_float("min", -INFINITY), hi = n.attr_float("max", INFINITY);
     if (n.inputs.size() > 1 && n.inputs[1] >= 0 && !const_scalar(g, n.inputs[1], lo)) return false;
     if (n.inputs.size() > 2 && n.inputs[2] >= 0 && !const_scalar(g, n.inputs[2], hi)) return false;
-    ins.p.lo = lo;
-    ins.p.hi = hi;
+    ins.params.lo = lo;
+    ins.params.hi = hi;
   } else if (!ops::unary_kind(n, k) || n.inputs.size() != 1 || k == Unary::kNot) {
     return false;
   }
-  if (k != Unary::kClip) ins.p = ops::unary_params(n, k);
-  ins.kind = 0;
-  ins.code = static_cast<int>(k);
+  if (k != Unary::kClip) ins.params = ops::unary_params(n, k);
+  ins.kind = Instr::Kind::kUnary;
+  ins.unary = k;
   return true;
 }
 
@@ -148,7 +130,9 @@ int fuse_epilogues(Graph& g) {
       continue;
     mm.inputs.resize(2);
     mm.inputs.push_back(other);
-    mm.attrs["_bias"] = Attr::of_int(1);
+    ops::Epilogue e = ops::Epilogue::from_node(mm);
+    e.bias = true;
+    e.to_attrs(mm.attrs);
     mm.outputs[0] = add.outputs[0];
     add.op_type.clear();
     ++fused;
@@ -168,7 +152,9 @@ int fuse_epilogues(Graph& g) {
       continue;
     cv.inputs.resize(3, -1);
     cv.inputs.push_back(other);
-    cv.attrs["_sum"] = Attr::of_int(1);
+    ops::Epilogue e = ops::Epilogue::from_node(cv);
+    e.residual = true;
+    e.to_attrs(cv.attrs);
     cv.outputs[0] = add.outputs[0];
     add.op_type.clear();
     ++fused;
@@ -177,15 +163,16 @@ int fuse_epilogues(Graph& g) {
   cons = consumers(g);
   // {Conv, MatMul, Gemm} + activation.
   for (Node& p : g.nodes) {
-    if ((p.op_type != "Conv" && p.op_type != "MatMul" && p.op_type != "Gemm") || p.has("_act"))
+    if ((p.op_type != "Conv" && p.op_type != "MatMul" && p.op_type != "Gemm") ||
+        ops::Epilogue::from_node(p).has_activation())
       continue;
     const int y = p.outputs[0];
     if (!f32(g, y) || !single_use(g, cons, y)) continue;
     Node& a = g.nodes[cons[y][0]];
     if (a.inputs.empty() || a.inputs[0] != y || a.outputs.size() != 1) continue;
-    std::map<std::string, Attr> attrs;
-    if (!activation_attrs(g, a, attrs)) continue;
-    for (auto& [k, v] : attrs) p.attrs[k] = v;
+    ops::Epilogue e;
+    if (!with_activation(g, p, a, e)) continue;
+    e.to_attrs(p.attrs);
     p.outputs[0] = a.outputs[0];
     a.op_type.clear();
     ++fused;
@@ -221,7 +208,7 @@ int fuse_elementwise(Graph& g) {
       Instr ins;
       if (taken[next] || !as_instr(g, c, cur, ins) || *g.values[c.outputs[0]].shape != out_shape)
         break;
-      if (ins.kind == 0 && c.inputs[0] != cur) break;
+      if (ins.kind == Instr::Kind::kUnary && c.inputs[0] != cur) break;
       chain.push_back(next);
       prog.push_back(ins);
       cur = c.outputs[0];
@@ -233,27 +220,21 @@ int fuse_elementwise(Graph& g) {
     f.op_type = "FusedElementwise";
     f.domain = "xrt";
     f.inputs.push_back(acc0);
-    std::vector<int64_t> code;
-    std::vector<double> params;
-    for (const Instr& ins : prog) {
-      int idx = -1;
-      if (ins.kind != 0) {
+    ops::ElementwiseProgram program;
+    for (Instr ins : prog) {
+      if (ins.kind != Instr::Kind::kUnary) {
         auto it = std::find(f.inputs.begin(), f.inputs.end(), ins.operand);
         if (it == f.inputs.end()) {
           f.inputs.push_back(ins.operand);
-          idx = static_cast<int>(f.inputs.size()) - 1;
+          ins.operand = static_cast<int>(f.inputs.size()) - 1;
         } else {
-          idx = static_cast<int>(it - f.inputs.begin());
+          ins.operand = static_cast<int>(it - f.inputs.begin());
         }
       }
-      code.insert(code.end(), {ins.kind, ins.code, idx});
-      params.insert(params.end(), {ins.p.alpha, ins.p.beta, ins.p.lo, ins.p.hi});
+      program.instrs.push_back(ins);
     }
-    std::string ops;
-    for (int k : chain) ops += (ops.empty() ? "" : ",") + g.nodes[k].op_type;
-    f.attrs["_prog"] = Attr::of_ints(code);
-    f.attrs["_params"] = Attr::of_floats(params);
-    f.attrs["_ops"] = Attr::of_string(ops);
+    for (int k : chain) program.ops += (program.ops.empty() ? "" : ",") + g.nodes[k].op_type;
+    program.to_attrs(f.attrs);
     f.outputs = {cur};
     for (int k : chain) {
       taken[k] = true;

@@ -19,7 +19,8 @@ bool conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& o
   const Shape& w = *in[1].shape;
   XRT_CHECK(w.size() == x.size() && x.size() >= 3, InvalidModelError, n.where(), ": X ",
             graph::shape_str(x), " and W ", graph::shape_str(w), " must have the same rank >= 3");
-  const int64_t group = n.attr_int("group", 1);
+  const ConvAttrs attrs = ConvAttrs::from_node(n);
+  const int64_t group = attrs.group;
   XRT_CHECK(group >= 1 && x[1] % group == 0 && w[0] % group == 0 && w[1] * group == x[1],
             InvalidModelError, n.where(), ": channels do not match: X has ", x[1],
             " channels, W is ", graph::shape_str(w), ", group ", group,
@@ -28,7 +29,7 @@ bool conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& o
     XRT_CHECK(graph::shape_numel(*in[2].shape) == w[0], InvalidModelError, n.where(), ": bias has ",
               graph::shape_numel(*in[2].shape), " elements, expected ", w[0]);
   }
-  const Spatial g = conv_geometry(n, x, w);
+  const Spatial g = conv_geometry(attrs, x, w);
   Shape s = {x[0], w[0]};
   s.insert(s.end(), g.out.begin(), g.out.end());
   out[0].shape = s;

@@ -3,6 +3,7 @@
 // itself is described to the matmul kernels is ops/matmul/.
 #include "ops/families.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/ops/gemm.h"
 
 namespace xpuruntime::ops {
 namespace {
@@ -45,7 +46,8 @@ bool gemm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& o
   const Shape& b = *in[1].shape;
   XRT_CHECK(a.size() == 2 && b.size() == 2, InvalidModelError, n.where(),
             ": Gemm inputs must be 2-D, got ", graph::shape_str(a), " and ", graph::shape_str(b));
-  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  const GemmAttrs attrs = GemmAttrs::from_node(n);
+  const bool ta = attrs.trans_a, tb = attrs.trans_b;
   const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
   const int64_t kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
   XRT_CHECK(k == kb, InvalidModelError, n.where(), ": inner dimensions differ (", k, " vs ", kb,
@@ -58,6 +60,15 @@ bool gemm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& o
 }
 
 }  // namespace
+
+GemmAttrs GemmAttrs::from_node(const Node& n) {
+  GemmAttrs a;
+  a.trans_a = n.attr_int("transA", 0) != 0;
+  a.trans_b = n.attr_int("transB", 0) != 0;
+  a.alpha = n.attr_float("alpha", 1.0);
+  a.beta = n.attr_float("beta", 1.0);
+  return a;
+}
 
 void register_gemm_schemas(std::vector<OpSchema>& s) {
   const std::vector<DType> gemm_types = {DType::kFloat32, DType::kFloat64, DType::kFloat16,

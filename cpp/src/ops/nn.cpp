@@ -57,7 +57,7 @@ InferFn pool_infer(bool is_max) {
       out[1].dtype = DType::kInt64;
     }
     if (!in[0].shape) return false;
-    const Spatial g = pool_geometry(n, *in[0].shape);
+    const Spatial g = pool_geometry(PoolAttrs::from_node(n), *in[0].shape);
     Shape s = {(*in[0].shape)[0], (*in[0].shape)[1]};
     s.insert(s.end(), g.out.begin(), g.out.end());
     for (auto& o : out) o.shape = s;

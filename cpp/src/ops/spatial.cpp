@@ -11,27 +11,62 @@ namespace xpuruntime::ops {
 using graph::Node;
 using graph::Shape;
 
-Spatial make_spatial(const Node& n, const Shape& in, const std::vector<int64_t>& kernel,
-                     bool ceil_mode) {
-  XRT_CHECK(in.size() >= 3 && in.size() <= 5, UnsupportedOperationError, n.where(), ": input rank ",
+WindowAttrs WindowAttrs::from_node(const Node& n) {
+  WindowAttrs a;
+  a.where = n.where();
+  a.kernel_shape = n.attr_ints("kernel_shape", {});
+  a.strides = n.attr_ints("strides", {});
+  a.dilations = n.attr_ints("dilations", {});
+  a.pads = n.attr_ints("pads", {});
+  a.auto_pad = n.attr_str("auto_pad", "NOTSET");
+  a.ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  XRT_CHECK(a.auto_pad == "NOTSET" || a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER" ||
+                a.auto_pad == "VALID",
+            InvalidModelError, a.where, ": unknown auto_pad '", a.auto_pad,
+            "' (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
+  return a;
+}
+
+ConvAttrs ConvAttrs::from_node(const Node& n) {
+  ConvAttrs a;
+  a.window = WindowAttrs::from_node(n);
+  a.window.ceil_mode = false;  // not a Conv attribute
+  a.group = n.attr_int("group", 1);
+  return a;
+}
+
+PoolAttrs PoolAttrs::from_node(const Node& n) {
+  PoolAttrs a;
+  a.window = WindowAttrs::from_node(n);
+  XRT_CHECK(!a.window.kernel_shape.empty(), InvalidModelError, a.window.where,
+            ": kernel_shape attribute is required");
+  a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+  a.column_major_indices = n.attr_int("storage_order", 0) != 0;
+  return a;
+}
+
+Spatial make_spatial(const WindowAttrs& a, const Shape& in, const std::vector<int64_t>& kernel) {
+  const std::string& where = a.where;
+  const bool ceil_mode = a.ceil_mode;
+  XRT_CHECK(in.size() >= 3 && in.size() <= 5, UnsupportedOperationError, where, ": input rank ",
             in.size(), " is not supported (1 to 3 spatial dimensions)");
   Spatial g;
   const std::size_t r = in.size() - 2;
-  XRT_CHECK(kernel.size() == r, InvalidModelError, n.where(), ": kernel has ", kernel.size(),
+  XRT_CHECK(kernel.size() == r, InvalidModelError, where, ": kernel has ", kernel.size(),
             " dimensions but the input has ", r, " spatial dimensions");
   g.in.assign(in.begin() + 2, in.end());
   g.k = kernel;
-  g.s = n.attr_ints("strides", std::vector<int64_t>(r, 1));
-  g.d = n.attr_ints("dilations", std::vector<int64_t>(r, 1));
-  std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
-  XRT_CHECK(g.s.size() == r && g.d.size() == r && pads.size() == 2 * r, InvalidModelError,
-            n.where(), ": strides/dilations/pads lengths do not match ", r, " spatial dimensions");
-  const std::string auto_pad = n.attr_str("auto_pad", "NOTSET");
+  g.s = a.strides.empty() ? std::vector<int64_t>(r, 1) : a.strides;
+  g.d = a.dilations.empty() ? std::vector<int64_t>(r, 1) : a.dilations;
+  const std::vector<int64_t> pads = a.pads.empty() ? std::vector<int64_t>(2 * r, 0) : a.pads;
+  XRT_CHECK(g.s.size() == r && g.d.size() == r && pads.size() == 2 * r, InvalidModelError, where,
+            ": strides/dilations/pads lengths do not match ", r, " spatial dimensions");
+  const std::string& auto_pad = a.auto_pad;
   g.out.resize(r);
   g.pb.resize(r);
   g.pe.resize(r);
   for (std::size_t i = 0; i < r; ++i) {
-    XRT_CHECK(g.k[i] > 0 && g.s[i] > 0 && g.d[i] > 0, InvalidModelError, n.where(),
+    XRT_CHECK(g.k[i] > 0 && g.s[i] > 0 && g.d[i] > 0, InvalidModelError, where,
               ": kernel, strides and dilations must be positive");
     const int64_t ek = (g.k[i] - 1) * g.d[i] + 1;
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
@@ -44,11 +79,11 @@ Spatial make_spatial(const Node& n, const Shape& in, const std::vector<int64_t>&
       int64_t span = g.in[i] - ek;
       g.out[i] = span < 0 ? 0 : (ceil_mode ? (span + g.s[i] - 1) / g.s[i] : span / g.s[i]) + 1;
     } else {
-      XRT_CHECK(auto_pad == "NOTSET", InvalidModelError, n.where(), ": unknown auto_pad '",
+      XRT_CHECK(auto_pad == "NOTSET", InvalidModelError, where, ": unknown auto_pad '",
                 auto_pad, "' (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
       g.pb[i] = pads[i];
       g.pe[i] = pads[i + r];
-      XRT_CHECK(g.pb[i] >= 0 && g.pe[i] >= 0, InvalidModelError, n.where(), ": negative pads");
+      XRT_CHECK(g.pb[i] >= 0 && g.pe[i] >= 0, InvalidModelError, where, ": negative pads");
       int64_t span = g.in[i] + g.pb[i] + g.pe[i] - ek;
       if (span < 0) {
         g.out[i] = 0;
@@ -64,16 +99,14 @@ Spatial make_spatial(const Node& n, const Shape& in, const std::vector<int64_t>&
   return g;
 }
 
-Spatial conv_geometry(const Node& n, const Shape& x, const Shape& w) {
-  std::vector<int64_t> k = n.attr_ints("kernel_shape", {});
+Spatial conv_geometry(const ConvAttrs& a, const Shape& x, const Shape& w) {
+  std::vector<int64_t> k = a.window.kernel_shape;
   if (k.empty()) k.assign(w.begin() + 2, w.end());
-  return make_spatial(n, x, k, false);
+  return make_spatial(a.window, x, k);
 }
 
-Spatial pool_geometry(const Node& n, const Shape& in) {
-  auto k = n.attr_ints("kernel_shape", {});
-  XRT_CHECK(!k.empty(), InvalidModelError, n.where(), ": kernel_shape attribute is required");
-  return make_spatial(n, in, k, n.attr_int("ceil_mode", 0) != 0);
+Spatial pool_geometry(const PoolAttrs& a, const Shape& in) {
+  return make_spatial(a.window, in, a.window.kernel_shape);
 }
 
 }  // namespace xpuruntime::ops

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "xpuruntime/graph/ir.h"
@@ -24,15 +25,41 @@ struct Spatial {
   }
 };
 
-// `in` is the input shape [N, C, spatial...]; `kernel` the window (from the
-// kernel_shape attribute or the weight's trailing dims). Validates everything and
-// throws InvalidModelError (UnsupportedOperationError for a rank outside 3-5)
-// naming the node.
-Spatial make_spatial(const graph::Node& n, const graph::Shape& in,
-                     const std::vector<int64_t>& kernel, bool ceil_mode);
+// The window attributes of Conv and the pools, parsed once from a node. Empty
+// vectors mean the ONNX defaults (strides and dilations 1, pads 0), which depend
+// on the input's rank.
+struct WindowAttrs {
+  std::string where;                  // the node, for error messages ("node 'c1' (Conv)")
+  std::vector<int64_t> kernel_shape;  // empty: Conv takes W's trailing dims
+  std::vector<int64_t> strides, dilations, pads;
+  std::string auto_pad = "NOTSET";  // NOTSET, SAME_UPPER, SAME_LOWER, VALID
+  bool ceil_mode = false;           // pools only
+
+  // Throws InvalidModelError naming the node for an unknown auto_pad.
+  static WindowAttrs from_node(const graph::Node& n);
+};
+
+struct ConvAttrs {
+  WindowAttrs window;
+  int64_t group = 1;
+  static ConvAttrs from_node(const graph::Node& n);
+};
+
+struct PoolAttrs {
+  WindowAttrs window;
+  bool count_include_pad = false;  // AveragePool
+  bool column_major_indices = false;  // MaxPool storage_order = 1
+  // Throws InvalidModelError naming the node when kernel_shape is missing.
+  static PoolAttrs from_node(const graph::Node& n);
+};
+
+// `in` is the input shape [N, C, spatial...]; `kernel` the window. Validates
+// everything and throws InvalidModelError (UnsupportedOperationError for a rank
+// outside 3-5) naming the node.
+Spatial make_spatial(const WindowAttrs& a, const graph::Shape& in, const std::vector<int64_t>& kernel);
 // Conv: the window is kernel_shape, else W's trailing dims.
-Spatial conv_geometry(const graph::Node& n, const graph::Shape& x, const graph::Shape& w);
-// MaxPool/AveragePool: kernel_shape is required; ceil_mode honoured.
-Spatial pool_geometry(const graph::Node& n, const graph::Shape& in);
+Spatial conv_geometry(const ConvAttrs& a, const graph::Shape& x, const graph::Shape& w);
+// MaxPool/AveragePool.
+Spatial pool_geometry(const PoolAttrs& a, const graph::Shape& in);
 
 }  // namespace xpuruntime::ops

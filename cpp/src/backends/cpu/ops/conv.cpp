@@ -14,8 +14,8 @@
 //                 rows in registers, epilogue fused); otherwise direct loops per
 //                 channel plane, one pass per kernel tap. Far faster than im2col
 //                 there (im2col would run C GEMMs with M = 1).
-// Fused epilogue attributes: "_sum" (input 3 is added before the activation, the
-// ResNet residual) and "_act" (epilogue.h).
+// Fused epilogue (ops::Epilogue): a residual (input 3, added before the activation,
+// the ResNet one) and an activation.
 // Branch-free float code (clamps, selects) vectorizes only when comparisons may be
 // speculated; results are identical, only FP exception flags could differ. Before
 // every include so inline helpers share these options and stay inlinable.
@@ -46,16 +46,25 @@ Spatial as3d(Spatial g) {
   return g;
 }
 
+// A Conv node's attributes and fused epilogue, parsed once per plan step.
+struct ConvStep {
+  ConvAttrs attrs;
+  ops::Epilogue epilogue;
+  static ConvStep from_node(const Node& n) {
+    return {ConvAttrs::from_node(n), ops::Epilogue::from_node(n)};
+  }
+};
+
 // Bias, residual and activation over the output planes of all images.
 template <typename T>
-void conv_epilogue(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+void conv_epilogue(const ConvStep& s, const std::vector<TensorView>& in, TensorView& y) {
   const int64_t nb = y.shape[0], m = y.shape[1];
   const int64_t plane = nb * m != 0 ? y.numel() / (nb * m) : 0;
   const T* bias = in.size() > 2 && in[2].data ? in[2].ptr<const T>() : nullptr;
-  const T* sum = n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const T>() : nullptr;
-  Unary k = Unary::kIdentity;
-  UnaryParams p;
-  const bool act = node_activation(n, k, p);
+  const T* sum = s.epilogue.residual && in.size() > 3 ? in[3].ptr<const T>() : nullptr;
+  const Unary k = s.epilogue.activation;
+  const UnaryParams& p = s.epilogue.params;
+  const bool act = s.epilogue.has_activation();
   if (!bias && !sum && !act) return;
   T* py = y.ptr<T>();
 parallel_for(nb * m, y.numel(), [&](int64_t q_begin, int64_t q_end) {
@@ -144,11 +153,11 @@ struct GroupedConv {
   bool pointwise;
 };
 
-GroupedConv grouped_conv(const Node& n, const Shape& xs, const Shape& ws) {
+GroupedConv grouped_conv(const ConvAttrs& a, const Shape& xs, const Shape& ws) {
   GroupedConv v;
-  v.g = as3d(conv_geometry(n, xs, ws));
+  v.g = as3d(conv_geometry(a, xs, ws));
   v.nb = xs[0], v.c = xs[1], v.m = ws[0];
-  v.group = n.attr_int("group", 1);
+  v.group = a.group;
   v.cg = v.c / v.group, v.mg = v.m / v.group;
   v.kdim = v.cg * v.g.k_size(), v.out_sz = v.g.out_size(), v.in_sz = v.g.in_size();
   v.pointwise = true;
@@ -166,22 +175,19 @@ struct FusedOutputs {
   ConvEpilogue e;
 };
 
-FusedOutputs fused_outputs(const Node& n, const std::vector<TensorView>& in) {
+FusedOutputs fused_outputs(const ConvStep& s, const std::vector<TensorView>& in) {
   FusedOutputs f;
   f.bias = in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr;
-  f.sum = n.attr_int("_sum", 0) != 0 && in.size() > 3 ? in[3].ptr<const float>() : nullptr;
-  Unary k = Unary::kIdentity;
-  UnaryParams up;
-  const bool has_act = node_activation(n, k, up);
-  f.e = ConvEpilogue::of(has_act, k, up);
+  f.sum = s.epilogue.residual && in.size() > 3 ? in[3].ptr<const float>() : nullptr;
+  f.e = ConvEpilogue::of(s.epilogue.has_activation(), s.epilogue.activation, s.epilogue.params);
   return f;
 }
 
 template <typename T>
-void conv_im2col_typed(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+void conv_im2col_typed(const std::string& gemm, const ConvStep& s, const std::vector<TensorView>& in,
                        TensorView& y) {
   const auto [g, nb, c, m, group, cg, mg, kdim, out_sz, in_sz, pointwise] =
-      grouped_conv(n, in[0].shape, in[1].shape);
+      grouped_conv(s.attrs, in[0].shape, in[1].shape);
   const T* x = in[0].ptr<const T>();
   const T* w = in[1].ptr<const T>();
   T* py = y.ptr<T>();
@@ -234,7 +240,7 @@ void conv_im2col_typed(const std::string& gemm, const Node& n, const std::vector
       }
     }
   }
-  conv_epilogue<T>(n, in, y);
+  conv_epilogue<T>(s, in, y);
 }
 
 // The float32 im2col kernel. The GEMM of each (image, group) is cut into tiles that
@@ -249,14 +255,14 @@ void conv_im2col_typed(const std::string& gemm, const Node& n, const std::vector
 //                 channels walked in chunks (im2col of a chunk, GEMM, accumulate),
 //                 so the weights are read once and the scratch stays bounded;
 //   GEMV          for 1×1 convolutions of a 1×1 plane (squeeze-excitation).
-void conv_im2col_f32(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
+void conv_im2col_f32(const std::string& gemm, const ConvStep& s, const std::vector<TensorView>& in,
                      TensorView& y) {
   const auto [g, nb, c, m, group, cg, mg, kdim, out_sz, in_sz, pointwise] =
-      grouped_conv(n, in[0].shape, in[1].shape);
+      grouped_conv(s.attrs, in[0].shape, in[1].shape);
   const float* x = in[0].ptr<const float>();
   const float* w = in[1].ptr<const float>();
   float* py = y.ptr<float>();
-  const auto [bias, sum, e] = fused_outputs(n, in);
+  const auto [bias, sum, e] = fused_outputs(s, in);
   if (out_sz == 0 || mg == 0) return;
   if (kdim == 0) {
     std::memset(y.data, 0, y.nbytes());
@@ -363,10 +369,10 @@ void conv_im2col_f32(const std::string& gemm, const Node& n, const std::vector<T
 
 // float32 depthwise through the AVX2 plane kernel (conv_kernels.h); false when it
 // cannot run here (the portable loops below take over).
-bool conv_depthwise_f32(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+bool conv_depthwise_f32(const ConvStep& s, const std::vector<TensorView>& in, TensorView& y) {
   const Shape& xs = in[0].shape;
   const Shape& ws = in[1].shape;
-  const Spatial sp = conv_geometry(n, xs, ws);
+  const Spatial sp = conv_geometry(s.attrs, xs, ws);
   const int64_t nb = xs[0], c = xs[1], m = ws[0], mult = m / c;
   const DwGeom g{sp.in[0], sp.in[1], sp.out[0], sp.out[1], sp.k[0], sp.k[1],
                  sp.s[0],  sp.s[1],  sp.d[0],   sp.d[1],   sp.pb[0], sp.pb[1]};
@@ -374,7 +380,7 @@ bool conv_depthwise_f32(const Node& n, const std::vector<TensorView>& in, Tensor
   const float* x = in[0].ptr<const float>();
   const float* w = in[1].ptr<const float>();
   float* py = y.ptr<float>();
-  const auto [bias, sum, e] = fused_outputs(n, in);
+  const auto [bias, sum, e] = fused_outputs(s, in);
   const int64_t plane_in = g.h * g.w, plane_out = g.oh * g.ow;
   parallel_for(nb * m, y.numel() * g.kh * g.kw, [&](int64_t q0, int64_t q1) {
     float* buf = static_cast<float*>(thread_scratch(static_cast<std::size_t>(g.scratch_floats()) * 4, 1));
@@ -389,10 +395,10 @@ bool conv_depthwise_f32(const Node& n, const std::vector<TensorView>& in, Tensor
 }
 
 template <typename T>
-void conv_depthwise_typed(const Node& n, const std::vector<TensorView>& in, TensorView& y) {
+void conv_depthwise_typed(const ConvStep& s, const std::vector<TensorView>& in, TensorView& y) {
   const Shape& xs = in[0].shape;
   const Shape& ws = in[1].shape;
-  const Spatial g = conv_geometry(n, xs, ws);
+  const Spatial g = conv_geometry(s.attrs, xs, ws);
   const int64_t nb = xs[0], c = xs[1], m = ws[0], mult = m / c;
   const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
   const int64_t KH = g.k[0], KW = g.k[1], SH = g.s[0], SW = g.s[1], DH = g.d[0], DW = g.d[1];
@@ -434,7 +440,7 @@ parallel_for(nb * m, y.numel() * KH * KW, [&](int64_t q_begin, int64_t q_end) {
       }
   }
 });
-  conv_epilogue<T>(n, in, y);
+  conv_epilogue<T>(s, in, y);
 }
 
 Support depthwise_supports(const Node& n, const std::vector<Meta>& in) {
@@ -442,7 +448,7 @@ Support depthwise_supports(const Node& n, const std::vector<Meta>& in) {
     return Support::no(reason::kShapeUnsupported, "needs known input and weight shapes");
   const Shape& x = *in[0].shape;
   const Shape& w = *in[1].shape;
-  const int64_t group = n.attr_int("group", 1);
+  const int64_t group = ConvAttrs::from_node(n).group;
   if (x.size() != 4) return Support::no(reason::kShapeUnsupported, "only 2-D convolutions");
   if (group != x[1] || group == 1 || w[0] % x[1] != 0 || w[1] != 1)
     return Support::no(reason::kShapeUnsupported,
@@ -462,7 +468,7 @@ Support direct_supports(const Node& n, const std::vector<Meta>& in) {
   if (in.size() < 2 || !in[0].shape || !in[1].shape)
     return Support::no(reason::kShapeUnsupported, "needs known input and weight shapes");
   if (in[0].shape->size() != 4) return Support::no(reason::kShapeUnsupported, "only 2-D convolutions");
-  const GroupedConv v = grouped_conv(n, *in[0].shape, *in[1].shape);
+  const GroupedConv v = grouped_conv(ConvAttrs::from_node(n), *in[0].shape, *in[1].shape);
   const DirectConvGeom g = direct_geometry(v);
   if (!conv_direct_supported(g))
     return Support::no(reason::kCapabilityTooLow,
@@ -474,12 +480,13 @@ Support direct_supports(const Node& n, const std::vector<Meta>& in) {
 }
 
 // cpu_direct: every (image, group) through conv_direct, parallel inside.
-void conv_direct_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+void conv_direct_run(const ConvStep& s, const Node& n, const std::vector<TensorView>& in,
+                     std::vector<TensorView>& out) {
   XRT_CHECK(in[0].dtype == DType::kFloat32, UnsupportedOperationError, n.where(),
             ": cpu_direct runs float32 Conv, got ", dtype_name(in[0].dtype));
-  const GroupedConv v = grouped_conv(n, in[0].shape, in[1].shape);
+  const GroupedConv v = grouped_conv(s.attrs, in[0].shape, in[1].shape);
   const DirectConvGeom g = direct_geometry(v);
-  const auto [bias, sum, e] = fused_outputs(n, in);
+  const auto [bias, sum, e] = fused_outputs(s, in);
   const float* x = in[0].ptr<const float>();
   const float* w = in[1].ptr<const float>();
   float* y = out[0].ptr<float>();
@@ -492,24 +499,25 @@ void conv_direct_run(const Node& n, const std::vector<TensorView>& in, std::vect
     }
 }
 
-void conv_depthwise_run(const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+void conv_depthwise_run(const ConvStep& s, const Node& n, const std::vector<TensorView>& in,
+                        std::vector<TensorView>& out) {
   if (in[0].dtype == DType::kFloat64) {
-    conv_depthwise_typed<double>(n, in, out[0]);
+    conv_depthwise_typed<double>(s, in, out[0]);
   } else {
     XRT_CHECK(in[0].dtype == DType::kFloat32, UnsupportedOperationError, n.where(),
               ": Conv on the CPU takes float32 or float64, got ", dtype_name(in[0].dtype));
-    if (!conv_depthwise_f32(n, in, out[0])) conv_depthwise_typed<float>(n, in, out[0]);
+    if (!conv_depthwise_f32(s, in, out[0])) conv_depthwise_typed<float>(s, in, out[0]);
   }
 }
 
-void conv_im2col_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
-                     std::vector<TensorView>& out) {
+void conv_im2col_run(const std::string& gemm, const ConvStep& s, const Node& n,
+                     const std::vector<TensorView>& in, std::vector<TensorView>& out) {
   if (in[0].dtype == DType::kFloat64) {
-    conv_im2col_typed<double>(gemm, n, in, out[0]);
+    conv_im2col_typed<double>(gemm, s, in, out[0]);
   } else {
     XRT_CHECK(in[0].dtype == DType::kFloat32, UnsupportedOperationError, n.where(),
               ": Conv on the CPU takes float32 or float64, got ", dtype_name(in[0].dtype));
-    conv_im2col_f32(gemm, n, in, out[0]);
+    conv_im2col_f32(gemm, s, in, out[0]);
   }
 }
 
@@ -517,15 +525,19 @@ void conv_im2col_run(const std::string& gemm, const Node& n, const std::vector<T
 class Im2colPrepared final : public PreparedKernel {
  public:
   Im2colPrepared(Node node, std::shared_ptr<const CpuGemmPrepared> gemm, std::string gemm_name)
-      : node_(std::move(node)), gemm_(std::move(gemm)), gemm_name_(std::move(gemm_name)) {}
+      : node_(std::move(node)),
+        step_(ConvStep::from_node(node_)),
+        gemm_(std::move(gemm)),
+        gemm_name_(std::move(gemm_name)) {}
   void run(const KernelArgs& args) const override {
     const std::vector<TensorView> in = views_of(args.inputs);
     std::vector<TensorView> out = views_of(args.outputs);
-    conv_im2col_run(gemm_name_, node_, in, out);
+    conv_im2col_run(gemm_name_, step_, node_, in, out);
   }
 
  private:
   Node node_;
+  ConvStep step_;
   std::shared_ptr<const CpuGemmPrepared> gemm_;  // the sub-kernel (null: no prepare_sub)
   std::string gemm_name_;
 };
@@ -554,7 +566,7 @@ PreparedKernelPtr im2col_prepare(const OpDef& def, const PrepareContext& pc) {
   mc.strict_pinned_only = ctx.strict_pinned_only;
   const TensorSpec& w = ctx.inputs[1];
   const TensorSpec& y = ctx.outputs[0];
-  const int64_t group = std::max<int64_t>(1, n.attr_int("group", 1));
+  const int64_t group = std::max<int64_t>(1, ConvAttrs::from_node(n).group);
   int64_t kk = 1, sp = 1;
   for (std::size_t i = 1; i < w.shape.size(); ++i) kk *= w.shape[i];
   for (std::size_t i = 2; i < y.shape.size(); ++i) sp *= y.shape[i];
@@ -583,7 +595,7 @@ void register_conv_ops(std::vector<OpDef>& defs) {
   d.dtypes = {DType::kFloat32, DType::kFloat64};
   d.priority = 20;
   d.description = "direct 2-D depthwise convolution (group == channels)";
-  d.run = conv_depthwise_run;
+  set_parsed_body<ConvStep>(d, conv_depthwise_run);
   d.supports = depthwise_supports;
   defs.push_back(d);
   OpDef r;
@@ -592,7 +604,7 @@ void register_conv_ops(std::vector<OpDef>& defs) {
   r.dtypes = {DType::kFloat32};
   r.priority = 15;
   r.description = "direct 2-D convolution without im2col (AVX2/FMA register tiles on the padded input)";
-  r.run = conv_direct_run;
+  set_parsed_body<ConvStep>(r, conv_direct_run);
   r.supports = direct_supports;
   defs.push_back(r);
   OpDef i;
@@ -600,10 +612,9 @@ void register_conv_ops(std::vector<OpDef>& defs) {
   i.kernel = "cpu_im2col";
   i.dtypes = {DType::kFloat32, DType::kFloat64};
   i.priority = 10;
-  i.uses_gemm = false;
   i.description = "im2col + GEMM through the chosen matmul kernel (any Conv, 1-3 spatial dims)";
   i.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    conv_im2col_run(node_gemm_kernel(n), n, in, out);
+    conv_im2col_run(node_gemm_kernel(n), ConvStep::from_node(n), n, in, out);
   };
   i.prepare = im2col_prepare;
   defs.push_back(i);

@@ -1,5 +1,5 @@
 // Float32 building blocks of the CPU Conv kernels (conv.cpp):
-//   - ConvEpilogue: bias, residual ("_sum") and fused activation applied to a block
+//   - ConvEpilogue: bias, residual and fused activation (ops::Epilogue) applied to a block
 //     of output rows while it is still in cache, vectorized for the activations
 //     MobileNet/ResNet fuse (Relu, Clip, HardSigmoid, HardSwish, LeakyRelu); other
 //     activations go through run_unary after the vector part.

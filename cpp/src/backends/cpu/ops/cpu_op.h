@@ -121,6 +121,37 @@ void register_shape_ops(std::vector<OpDef>& defs);
 void register_data_ops(std::vector<OpDef>& defs);
 void register_fused_ops(std::vector<OpDef>& defs);
 
+// A kernel whose attributes are parsed once per plan step: Attrs::from_node(node)
+// runs in prepare(), body(attrs, node, in, out) on every run.
+template <typename Attrs, typename Body>
+class ParsedPrepared final : public PreparedKernel {
+ public:
+  ParsedPrepared(Node node, Body body)
+      : node_(std::move(node)), attrs_(Attrs::from_node(node_)), body_(std::move(body)) {}
+  void run(const KernelArgs& args) const override {
+    const std::vector<TensorView> in = views_of(args.inputs);
+    std::vector<TensorView> out = views_of(args.outputs);
+    body_(attrs_, node_, in, out);
+  }
+
+ private:
+  Node node_;
+  Attrs attrs_;
+  Body body_;
+};
+
+// Sets d.prepare to a ParsedPrepared over body, and d.run (callers without a
+// prepared kernel) to parse and run on every call.
+template <typename Attrs, typename Body>
+void set_parsed_body(OpDef& d, Body body) {
+  d.run = [body](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    body(Attrs::from_node(n), n, in, out);
+  };
+  d.prepare = [body](const OpDef& def, const PrepareContext& pc) -> PreparedKernelPtr {
+    return std::make_shared<ParsedPrepared<Attrs, Body>>(prepared_node(def.op_type, pc), body);
+  };
+}
+
 // Parallel-for threshold: below this many elements (or units of work) a loop runs
 // on the calling thread. Waking a second thread costs tens of microseconds on a
 // quiet machine and milliseconds on a loaded one, more than ~100k cheap element

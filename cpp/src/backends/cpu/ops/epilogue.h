@@ -1,38 +1,16 @@
-// Epilogues the compiler fuses into Conv/MatMul/Gemm: an activation recorded on
-// the node as "_act" (the ONNX op type of the absorbed activation) with its
-// parameters "_alpha", "_beta", "_lo", "_hi".
+// Epilogues the compiler fuses into Conv/MatMul/Gemm, as the CPU kernels apply
+// them; what a node's epilogue is comes from ops::Epilogue
+// (xpuruntime/ops/epilogue.h), the one reader of its attributes.
 #pragma once
 
 #include "backends/cpu/ops/elementwise.h"
+#include "xpuruntime/ops/epilogue.h"
 
 namespace xpuruntime::cpu {
 
-// The fused activation of a node; false when it has none.
-inline bool node_activation(const Node& n, Unary& kind, UnaryParams& p) {
-  const std::string act = n.attr_str("_act", "");
-  if (act.empty()) return false;
-  Node a;
-  a.name = n.name;
-  a.op_type = act;
-  if (act == "Gelu") a.attrs["approximate"] = graph::Attr::of_string(n.attr_str("_approximate", "none"));
-  if (act == "Clip") {
-    kind = Unary::kClip;
-  } else {
-    XRT_CHECK(unary_kind(a, kind), InvalidModelError, n.where(), ": unknown fused activation '",
-              act, "'");
-  }
-  p.alpha = n.attr_float("_alpha", 0.0);
-  p.beta = n.attr_float("_beta", 0.0);
-  p.lo = n.attr_float("_lo", -INFINITY);
-  p.hi = n.attr_float("_hi", INFINITY);
-  return true;
-}
-
-// Applies the node's fused activation to y in place (no-op without one).
-inline void apply_node_activation(const Node& n, TensorView& y) {
-  Unary k;
-  UnaryParams p;
-  if (node_activation(n, k, p)) run_unary(k, p, y.dtype, y.data, y.data, y.numel());
+// Applies an epilogue's activation to y in place (no-op without one).
+inline void apply_activation(const ops::Epilogue& e, TensorView& y) {
+  if (e.has_activation()) run_unary(e.activation, e.params, y.dtype, y.data, y.data, y.numel());
 }
 
 // y[..., j] += bias[j] over the last dimension.

@@ -2,10 +2,8 @@
 // (passes.cpp) so the data is read and written once instead of once per op, e.g.
 // BERT's erf-GELU (Div, Erf, Add, Mul, Mul) or GPT-2's tanh-GELU (8 ops).
 //
-// Program (node attributes): the accumulator starts as input 0; "_prog" holds 3
-// ints per instruction: kind (0 unary, 1 binary, 2 binary with the operand on the
-// left), code (Unary or FusedBin), operand input index (binary only); "_params"
-// holds 4 doubles per instruction (alpha, beta, lo, hi). Operands are full-shape,
+// The program is an ops::ElementwiseProgram (xpuruntime/ops/elementwise_program.h),
+// read from the node once when the kernel is prepared. Operands are full-shape,
 // scalars, or suffix-broadcast rows (bias); float32 only.
 // Branch-free float code (clamps, selects) vectorizes only when comparisons may be
 // speculated; results are identical, only FP exception flags could differ. Before
@@ -16,37 +14,14 @@
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/fused.h"
 #include "backends/cpu/ops/parallel.h"
+#include "xpuruntime/ops/elementwise_program.h"
 
 namespace xpuruntime::cpu {
 namespace {
 
 constexpr int64_t kBlock = 512;
 
-struct Instr {
-  int kind;
-  int code;
-  int operand;
-  UnaryParams p;
-};
-
-std::vector<Instr> decode(const Node& n) {
-  std::vector<int64_t> prog = n.attr_ints("_prog", {});
-  std::vector<double> params = n.attr_floats("_params", {});
-  XRT_CHECK(prog.size() % 3 == 0 && params.size() == prog.size() / 3 * 4, InvalidModelError,
-            n.where(), ": malformed fused program");
-  std::vector<Instr> v;
-  for (std::size_t i = 0; i < prog.size(); i += 3) {
-    Instr ins{static_cast<int>(prog[i]), static_cast<int>(prog[i + 1]),
-              static_cast<int>(prog[i + 2]), {}};
-    const std::size_t q = i / 3 * 4;
-    ins.p.alpha = params[q];
-    ins.p.beta = params[q + 1];
-    ins.p.lo = params[q + 2];
-    ins.p.hi = params[q + 3];
-    v.push_back(ins);
-  }
-  return v;
-}
+using Instr = ops::ElementwiseInstr;
 
 inline float bin(int code, float a, float b) {
   switch (static_cast<FusedBin>(code)) {
@@ -112,60 +87,67 @@ void binary_block(FusedBin b, bool swap, float* acc, const float* o, int64_t n) 
   }
 }
 
+// Runs the program block by block: each block of the output is computed in
+// registers/L1 from the inputs, with one pass over memory.
+void run_program(const std::vector<Instr>& prog, const Node& n, const std::vector<TensorView>& in,
+                 std::vector<TensorView>& out) {
+  const int64_t total = out[0].numel();
+  float* y = out[0].ptr<float>();
+  // Per input: element count (full = total, 1 = scalar, else a suffix row).
+  std::vector<int64_t> cnt(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    cnt[i] = in[i].numel();
+    XRT_CHECK(cnt[i] == total || cnt[i] == 1 || (cnt[i] > 0 && total % cnt[i] == 0),
+              InvalidModelError, n.where(), ": operand ", i, " does not broadcast as a suffix");
+  }
+  const int64_t blocks = (total + kBlock - 1) / kBlock;
+  parallel_for(blocks, total, [&](int64_t b_begin, int64_t b_end) {
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      alignas(64) float acc[kBlock];
+      alignas(64) float opnd[kBlock];
+      const int64_t start = b * kBlock, len = std::min(kBlock, total - start);
+      auto load = [&](std::size_t i, float* dst) {
+        const float* src = in[i].ptr<const float>();
+        if (cnt[i] == total) {
+          for (int64_t k = 0; k < len; ++k) dst[k] = src[start + k];
+        } else if (cnt[i] == 1) {
+          for (int64_t k = 0; k < len; ++k) dst[k] = src[0];
+        } else {
+          for (int64_t k = 0; k < len; ++k) dst[k] = src[(start + k) % cnt[i]];
+        }
+      };
+      load(0, acc);
+      for (const Instr& ins : prog) {
+        if (ins.kind == Instr::Kind::kUnary) {
+          apply_unary_block(ins.unary, acc, len, ins.params);
+          continue;
+        }
+        const std::size_t oi = static_cast<std::size_t>(ins.operand);
+        const float* src = opnd;
+        if (cnt[oi] == 1) {
+          for (int64_t k = 0; k < len; ++k) opnd[k] = in[oi].ptr<const float>()[0];
+        } else if (cnt[oi] == total) {
+          src = in[oi].ptr<const float>() + start;  // read in place
+        } else {
+          load(oi, opnd);
+        }
+        binary_block(ins.binary, ins.kind == Instr::Kind::kBinaryOperandLeft, acc, src, len);
+      }
+      for (int64_t k = 0; k < len; ++k) y[start + k] = acc[k];
+    }
+  });
+}
+
 }  // namespace
 
 void register_fused_ops(std::vector<OpDef>& defs) {
   OpDef d;
   d.op_type = "FusedElementwise";
   d.kernel = "cpu";
-  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    const std::vector<Instr> prog = decode(n);
-    const int64_t total = out[0].numel();
-    float* y = out[0].ptr<float>();
-    // Per input: element count (full = total, 1 = scalar, else a suffix row).
-    std::vector<int64_t> cnt(in.size());
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      cnt[i] = in[i].numel();
-      XRT_CHECK(cnt[i] == total || cnt[i] == 1 || (cnt[i] > 0 && total % cnt[i] == 0),
-                InvalidModelError, n.where(), ": operand ", i, " does not broadcast as a suffix");
-    }
-    const int64_t blocks = (total + kBlock - 1) / kBlock;
-parallel_for(blocks, total, [&](int64_t b_begin, int64_t b_end) {
-  for (int64_t b = b_begin; b < b_end; ++b) {
-        alignas(64) float acc[kBlock];
-        alignas(64) float opnd[kBlock];
-        const int64_t start = b * kBlock, len = std::min(kBlock, total - start);
-        auto load = [&](std::size_t i, float* dst) {
-          const float* src = in[i].ptr<const float>();
-          if (cnt[i] == total) {
-            for (int64_t k = 0; k < len; ++k) dst[k] = src[start + k];
-          } else if (cnt[i] == 1) {
-            for (int64_t k = 0; k < len; ++k) dst[k] = src[0];
-          } else {
-            for (int64_t k = 0; k < len; ++k) dst[k] = src[(start + k) % cnt[i]];
-          }
-        };
-        load(0, acc);
-        for (const Instr& ins : prog) {
-          if (ins.kind == 0) {
-            apply_unary_block(static_cast<Unary>(ins.code), acc, len, ins.p);
-            continue;
-          }
-          const std::size_t oi = static_cast<std::size_t>(ins.operand);
-          const float* src = opnd;
-          if (cnt[oi] == 1) {
-            for (int64_t k = 0; k < len; ++k) opnd[k] = in[oi].ptr<const float>()[0];
-          } else if (cnt[oi] == total) {
-            src = in[oi].ptr<const float>() + start;  // read in place
-          } else {
-            load(oi, opnd);
-          }
-          binary_block(static_cast<FusedBin>(ins.code), ins.kind == 2, acc, src, len);
-        }
-        for (int64_t k = 0; k < len; ++k) y[start + k] = acc[k];
-  }
-});
-  };
+  // The program is parsed once per plan step.
+  set_parsed_body<ops::ElementwiseProgram>(
+      d, [](const ops::ElementwiseProgram& p, const Node& n, const std::vector<TensorView>& in,
+            std::vector<TensorView>& out) { run_program(p.instrs, n, in, out); });
   defs.push_back(std::move(d));
 }
 

@@ -1,7 +1,7 @@
 // MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm, run by
 // the GEMM kernel the dispatcher chose for op key `matmul`. Fused epilogues set by
-// the compiler: "_bias" (MatMul input 2, N elements, added per column) and "_act"
-// (an activation op type applied to the result).
+// the compiler (ops::Epilogue): a bias row (MatMul input 2, N elements, added per
+// column) and an activation applied to the result.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -40,8 +40,8 @@ struct Scratch {
 
 }  // namespace
 
-void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
-                     std::vector<TensorView>& out) {
+void onnx_matmul_run(const std::string& gemm, const MatmulStep& s, const Node& n,
+                     const std::vector<TensorView>& in, std::vector<TensorView>& out) {
   Shape a = in[0].shape, b = in[1].shape;
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
@@ -56,7 +56,7 @@ void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<T
   p.n = nn;
   p.k = k;
   p.c_rs = nn;
-  const bool has_bias = n.attr_int("_bias", 0) != 0 && in.size() > 2 && in[2].data;
+  const bool has_bias = s.epilogue.bias && in.size() > 2 && in[2].data;
   if (has_bias) p.bias = in[2].data;
   if (nb == 0 || m == 0 || nn == 0) return;
   // Batch dims of A and B left-padded to the output's batch rank.
@@ -116,17 +116,17 @@ void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<T
     TensorView bias_view{in[2].dtype, {nn}, in[2].data};
     add_row_bias(out[0], bias_view);
   }
-  apply_node_activation(n, out[0]);
+  apply_activation(s.epilogue, out[0]);
 }
 
 namespace {
 
 }  // namespace
 
-void onnx_gemm_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
-                   std::vector<TensorView>& out) {
-  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
-  const double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
+void onnx_gemm_run(const std::string& gemm, const MatmulStep& s, const Node& n,
+                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  const bool ta = s.attrs.trans_a, tb = s.attrs.trans_b;
+  const double alpha = s.attrs.alpha, beta = s.attrs.beta;
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
   const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1], nn = tb ? b[0] : b[1];
@@ -175,7 +175,7 @@ void onnx_gemm_run(const std::string& gemm, const Node& n, const std::vector<Ten
       }
     });
   }
-  apply_node_activation(n, out[0]);
+  apply_activation(s.epilogue, out[0]);
 }
 
 namespace {
@@ -321,22 +321,27 @@ std::string node_gemm_kernel(const Node& n) {
 namespace {
 
 // An ONNX MatMul/Gemm node bound to one GEMM kernel (the one the dispatcher chose
-// for it): the node is copied, so the prepared kernel outlives the plan's graph.
+// for it), its attributes and epilogue parsed once: the node is copied, so the
+// prepared kernel outlives the plan's graph.
 class OnnxMatmulPrepared final : public PreparedKernel {
  public:
   OnnxMatmulPrepared(std::string gemm, Node node)
-      : gemm_(std::move(gemm)), node_(std::move(node)), is_gemm_(node_.op_type == "Gemm") {}
+      : gemm_(std::move(gemm)),
+        node_(std::move(node)),
+        step_(MatmulStep::from_node(node_)),
+        is_gemm_(node_.op_type == "Gemm") {}
 
   void run(const KernelArgs& args) const override {
     const std::vector<TensorView> in = views_of(args.inputs);
     std::vector<TensorView> out = views_of(args.outputs);
-    if (is_gemm_) onnx_gemm_run(gemm_, node_, in, out);
-    else onnx_matmul_run(gemm_, node_, in, out);
+    if (is_gemm_) onnx_gemm_run(gemm_, step_, node_, in, out);
+    else onnx_matmul_run(gemm_, step_, node_, in, out);
   }
 
  private:
   std::string gemm_;
   Node node_;
+  MatmulStep step_;
   bool is_gemm_;
 };
 
@@ -379,7 +384,7 @@ void register_gemm_ops(std::vector<OpDef>& defs) {
   mm.uses_gemm = true;
   mm.description = "MatMul through the chosen matmul kernel (numpy broadcasting)";
   mm.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    onnx_matmul_run(node_gemm_kernel(n), n, in, out);
+    onnx_matmul_run(node_gemm_kernel(n), MatmulStep::from_node(n), n, in, out);
   };
   defs.push_back(std::move(mm));
   OpDef g;
@@ -389,7 +394,7 @@ void register_gemm_ops(std::vector<OpDef>& defs) {
   g.uses_gemm = true;
   g.description = "Gemm (alpha, beta, transA, transB) through the chosen matmul kernel";
   g.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    onnx_gemm_run(node_gemm_kernel(n), n, in, out);
+    onnx_gemm_run(node_gemm_kernel(n), MatmulStep::from_node(n), n, in, out);
   };
   defs.push_back(std::move(g));
 }

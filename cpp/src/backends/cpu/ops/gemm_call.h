@@ -10,6 +10,8 @@
 
 #include "ops/matmul/gemm_problem.h"
 #include "backends/cpu/ops/cpu_op.h"
+#include "xpuruntime/ops/epilogue.h"
+#include "xpuruntime/ops/gemm.h"
 
 namespace xpuruntime::cpu {
 
@@ -22,12 +24,21 @@ void run_gemm(const std::string& kernel, const matmul::GemmProblem& p);
 // (falls back to the best available).
 std::string node_gemm_kernel(const Node& n);
 
-// ONNX MatMul (numpy batch broadcast, 1-D promotion, fused "_bias" and "_act") and
-// Gemm (transA/B, alpha, beta, C, fused "_act") run with the named GEMM kernel.
-void onnx_matmul_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
-                     std::vector<TensorView>& out);
-void onnx_gemm_run(const std::string& gemm, const Node& n, const std::vector<TensorView>& in,
-                   std::vector<TensorView>& out);
+// ONNX MatMul (numpy batch broadcast, 1-D promotion, fused bias and activation) and
+// Gemm (transA/B, alpha, beta, C, fused activation) run with the named GEMM kernel;
+// the epilogue is the node's ops::Epilogue.
+// A MatMul/Gemm node's attributes and epilogue, parsed once per plan step.
+struct MatmulStep {
+  ops::GemmAttrs attrs;  // Gemm only
+  ops::Epilogue epilogue;
+  static MatmulStep from_node(const Node& n) {
+    return {ops::GemmAttrs::from_node(n), ops::Epilogue::from_node(n)};
+  }
+};
+void onnx_matmul_run(const std::string& gemm, const MatmulStep& s, const Node& n,
+                     const std::vector<TensorView>& in, std::vector<TensorView>& out);
+void onnx_gemm_run(const std::string& gemm, const MatmulStep& s, const Node& n,
+                   const std::vector<TensorView>& in, std::vector<TensorView>& out);
 
 // A CPU GEMM kernel bound to one plain GEMM problem (what a Conv's prepare_sub
 // returns for op "matmul"): run() runs the case of its OpContext, run_problem()

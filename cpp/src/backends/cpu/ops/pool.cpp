@@ -77,18 +77,18 @@ parallel_for(planes, planes * OH * OW * KH * KW, [&](int64_t p_begin, int64_t p_
 }
 
 template <typename T>
-void pool_typed(const Node& n, const TensorView& x, TensorView& y, TensorView* idx, bool is_max) {
+void pool_typed(const PoolAttrs& a, const TensorView& x, TensorView& y, TensorView* idx, bool is_max) {
   using N = Num<T>;
   using C = typename N::C;
-  const Spatial g = as3d(pool_geometry(n, x.shape));
+  const Spatial g = as3d(pool_geometry(a, x.shape));
   const int64_t planes = x.shape[0] * x.shape[1];
   if (is_max && !idx && g.in[0] == 1 && g.k[0] == 1 && g.pb[0] == 0) {
     maxpool2d<T>(g, x.ptr<const T>(), y.ptr<T>(), planes);
     return;
   }
   const int64_t in_sz = g.in_size(), out_sz = g.out_size();
-  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
-  const bool col_major = n.attr_int("storage_order", 0) != 0;
+  const bool include_pad = a.count_include_pad;
+  const bool col_major = a.column_major_indices;
   const T* px = x.ptr<const T>();
   T* py = y.ptr<T>();
 parallel_for(planes, planes * out_sz * g.k_size(), [&](int64_t p_begin, int64_t p_end) {
@@ -155,14 +155,16 @@ OpDef pool_def(const std::string& type, bool is_max) {
   OpDef d;
   d.op_type = type;
   d.kernel = "cpu";
-  d.run = [is_max](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  set_parsed_body<PoolAttrs>(d, [is_max](const PoolAttrs& a, const Node&,
+                                          const std::vector<TensorView>& in,
+                                          std::vector<TensorView>& out) {
     TensorView* idx = out.size() > 1 && out[1].data ? &out[1] : nullptr;
     visit_dtype(in[0].dtype, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (kIsFloat<T> || std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t>)
-        pool_typed<T>(n, in[0], out[0], idx, is_max);
+        pool_typed<T>(a, in[0], out[0], idx, is_max);
     });
-  };
+  });
   return d;
 }
 

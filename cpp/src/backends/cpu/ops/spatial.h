@@ -8,8 +8,9 @@
 namespace xpuruntime::cpu {
 
 using ops::conv_geometry;
-using ops::make_spatial;
+using ops::ConvAttrs;
 using ops::pool_geometry;
+using ops::PoolAttrs;
 using ops::Spatial;
 
 }  // namespace xpuruntime::cpu
