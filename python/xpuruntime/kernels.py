@@ -95,7 +95,7 @@ def _check_op(op: str, registry: Any, new_op: bool) -> None:
     near = _core.policy_util.closest_match(op, registry.known_ops())
     hint = f"; did you mean '{near}'?" if near else ""
     raise _core.InvalidArgumentError(
-        f"unknown op '{op}'{hint} (canonical keys: attention, conv, layernorm, matmul, softmax, "
+        f"unknown op '{op}'{hint} (canonical keys: {', '.join(_core.policy_util.canonical_ops())}, "
         "or a lower-case ONNX op type); pass new_op=True to register a kernel for a new op"
     )
 

@@ -113,6 +113,11 @@ def test_names_come_from_core():
     assert "policy.require" in _core.RULES and _core.rule.POLICY_REQUIRE == "policy.require"
     assert _core.reason.DEVICE_MISMATCH == "device_mismatch" and "run_failed" in xrt.dispatch.REASON_CODES
     assert _core.KernelRegistry.canonical_op_for_alias("sdpa") == "attention"
+    assert _core.policy_util.op_aliases()["layer_norm"] == "layernorm"
+    canonical = _core.policy_util.canonical_ops()
+    assert "matmul" in canonical and "attention" in canonical
+    with pytest.raises(xrt.InvalidArgumentError, match="canonical keys: " + ", ".join(canonical)):
+        xrt.kernels.register("matmull", "k", lambda a: a)
 
 
 # ---- routed torch calls and inference in one log -----------------------------------------------

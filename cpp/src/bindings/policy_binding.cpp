@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
+#include "core/policy/known_names.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/policy.h"
@@ -190,6 +191,10 @@ void bind_policy(py::module_& m) {
   pu.def("unknown_choice_message", &unknown_choice_message, py::arg("what"), py::arg("word"),
          py::arg("where"), py::arg("choices"));
   pu.def("strict_assertions", &strict_assertions);
+  pu.def("canonical_ops", &known_names::canonical_ops,
+         "The canonical op keys shared by training and inference (matmul, conv, attention, ...).");
+  pu.def("op_aliases", &known_names::op_aliases,
+         "Spellings users reach for -> the canonical op key (\"gemm\" -> \"matmul\").");
 }
 
 }  // namespace xpuruntime::bindings
