@@ -228,6 +228,42 @@ def test_dispatch_runs_torch_kernels_and_refuses_the_call_bound_ones(xrt_torch):
         assert dec.chosen == "math" and flash.reason_code == "backend_unavailable"
 
 
+def test_routed_contexts_speak_the_cpp_kernels_terms(xrt_torch):
+    # The C++ kernels check the routed OpContext themselves (cuBLASLt reads it through the
+    # same matmul layout reader as cpu_blas): an attribute they do not know, or a missing
+    # output, would turn every routed matmul into a fallback on a GPU machine.
+    from xpuruntime.pytorch import _routing
+
+    x, w, bias = torch.randn(2, 5, 8), torch.randn(4, 8), torch.randn(4)
+    call = _routing.parse_call(F.linear, (x, w, bias), {})
+    ctx = _routing.context(call)
+    assert ctx.attrs == {} and [o.shape for o in ctx.outputs] == [(2, 5, 4)]
+    assert ctx.inputs[1].layout == "transposed"
+    ok, code, detail = _core.KernelRegistry.instance().check("matmul", "cpu_blas", ctx)
+    assert ok, (code, detail)
+    ln = _routing.context(_routing.parse_call(F.layer_norm, (x, (8,), None, torch.zeros(8)), {}))
+    assert ln.attrs == {"axis": -1, "epsilon": 1e-5}
+    assert [i.shape for i in ln.inputs] == [(2, 5, 8), (0,), (8,)]  # no weight: a 0-element one
+    sdpa = _routing.parse_call(
+        F.scaled_dot_product_attention, (x[None], x[None], x[None]), {"is_causal": True}
+    )
+    assert _routing.context(sdpa).attrs == {"is_causal": 1, "dropout_p": 0.0}
+    drop = _routing.context(
+        _routing.parse_call(F.scaled_dot_product_attention, (x[None],) * 3, {"dropout_p": 0.1})
+    )
+    assert [(i.dtype, i.shape) for i in drop.inputs[3:]] == [("bool", (0,)), ("int64", (2,))]
+
+
+def test_a_call_form_only_torch_runs_offers_only_torch(xrt_torch):
+    xrt_torch.set_kernel_policy(matmul="cublasLt")
+    a, b, c = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5)
+    out = torch.addmm(c, a, b, beta=0.5)
+    assert torch.allclose(out, 0.5 * c + a @ b)
+    (d,) = [x for x in xrt_torch.decision_log() if x.node == "addmm"]
+    assert (d.chosen, d.rule) == ("torch", "fallback")
+    assert [x.kernel for x in d.candidates] == ["cublasLt", "torch"]
+
+
 # ---- no second ladder in Python ----------------------------------------------------------------
 def _string_constants(path: pathlib.Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -305,12 +305,20 @@ def _spec(t: torch.Tensor) -> tuple[str, list[int], list[int]]:
 
 
 def context(call: Call) -> Any:
-    """The call's OpContext: inputs, the output it produces, its flags as attributes."""
+    """The call's OpContext in the kernels' own terms: inputs, the output, and only the
+    attributes the kernels read (a C++ kernel refuses attributes it does not know).
+
+    matmul: a, b[, bias] -> out, no attributes (routed forms are plain products).
+    attention: q, k, v[, attn_mask][, rng_state int64[2] when dropout_p > 0] -> out;
+    is_causal, dropout_p[, scale] (a 0-element mask stands for none).
+    layernorm: x[, weight][, bias] -> y; axis, epsilon (a 0-element weight stands for
+    "no weight" when only a bias is given, as ONNX LayerNormalization's kernels take it).
+    """
     f = call.fields
     attrs: dict[str, Any] = {}
+    inputs = [_spec(t) for t in call.tensors]
     outputs: list[tuple[str, list[int]]] = []
     if call.op == "matmul":
-        attrs["plain"] = bool(f["plain"])
         a, b = f["a"], f["b"]
         if isinstance(b, torch.Tensor) and a.dim() >= 2 and b.dim() >= 2:
             try:
@@ -319,30 +327,30 @@ def context(call: Call) -> Any:
                 pass
     elif call.op == "attention":
         q, v = f["query"], f["value"]
-        attrs.update(
-            is_causal=bool(f["is_causal"]),
-            dropout_p=float(f["dropout_p"]),
-            enable_gqa=bool(f["enable_gqa"]),
-            requires_grad=any(t.requires_grad for t in call.tensors),
-        )
+        attrs.update(is_causal=bool(f["is_causal"]), dropout_p=float(f["dropout_p"]))
         if f["scale"] is not None:
             attrs["scale"] = float(f["scale"])
+        if attrs["dropout_p"] > 0.0:  # the bridge draws [seed, offset] when it runs
+            if f["attn_mask"] is None:
+                inputs.append(("bool", [0]))
+            inputs.append(("int64", [2]))
         outputs.append((_spec(q)[0], [*q.shape[:-1], v.shape[-1]]))
     else:
+        x, w, b = f["input"], f["weight"], f["bias"]
         ns = f["normalized_shape"]
-        shape = [int(ns)] if isinstance(ns, int) else [int(s) for s in ns]
-        attrs.update(  # axis/epsilon: the fused kernel's attribute names (ONNX LayerNormalization's)
-            normalized_shape=shape,
-            axis=-len(shape),
-            epsilon=float(f["eps"]),
-            has_weight=f["weight"] is not None,
-            has_bias=f["bias"] is not None,
-        )
-        outputs.append((_spec(f["input"])[0], list(f["input"].shape)))
+        attrs.update(axis=-(1 if isinstance(ns, int) else len(ns)), epsilon=float(f["eps"]))
+        inputs = [_spec(x)]
+        if w is not None:
+            inputs.append(_spec(w))
+        elif b is not None:
+            inputs.append((_spec(x)[0], [0]))
+        if b is not None:
+            inputs.append(_spec(b))
+        outputs.append((_spec(x)[0], list(x.shape)))
     device = call.tensors[0].device
     return _core.OpContext(
         call.op,
-        [_spec(t) for t in call.tensors],
+        inputs,
         outputs,
         device=str(device),
         capability=_capability(device),
@@ -380,8 +388,11 @@ def select(
     call = autocast_view(call)
     ctx = context(call)
     dispatcher = _core.Dispatcher.instance()
+    # A call form only torch runs (addmm's beta/alpha, out=, a vector operand) offers
+    # the Dispatcher torch's kernel alone.
+    plain = call.op != "matmul" or call.fields["plain"]
     opts = {
-        "runnable": _kernels.RUNNABLE[call.op],
+        "runnable": _kernels.RUNNABLE[call.op] if plain else [_kernels.FALLBACK],
         "fallback_kernel": _kernels.FALLBACK,
         "note": f"precision_hint={hint}" if hint else "",
     }
@@ -423,19 +434,19 @@ def run_dispatched(op: str, kernel: str, tensors: tuple, attrs: dict) -> Any:
     if op == "attention":
         q, k, v, *rest = tensors
         kwargs = {
-            "attn_mask": rest[0] if rest else None,
+            "attn_mask": rest[0] if rest and rest[0].numel() > 0 else None,
             "dropout_p": float(attrs.get("dropout_p", 0.0)),
             "is_causal": bool(attrs.get("is_causal", 0)),
             "scale": attrs.get("scale"),
-            "enable_gqa": bool(attrs.get("enable_gqa", 0)),
+            "enable_gqa": q.dim() == 4 and k.dim() == 4 and q.shape[1] != k.shape[1],
         }
         func, args = F.scaled_dot_product_attention, (q, k, v)
     else:
         x, *rest = tensors
-        ns = attrs.get("normalized_shape", x.shape[-1])
-        ns = [int(s) for s in str(ns).split(",")]
-        w = rest.pop(0) if attrs.get("has_weight", 0) else None
-        b = rest.pop(0) if attrs.get("has_bias", 0) else None
+        axis = int(attrs.get("axis", -1))
+        ns = list(x.shape[axis:])
+        w = rest[0] if rest and rest[0].numel() > 0 else None
+        b = rest[1] if len(rest) > 1 else None
         func, args = F.layer_norm, (x, ns, w, b, float(attrs.get("epsilon", 1e-5)))
         kwargs = {}
     call = parse_call(func, args, kwargs)
