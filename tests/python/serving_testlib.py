@@ -104,7 +104,7 @@ def make_repository(root: Path) -> dict[str, Path]:
         "max_batch_size": 8,
         "dynamic_batching": {
             "preferred_batch_sizes": [8],
-            "max_queue_delay_us": 300_000,
+            "max_queue_delay_us": 1_500_000,
             "max_queue_size": 1,
         },
     }
@@ -117,3 +117,14 @@ def make_repository(root: Path) -> dict[str, Path]:
         bad_cfg, mlp_model(5), {"max_batch_size": 4, "dynamic_batching": {"preferred_batch_sizes": [16]}}
     )
     return files
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "the condition") -> None:
+    """Poll ``predicate`` until true (a loaded CI machine may take a while), else fail naming ``what``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)

@@ -10,7 +10,6 @@ import hashlib
 import http.client
 import json
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ pytest.importorskip("uvicorn", reason="the serving tests need the serve extra (u
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import xpuruntime as xrt
-from serving_testlib import kernel_policy_of, make_repository
+from serving_testlib import kernel_policy_of, make_repository, wait_until
 from tritonclient.utils import InferenceServerException
 from xpuruntime.serving import InferenceServer
 
@@ -370,14 +369,15 @@ def test_concurrent_requests_are_batched_bit_exact(server, repo) -> None:
 
 
 def test_full_queue_answers_503_and_resource_exhausted(server, hc, gc) -> None:
-    # mlp_tinyqueue holds one request for up to 300 ms waiting for 8 rows.
+    # mlp_tinyqueue holds one request for up to 1.5 s waiting for 8 rows.
     first = threading.Thread(
         target=lambda: http_infer(
             httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}"), "mlp_tinyqueue", _x(1, 0), True
         )
     )
     first.start()
-    time.sleep(0.1)
+    sched = server.repository.get("mlp_tinyqueue")
+    wait_until(lambda: sched.queue_depth() == 1, what="the first request to be queued")
     with pytest.raises(InferenceServerException, match="queue is full") as err:
         http_infer(hc, "mlp_tinyqueue", _x(1, 1), True)
     assert "503" in str(err.value.status())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import re
 import signal
@@ -24,7 +25,7 @@ import onnx
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper
-from serving_testlib import mlp_model, write_model
+from serving_testlib import mlp_model, wait_until, write_model
 from xpuruntime.serving import ConfigError, InferenceServer, ModelConfig, ModelRepository
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,10 +108,11 @@ def test_failed_models_are_reported_and_others_served(tmp_path: Path) -> None:
 def test_stop_lets_queued_requests_finish(tmp_path: Path) -> None:
     slow = {
         "max_batch_size": 8,
-        "dynamic_batching": {"preferred_batch_sizes": [8], "max_queue_delay_us": 400_000},
+        "dynamic_batching": {"preferred_batch_sizes": [8], "max_queue_delay_us": 2_000_000},
     }
     write_model(tmp_path / "mlp", mlp_model(0), slow)
     server = InferenceServer(tmp_path, http_port=0, grpc_port=0).start()
+    sched = server.repository.get("mlp")
     results: list[object] = []
 
     def one(k: int) -> None:
@@ -127,7 +129,7 @@ def test_stop_lets_queued_requests_finish(tmp_path: Path) -> None:
     threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
-    time.sleep(0.15)  # all four wait in the batcher's queue (400 ms delay)
+    wait_until(lambda: sched.queue_depth() == 4, what="four requests in the batcher's queue (2 s delay)")
     t0 = time.perf_counter()
     server.stop(grace=10)
     for t in threads:
@@ -200,7 +202,14 @@ def test_serve_command_second_signal_stops_at_once(tmp_path: Path) -> None:
         "dynamic_batching": {"preferred_batch_sizes": [8], "max_queue_delay_us": 20_000_000},
     }
     write_model(tmp_path / "mlp", mlp_model(0), slow)
-    proc, _, grpc_port = _start_cli(tmp_path)
+    proc, http_port, grpc_port = _start_cli(tmp_path)
+
+    def queued() -> bool:
+        conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        return 'xrt_inference_queue_depth{model="mlp",version="1"} 1.0' in text
 
     def waiting_request() -> None:  # sits in the batcher's queue for 20 s: the graceful stop waits on it
         c = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
@@ -213,7 +222,7 @@ def test_serve_command_second_signal_stops_at_once(tmp_path: Path) -> None:
     t = threading.Thread(target=waiting_request, daemon=True)
     try:
         t.start()
-        time.sleep(0.5)
+        wait_until(queued, what="the request to wait in the server's queue")
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
         assert proc.poll() is None, "the graceful stop should still wait for the queued request"
