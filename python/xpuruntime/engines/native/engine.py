@@ -42,12 +42,17 @@ def core_exec_policy(policy: Any) -> Any:
     return coerce.core_exec_policy(policy) or _core.ExecutionPolicy()
 
 
+#: Device kinds this class drives: it compiles with the default device and feeds the
+#: executor host arrays (as_numpy), so a provider for another kind is not enough.
+_DRIVEN = ("cpu",)
+
+
 def devices() -> tuple[str, ...]:
-    """Device kinds the native engine can compile for: those with an execution provider."""
-    providers = getattr(_core.graph, "providers", None)  # the ProviderRegistry, where bound
-    if callable(providers):
-        return tuple(str(p) for p in providers())
-    return ("cpu",)  # a core without the provider registry compiles for the CPU only
+    """Device kinds the native engine runs on here: those it drives that have an
+    execution provider in the core (``_core.graph.providers()`` where bound)."""
+    providers = getattr(_core.graph, "providers", None)
+    kinds = tuple(str(p) for p in providers()) if callable(providers) else ("cpu",)
+    return tuple(k for k in _DRIVEN if k in kinds)
 
 
 def is_plan(model: Any) -> bool:
