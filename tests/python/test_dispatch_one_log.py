@@ -276,7 +276,11 @@ def test_no_python_module_declares_rules_reasons_or_kernel_tables():
         found = _string_constants(PKG / "pytorch" / name) & rules
         assert not found, f"pytorch/{name} spells rule names {found}; the Dispatcher owns the rules"
     reasons = set(_core.REASON_CODES)
-    for path in [*(PKG / "pytorch").rglob("*.py"), *(PKG / "dispatch").rglob("*.py")]:
+    for path in [
+        *(PKG / "pytorch").rglob("*.py"),
+        *(PKG / "dispatch").rglob("*.py"),
+        *(PKG / "engines").rglob("*.py"),
+    ]:
         found = _string_constants(path) & reasons
         assert not found, f"{path.relative_to(PKG)} spells reason codes {found}; use _core.reason.*"
     for path in PKG.rglob("*.py"):

@@ -96,7 +96,7 @@ class OnnxRuntimeEngine(Engine):
         prec = precision(exec_policy)
         if kind == "cpu" and prec in ("fp16", "bf16"):
             return (
-                "dtype_unsupported",
+                _core.reason.DTYPE_UNSUPPORTED,
                 (
                     f"onnxruntime's CPU provider has no {prec} kernels for most ops; use precision='fp32' or "
                     "'int8' (dynamic quantization) on the CPU, or a CUDA device"
@@ -104,7 +104,7 @@ class OnnxRuntimeEngine(Engine):
             )
         if kind == "cuda" and prec == "int8":
             return (
-                "dtype_unsupported",
+                _core.reason.DTYPE_UNSUPPORTED,
                 (
                     "int8 on CUDA needs a calibrated TensorRT build; use engine='tensorrt' with a calibration "
                     "cache, or precision='fp16'"
@@ -112,7 +112,7 @@ class OnnxRuntimeEngine(Engine):
             )
         if kind == "cuda" and prec == "bf16":
             return (
-                "dtype_unsupported",
+                _core.reason.DTYPE_UNSUPPORTED,
                 "onnxruntime has no bf16 conversion for the CUDA provider; use fp16 or engine='tensorrt'",
             )
         if kind not in ("cpu", "cuda"):

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from ._common import DecisionRecorder, pol, precision, strict
 from .base import Availability, Engine, EngineOptions, TensorInfo
 from .onnx_model import load_model, onnx_io
@@ -102,7 +103,7 @@ class OpenVinoEngine(Engine):
             caps = cls._core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
             if _CAPABILITY[prec] not in caps:
                 return (
-                    "dtype_unsupported",
+                    _core.reason.DTYPE_UNSUPPORTED,
                     (
                         f"this CPU has no native {prec} (OpenVINO CPU capabilities: {', '.join(caps)}); "
                         "OpenVINO would silently run f32. Use precision='fp32' or another device"

@@ -109,19 +109,19 @@ class QnnEngine(Engine):
         prec = precision(exec_policy)
         if not pol(exec_policy, "static_shape", False):
             return (
-                "shape_unsupported",
+                _core.reason.SHAPE_UNSUPPORTED,
                 "QNN compiles static graphs only: set ExecutionPolicy(static_shape=True)",
             )
         if kind == "npu" and prec not in ("int8", "fp16"):
             return (
-                "dtype_unsupported",
+                _core.reason.DTYPE_UNSUPPORTED,
                 (
                     f"the QNN HTP (NPU) backend runs int8 (a QDQ-quantized model) or fp16, not {prec}; "
                     "set ExecutionPolicy(precision='int8') with a QDQ model, or precision='fp16'"
                 ),
             )
         if kind == "cpu" and prec != "fp32":
-            return ("dtype_unsupported", f"the QNN CPU backend runs fp32 models, not {prec}")
+            return (_core.reason.DTYPE_UNSUPPORTED, f"the QNN CPU backend runs fp32 models, not {prec}")
         return None
 
     def __init__(self, model: Any, options: EngineOptions) -> None:
@@ -133,9 +133,9 @@ class QnnEngine(Engine):
         kind = options.device.split(":")[0]
         refusal = self.supports(options.device, ep)
         if refusal is not None:
-            raise (PolicyError if refusal[0] == "shape_unsupported" else UnsupportedOperationError)(
-                f"qnn cannot build for {options.device}: {refusal[1]}"
-            )
+            raise (
+                PolicyError if refusal[0] == _core.reason.SHAPE_UNSUPPORTED else UnsupportedOperationError
+            )(f"qnn cannot build for {options.device}: {refusal[1]}")
         backend = _BACKEND.get(kind)
         libs = _backend_libs(qnn)
         if backend not in libs:

@@ -223,7 +223,7 @@ def _check(name: str, dev: _Device, exec_policy: Any, *, named: bool = True) -> 
     av = availability(name)
     if not av.available or isinstance(cls, _MissingEngine):
         hint = f"; install with: {av.install_hint}" if av.install_hint else ""
-        return "rejected", "backend_unavailable", f"{av.reason}{hint}"
+        return "rejected", _core.reason.BACKEND_UNAVAILABLE, f"{av.reason}{hint}"
     if dev.kind not in av.devices:
         have = ", ".join(av.devices) or "none"
         why = f"; {av.reason}" if av.reason else ""
@@ -353,7 +353,12 @@ def select_engine(
         # cannot honour the policy (precision, shapes) is "unsupported".
         if all(
             c.reason_code
-            in ("backend_unavailable", "device_unavailable", "simulated_device", "strict_no_fallback")
+            in (
+                _core.reason.BACKEND_UNAVAILABLE,
+                "device_unavailable",
+                "simulated_device",
+                "strict_no_fallback",
+            )
             for c in cands
         ):
             raise BackendUnavailableError(message)

@@ -126,7 +126,7 @@ class NativeEngine(Engine):
                 f"the native CPU engine runs fp32 models as exported; precision={prec!r} "
                 "is not implemented (use engine='onnxruntime' for int8, or precision='fp32')"
             )
-            return ("dtype_unsupported", detail)
+            return (_core.reason.DTYPE_UNSUPPORTED, detail)
         return None
 
     def __init__(self, model: Any, options: EngineOptions) -> None:
