@@ -5,6 +5,7 @@
 
 #include "ops/families.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/ops/data.h"
 #include "xpuruntime/ops/shape_rules.h"
 
 namespace xpuruntime::ops {
@@ -16,7 +17,7 @@ bool concat_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>&
   out[0].dtype = in[0].dtype;
   if (!all_known(in)) return false;
   const int64_t r = in[0].rank();
-  const int64_t axis = norm_axis(n, n.attr_int("axis", 0), r);
+  const int64_t axis = norm_axis(n, AxisAttrs::from_node(n).axis, r);
   Shape o = *in[0].shape;
   o[axis] = 0;
   for (const Meta& m : in) {
@@ -41,7 +42,7 @@ bool split_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& 
     o.dtype = in[0].dtype;
   }
   if (!in[0].shape) return false;
-  const int64_t axis = norm_axis(n, n.attr_int("axis", 0), in[0].rank());
+  const int64_t axis = norm_axis(n, AxisAttrs::from_node(n).axis, in[0].rank());
   bool known = true;
   auto sizes = split_sizes(n, in, (*in[0].shape)[axis], out.size(), known);
   if (!known) return false;
@@ -74,7 +75,7 @@ bool gather_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>&
   out[0].dtype = in[0].dtype;
   if (!all_known(in)) return false;
   const Shape& s = *in[0].shape;
-  const int64_t axis = norm_axis(n, n.attr_int("axis", 0), static_cast<int64_t>(s.size()));
+  const int64_t axis = norm_axis(n, AxisAttrs::from_node(n).axis, static_cast<int64_t>(s.size()));
   Shape o(s.begin(), s.begin() + axis);
   o.insert(o.end(), in[1].shape->begin(), in[1].shape->end());
   o.insert(o.end(), s.begin() + axis + 1, s.end());
@@ -92,7 +93,7 @@ bool gatherElements_infer(const Node& n, const std::vector<Meta>& in, std::vecto
   XRT_CHECK(in[0].rank() == in[1].rank() && in[0].rank() > 0, InvalidModelError, n.where(),
             ": data ", graph::shape_str(*in[0].shape), " and indices ",
             graph::shape_str(*in[1].shape), " must have the same rank >= 1");
-  norm_axis(n, n.attr_int("axis", 0), in[0].rank());
+  norm_axis(n, AxisAttrs::from_node(n).axis, in[0].rank());
   out[0].shape = in[1].shape;
   return true;
 }
@@ -102,7 +103,7 @@ bool pad_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& ou
   out[0].present = true;
   out[0].dtype = in[0].dtype;
   if (!in[0].shape) return false;
-  std::vector<int64_t> pads = n.attr_ints("pads", {});
+  std::vector<int64_t> pads = PadAttrs::from_node(n).pads;
   std::vector<int64_t> axes;
   if (in.size() > 1 && in[1].present) {
     if (!in[1].has_value()) return false;
@@ -182,6 +183,35 @@ bool cumSum_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>&
 }
 
 }  // namespace
+
+AxisAttrs AxisAttrs::from_node(const Node& n) {
+  AxisAttrs a;
+  a.axis = n.attr_int("axis", 0);
+  return a;
+}
+
+PadAttrs PadAttrs::from_node(const Node& n) {
+  PadAttrs a;
+  a.mode = n.attr_str("mode", "constant");
+  XRT_CHECK(a.mode == "constant" || a.mode == "reflect" || a.mode == "edge" || a.mode == "wrap",
+            InvalidModelError, n.where(), ": unknown mode '", a.mode, "'");
+  a.pads = n.attr_ints("pads", {});
+  a.value = n.attr_float("value", 0.0);
+  return a;
+}
+
+CumSumAttrs CumSumAttrs::from_node(const Node& n) {
+  CumSumAttrs a;
+  a.exclusive = n.attr_int("exclusive", 0) != 0;
+  a.reverse = n.attr_int("reverse", 0) != 0;
+  return a;
+}
+
+TriluAttrs TriluAttrs::from_node(const Node& n) {
+  TriluAttrs a;
+  a.upper = n.attr_int("upper", 1) != 0;
+  return a;
+}
 
 void register_data_schemas(std::vector<OpSchema>& s) {
   s.push_back(make_schema("Concat", {}, "Concat along one axis", concat_infer));

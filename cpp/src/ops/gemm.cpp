@@ -1,9 +1,10 @@
 // Schemas of MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm
 // (transA/B, alpha, beta, C). Both dispatch under op key "matmul"; how the GEMM
 // itself is described to the matmul kernels is ops/matmul/.
+#include "xpuruntime/ops/gemm.h"
+
 #include "ops/families.h"
 #include "xpuruntime/error.h"
-#include "xpuruntime/ops/gemm.h"
 
 namespace xpuruntime::ops {
 namespace {
@@ -73,8 +74,12 @@ GemmAttrs GemmAttrs::from_node(const Node& n) {
 void register_gemm_schemas(std::vector<OpSchema>& s) {
   const std::vector<DType> gemm_types = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
                                          DType::kBFloat16};
-  s.push_back(make_schema("MatMul", gemm_types, "MatMul (numpy broadcasting)", matmul_infer));
-  s.push_back(make_schema("Gemm", gemm_types, "Gemm (alpha, beta, transA, transB)", gemm_infer));
+  s.push_back(make_schema("MatMul", gemm_types,
+                          "MatMul through the chosen matmul kernel (numpy broadcasting)",
+                          matmul_infer));
+  s.push_back(make_schema("Gemm", gemm_types,
+                          "Gemm (alpha, beta, transA, transB) through the chosen matmul kernel",
+                          gemm_infer));
 }
 
 }  // namespace xpuruntime::ops

@@ -3,6 +3,7 @@
 // GlobalAveragePool, GlobalMaxPool.
 #include "ops/families.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/ops/nn.h"
 #include "xpuruntime/ops/spatial.h"
 
 namespace xpuruntime::ops {
@@ -10,7 +11,8 @@ namespace {
 
 bool layernorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 2);
-  const int64_t stash = n.attr_int("stash_type", 1);
+  const LayerNormAttrs attrs = LayerNormAttrs::from_node(n);
+  const int64_t stash = attrs.stash_type;
   const DType sd = stash == 1 ? DType::kFloat32 : in[0].dtype;
   for (std::size_t i = 0; i < out.size(); ++i) {
     out[i].present = true;
@@ -19,7 +21,7 @@ bool layernorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
   if (!in[0].shape) return false;
   const Shape& s = *in[0].shape;
   const int64_t rank = static_cast<int64_t>(s.size());
-  const int64_t axis = norm_axis(n, n.attr_int("axis", -1), rank);
+  const int64_t axis = norm_axis(n, attrs.axis, rank);
   out[0].shape = s;
   Shape st(s.begin(), s.begin() + axis);
   for (int64_t i = axis; i < rank; ++i) st.push_back(1);
@@ -36,7 +38,7 @@ bool layernorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
 
 bool batchnorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 5);
-  XRT_CHECK(n.attr_int("training_mode", 0) == 0 && out.size() == 1, UnsupportedOperationError,
+  XRT_CHECK(!BatchNormAttrs::from_node(n).training_mode && out.size() == 1, UnsupportedOperationError,
             n.where(),
             ": training_mode BatchNormalization is not supported for inference; "
             "export the model in eval mode");
@@ -78,6 +80,27 @@ bool global_pool_infer(const Node& n, const std::vector<Meta>& in, std::vector<M
 }
 
 }  // namespace
+
+SoftmaxAttrs SoftmaxAttrs::from_node(const Node& n) {
+  SoftmaxAttrs a;
+  a.axis = n.attr_int("axis", -1);
+  return a;
+}
+
+LayerNormAttrs LayerNormAttrs::from_node(const Node& n) {
+  LayerNormAttrs a;
+  a.axis = n.attr_int("axis", -1);
+  a.epsilon = n.attr_float("epsilon", 1e-5);
+  a.stash_type = n.attr_int("stash_type", 1);
+  return a;
+}
+
+BatchNormAttrs BatchNormAttrs::from_node(const Node& n) {
+  BatchNormAttrs a;
+  a.epsilon = n.attr_float("epsilon", 1e-5);
+  a.training_mode = n.attr_int("training_mode", 0) != 0;
+  return a;
+}
 
 void register_nn_schemas(std::vector<OpSchema>& s) {
   std::vector<DType> max_types = kFloatTypes;

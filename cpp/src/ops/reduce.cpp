@@ -13,9 +13,9 @@ bool reduce_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>&
   if (!in[0].shape) return false;
   std::vector<int64_t> axes;
   bool noop = false;
-  if (!reduce_axes(n, in, in[0].rank(), axes, noop)) return false;
-  out[0].shape =
-      noop ? *in[0].shape : reduced_shape(*in[0].shape, axes, n.attr_int("keepdims", 1) != 0);
+  const ReduceAttrs attrs = ReduceAttrs::from_node(n);
+  if (!reduce_axes(attrs, in, in[0].rank(), axes, noop)) return false;
+  out[0].shape = noop ? *in[0].shape : reduced_shape(*in[0].shape, axes, attrs.keepdims);
   return true;
 }
 

@@ -245,26 +245,40 @@ std::vector<int64_t> split_sizes(const Node& n, const std::vector<Meta>& in, int
   return sizes;
 }
 
-bool reduce_axes(const Node& n, const std::vector<Meta>& in, int64_t rank,
+ReduceAttrs ReduceAttrs::from_node(const Node& n) {
+  ReduceAttrs a;
+  a.where = n.where();
+  a.axes = n.attr_ints("axes", {});
+  a.keepdims = n.attr_int("keepdims", 1) != 0;
+  a.noop_with_empty_axes = n.attr_int("noop_with_empty_axes", 0) != 0;
+  return a;
+}
+
+bool reduce_axes(const ReduceAttrs& a, const std::vector<Meta>& in, int64_t rank,
                  std::vector<int64_t>& axes, bool& noop) {
   std::vector<int64_t> raw;
-  bool from_input = in.size() > 1 && in[1].present;
+  const bool from_input = in.size() > 1 && in[1].present;
   if (from_input) {
     if (!in[1].has_value()) return false;
     raw = in[1].ints();
   } else {
-    raw = n.attr_ints("axes", {});
+    raw = a.axes;
   }
   noop = false;
   if (raw.empty()) {
-    if (n.attr_int("noop_with_empty_axes", 0) != 0) {
+    if (a.noop_with_empty_axes) {
       noop = true;
     } else {
       for (int64_t i = 0; i < rank; ++i) raw.push_back(i);
     }
   }
   axes.clear();
-  for (int64_t a : raw) axes.push_back(norm_axis(n, a, rank));
+  for (int64_t x : raw) {
+    const int64_t v = x < 0 ? x + rank : x;
+    XRT_CHECK(v >= 0 && v < rank, InvalidModelError, a.where, ": axis ", x,
+              " is out of range for rank ", rank);
+    axes.push_back(v);
+  }
   std::sort(axes.begin(), axes.end());
   axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
   return true;

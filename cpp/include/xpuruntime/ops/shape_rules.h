@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "xpuruntime/ops/op_schema.h"
+#include "xpuruntime/ops/reduce.h"
 
 namespace xpuruntime::ops {
 
@@ -46,10 +47,10 @@ bool slice_inputs(const Node& n, const std::vector<Meta>& in, std::vector<int64_
 std::vector<int64_t> split_sizes(const Node& n, const std::vector<Meta>& in, int64_t dim,
                                  std::size_t outputs, bool& known);
 
-// Axes a Reduce* node reduces (sorted, unique, non-negative); noop: none at all
-// (noop_with_empty_axes). Returns false when the axes come from an input whose value
-// is not known yet.
-bool reduce_axes(const Node& n, const std::vector<Meta>& in, int64_t rank,
+// Axes a Reduce* node reduces (sorted, unique, non-negative): input 1 when present,
+// else the attribute; noop: none at all (noop_with_empty_axes). Returns false when
+// the axes come from an input whose value is not known yet.
+bool reduce_axes(const ReduceAttrs& a, const std::vector<Meta>& in, int64_t rank,
                  std::vector<int64_t>& axes, bool& noop);
 // The shape after reducing `axes` (kept as 1 with keepdims).
 Shape reduced_shape(const Shape& s, const std::vector<int64_t>& axes, bool keep);

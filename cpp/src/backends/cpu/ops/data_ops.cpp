@@ -7,6 +7,7 @@
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/shape_util.h"
 #include "backends/cpu/ops/parallel.h"
+#include "xpuruntime/ops/data.h"
 
 namespace xpuruntime::cpu {
 
@@ -42,9 +43,10 @@ void fill_value(void* dst, int64_t n, double v) {
 void register_data_ops(std::vector<OpDef>& defs) {
   {
     OpDef d = make("Concat");
-    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& o = out[0].shape;
-      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), static_cast<int64_t>(o.size()));
+      const int64_t axis = norm_axis(n, a.axis, static_cast<int64_t>(o.size()));
       const std::size_t es = dtype_size(out[0].dtype);
       int64_t outer = 1;
       for (int64_t i = 0; i < axis; ++i) outer *= o[i];
@@ -57,14 +59,15 @@ void register_data_ops(std::vector<OpDef>& defs) {
                       static_cast<const char*>(t.data) + b * row * es, row * es);
         off += row;
       }
-    };
+    });
     defs.push_back(std::move(d));
   }
   {
     OpDef d = make("Split");
-    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& s = in[0].shape;
-      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), in[0].rank());
+      const int64_t axis = norm_axis(n, a.axis, in[0].rank());
       const std::size_t es = dtype_size(in[0].dtype);
       int64_t outer = 1;
       for (int64_t i = 0; i < axis; ++i) outer *= s[i];
@@ -79,7 +82,7 @@ void register_data_ops(std::vector<OpDef>& defs) {
         }
         off += row;
       }
-    };
+    });
     defs.push_back(std::move(d));
   }
   {
@@ -106,9 +109,10 @@ void register_data_ops(std::vector<OpDef>& defs) {
   }
   {
     OpDef d = make("Gather");
-    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& s = in[0].shape;
-      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), in[0].rank());
+      const int64_t axis = norm_axis(n, a.axis, in[0].rank());
       const int64_t dim = s[axis];
       std::vector<int64_t> idx = in[1].ints();
       for (int64_t& i : idx) {
@@ -129,16 +133,17 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
           std::memcpy(dst + ob * inner * es, src + (o * dim + idx[j]) * inner * es, inner * es);
   }
 });
-    };
+    });
     defs.push_back(std::move(d));
   }
   {
     OpDef d = make("GatherElements");
-    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const Shape& ds = in[0].shape;
       const Shape& is = in[1].shape;
       const int64_t r = in[0].rank();
-      const int64_t axis = norm_axis(n, n.attr_int("axis", 0), r);
+      const int64_t axis = norm_axis(n, a.axis, r);
       std::vector<int64_t> idx = in[1].ints();
       for (int64_t& i : idx) {
         XRT_CHECK(i >= -ds[axis] && i < ds[axis], InvalidArgumentError, n.where(), ": index ", i,
@@ -163,24 +168,23 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
         }
         std::memcpy(dst + e * es, src + off * es, es);
       }
-    };
+    });
     defs.push_back(std::move(d));
   }
   {
     OpDef d = make("Pad");
-    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-      std::vector<int64_t> pads = in.size() > 1 && in[1].data ? in[1].ints() : n.attr_ints("pads", {});
+    set_parsed_body<ops::PadAttrs>(d, [](const ops::PadAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      std::vector<int64_t> pads = in.size() > 1 && in[1].data ? in[1].ints() : a.pads;
       std::vector<int64_t> axes = in.size() > 3 && in[3].data ? in[3].ints() : std::vector<int64_t>{};
       const Shape& s = in[0].shape;
       const Shape& o = out[0].shape;
       const int64_t r = in[0].rank();
       auto full = pad_full(n, pads, axes, r);
-      const std::string mode = n.attr_str("mode", "constant");
-      XRT_CHECK(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
-                InvalidModelError, n.where(), ": unknown mode '", mode, "'");
+      const std::string& mode = a.mode;
       double cv = in.size() > 2 && in[2].data && in[2].numel() > 0
                       ? HostTensor::wrap(in[2].dtype, {}, in[2].data, nullptr).float_at(0)
-                      : n.attr_float("value", 0.0);
+                      : a.value;
       if (mode != "constant") {
         for (int64_t i = 0; i < r; ++i)
           XRT_CHECK(s[i] > 0 || o[i] == 0, InvalidModelError, n.where(), ": mode '", mode,
@@ -223,7 +227,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
         }
         std::memcpy(dst + e * es, inside ? src + off * es : static_cast<const char*>(cval.data), es);
       }
-    };
+    });
     defs.push_back(std::move(d));
   }
   {
@@ -271,9 +275,10 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
   }
   {
     OpDef d = make("Trilu");
-    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    set_parsed_body<ops::TriluAttrs>(d, [](const ops::TriluAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const int64_t k = in.size() > 1 && in[1].data ? in[1].ints()[0] : 0;
-      const bool upper = n.attr_int("upper", 1) != 0;
+      const bool upper = a.upper;
       const Shape& s = in[0].shape;
       const int64_t rows = s[s.size() - 2], cols = s.back();
       const int64_t mats = rows * cols ? in[0].numel() / (rows * cols) : 0;
@@ -288,14 +293,15 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
             if (keep) std::memcpy(y + e * es, x + e * es, es);
             else std::memset(y + e * es, 0, es);
           }
-    };
+    });
     defs.push_back(std::move(d));
   }
   {
     OpDef d = make("CumSum");
-    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    set_parsed_body<ops::CumSumAttrs>(d, [](const ops::CumSumAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const int64_t axis = norm_axis(n, in[1].ints().at(0), in[0].rank());
-      const bool excl = n.attr_int("exclusive", 0) != 0, rev = n.attr_int("reverse", 0) != 0;
+      const bool excl = a.exclusive, rev = a.reverse;
       const Shape& s = in[0].shape;
       int64_t outer = 1, inner = 1;
       for (int64_t i = 0; i < axis; ++i) outer *= s[i];
@@ -324,7 +330,7 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
             }
           }
       });
-    };
+    });
     defs.push_back(std::move(d));
   }
 }

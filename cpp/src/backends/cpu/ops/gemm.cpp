@@ -23,9 +23,6 @@
 namespace xpuruntime::cpu {
 namespace {
 
-const std::vector<DType> kGemmTypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                       DType::kBFloat16};
-
 std::atomic<std::size_t> g_scratch_peak{0};
 std::atomic<std::size_t> g_scratch_total{0};  // all threads' scratch buffers now
 
@@ -380,9 +377,7 @@ void register_gemm_ops(std::vector<OpDef>& defs) {
   OpDef mm;
   mm.op_type = "MatMul";
   mm.kernel = "gemm";
-  mm.dtypes = kGemmTypes;
   mm.uses_gemm = true;
-  mm.description = "MatMul through the chosen matmul kernel (numpy broadcasting)";
   mm.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     onnx_matmul_run(node_gemm_kernel(n), MatmulStep::from_node(n), n, in, out);
   };
@@ -390,9 +385,7 @@ void register_gemm_ops(std::vector<OpDef>& defs) {
   OpDef g;
   g.op_type = "Gemm";
   g.kernel = "gemm";
-  g.dtypes = kGemmTypes;
   g.uses_gemm = true;
-  g.description = "Gemm (alpha, beta, transA, transB) through the chosen matmul kernel";
   g.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     onnx_gemm_run(node_gemm_kernel(n), MatmulStep::from_node(n), n, in, out);
   };

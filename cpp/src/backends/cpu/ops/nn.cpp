@@ -10,6 +10,7 @@
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
 #include "backends/cpu/ops/parallel.h"
+#include "xpuruntime/ops/nn.h"
 
 namespace xpuruntime::cpu {
 void store_stat(TensorView& t, int64_t r, double v);
@@ -66,13 +67,15 @@ OpDef softmax_def(const std::string& type) {
   d.op_type = type;
   d.kernel = "cpu";
   const bool log = type == "LogSoftmax";
-  d.run = [log](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  set_parsed_body<ops::SoftmaxAttrs>(d, [log](const ops::SoftmaxAttrs& a, const Node& n,
+                                              const std::vector<TensorView>& in,
+                                              std::vector<TensorView>& out) {
     const Shape& s = in[0].shape;
     const int64_t rank = in[0].rank();
     if (in[0].numel() == 0) return;
     int64_t outer = 1, inner = 1, len = 1;
     if (rank > 0) {
-      const int64_t axis = norm_axis(n, n.attr_int("axis", -1), rank);
+      const int64_t axis = norm_axis(n, a.axis, rank);
       for (int64_t i = 0; i < axis; ++i) outer *= s[i];
       for (int64_t i = axis + 1; i < rank; ++i) inner *= s[i];
       len = s[axis];
@@ -83,7 +86,7 @@ OpDef softmax_def(const std::string& type) {
         softmax_typed<T>(in[0].ptr<const T>(), out[0].ptr<T>(), outer, len, inner, log);
       }
     });
-  };
+  });
   return d;
 }
 
@@ -155,10 +158,12 @@ OpDef layernorm_def() {
   OpDef d;
   d.op_type = "LayerNormalization";
   d.kernel = "cpu";
-  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  set_parsed_body<ops::LayerNormAttrs>(d, [](const ops::LayerNormAttrs& a, const Node& n,
+                                             const std::vector<TensorView>& in,
+                                             std::vector<TensorView>& out) {
     const Shape& s = in[0].shape;
     const int64_t rank = in[0].rank();
-    const int64_t axis = norm_axis(n, n.attr_int("axis", -1), rank);
+    const int64_t axis = norm_axis(n, a.axis, rank);
     int64_t rows = 1, len = 1;
     for (int64_t i = 0; i < axis; ++i) rows *= s[i];
     for (int64_t i = axis; i < rank; ++i) len *= s[i];
@@ -169,11 +174,10 @@ OpDef layernorm_def() {
     visit_dtype(in[0].dtype, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (kIsFloat<T>) {
-        layernorm_typed<T>(in[0], in[1], bias, out[0], mo, io, rows, len,
-                           n.attr_float("epsilon", 1e-5));
+        layernorm_typed<T>(in[0], in[1], bias, out[0], mo, io, rows, len, a.epsilon);
       }
     });
-  };
+  });
   return d;
 }
 
@@ -181,11 +185,13 @@ OpDef batchnorm_def() {
   OpDef d;
   d.op_type = "BatchNormalization";
   d.kernel = "cpu";
-  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  set_parsed_body<ops::BatchNormAttrs>(d, [](const ops::BatchNormAttrs& attrs, const Node&,
+                                             const std::vector<TensorView>& in,
+                                             std::vector<TensorView>& out) {
     const Shape& s = in[0].shape;
     const int64_t nb = s[0], c = s[1];
     const int64_t inner = in[0].numel() / std::max<int64_t>(1, nb * c);
-    const double eps = n.attr_float("epsilon", 1e-5);
+    const double eps = attrs.epsilon;
     std::vector<double> a(c), b(c);
     auto val = [](const TensorView& t, int64_t i) {
       return HostTensor::wrap(t.dtype, t.shape, t.data, nullptr).float_at(i);
@@ -208,7 +214,7 @@ parallel_for(nb * c, in[0].numel(), [&](int64_t p_begin, int64_t p_end) {
   }
 });
     });
-  };
+  });
   return d;
 }
 

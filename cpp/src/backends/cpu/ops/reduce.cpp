@@ -117,7 +117,10 @@ OpDef reduce_def(const std::string& type, Red kind) {
   OpDef d;
   d.op_type = type;
   d.kernel = "cpu";
-  d.run = [kind](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  // Attributes parsed once per step; axes from input 1 resolved per run.
+  set_parsed_body<ops::ReduceAttrs>(d, [kind](const ops::ReduceAttrs& a, const Node&,
+                                              const std::vector<TensorView>& in,
+                                              std::vector<TensorView>& out) {
     std::vector<Meta> metas(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) {
       metas[i].present = in[i].data != nullptr;
@@ -127,13 +130,13 @@ OpDef reduce_def(const std::string& type, Red kind) {
     }
     std::vector<int64_t> axes;
     bool noop = false;
-    reduce_axes(n, metas, in[0].rank(), axes, noop);
+    reduce_axes(a, metas, in[0].rank(), axes, noop);
     if (noop) axes.clear();
     visit_dtype(in[0].dtype, [&](auto tag) {
       using T = decltype(tag);
       reduce_typed<T>(kind, in[0].ptr<const T>(), out[0].ptr<T>(), in[0].shape, axes);
     });
-  };
+  });
   return d;
 }
 
