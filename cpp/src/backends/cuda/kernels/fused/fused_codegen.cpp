@@ -1,0 +1,180 @@
+#include "backends/cuda/kernels/fused/fused_codegen.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "xpuruntime/error.h"
+
+namespace xpuruntime::cuda_ops {
+namespace {
+
+// The device functions the instructions call: the same formulas as the unary
+// kernels (elementwise/unary.cu), in fp32.
+constexpr const char* kPrelude = R"(
+struct FusedArgs {
+  const float* in[16];
+  float* out;
+  long long numel;
+  int rank;
+  int all_dense;
+  long long dims[8];
+  long long strides[16][8];
+};
+__device__ __forceinline__ float xrt_clampf(float v, float lo, float hi) {
+  return v < lo ? lo : (v > hi ? hi : v);  // NaN passes through
+}
+__device__ __forceinline__ float xrt_pow(float a, float b) {
+  if (b == 2.0f) return a * a;
+  if (b == 3.0f) return a * a * a;
+  if (b == 0.5f) return sqrtf(a);
+  return powf(a, b);
+}
+__device__ __forceinline__ float xrt_min(float a, float b) {
+  return (a != a || b != b) ? a + b : (b < a ? b : a);
+}
+__device__ __forceinline__ float xrt_max(float a, float b) {
+  return (a != a || b != b) ? a + b : (b > a ? b : a);
+}
+)";
+
+// A float literal that round-trips exactly (and spells infinities and NaN).
+std::string lit(double v) {
+  const float f = static_cast<float>(v);
+  if (std::isnan(f)) return "__int_as_float(0x7fc00000)";
+  if (std::isinf(f)) return f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.9gf", f);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s.insert(s.size() - 1, ".0");
+  return s;
+}
+
+std::string unary_expr(ops::Unary k, const ops::UnaryParams& p, const std::string& x) {
+  using U = ops::Unary;
+  switch (k) {
+    case U::kIdentity:
+      return x;
+    case U::kNeg:
+      return "(-" + x + ")";
+    case U::kAbs:
+      return "fabsf(" + x + ")";
+    case U::kSqrt:
+      return "sqrtf(" + x + ")";
+    case U::kExp:
+      return "expf(" + x + ")";
+    case U::kLog:
+      return "logf(" + x + ")";
+    case U::kErf:
+      return "erff(" + x + ")";
+    case U::kTanh:
+      return "tanhf(" + x + ")";
+    case U::kSigmoid:
+      return "(1.0f / (1.0f + expf(-" + x + ")))";
+    case U::kRelu:
+      return "(" + x + " < 0.0f ? 0.0f : " + x + ")";
+    case U::kLeakyRelu:
+      return "(" + x + " < 0.0f ? " + lit(p.alpha) + " * " + x + " : " + x + ")";
+    case U::kHardSigmoid:
+      return "xrt_clampf(" + lit(p.alpha) + " * " + x + " + " + lit(p.beta) + ", 0.0f, 1.0f)";
+    case U::kHardSwish:
+      return "(" + x + " * xrt_clampf(" + x + " / 6.0f + 0.5f, 0.0f, 1.0f))";
+    case U::kGelu:
+      return "(0.5f * " + x + " * (1.0f + erff(" + x + " * 0.70710678118654752f)))";
+    case U::kGeluTanh:
+      return "(0.5f * " + x + " * (1.0f + tanhf(0.7978845608028654f * (" + x + " + 0.044715f * " +
+             x + " * " + x + " * " + x + "))))";
+    case U::kReciprocal:
+      return "(1.0f / " + x + ")";
+    case U::kClip:
+      return "xrt_clampf(" + x + ", " + lit(p.lo) + ", " + lit(p.hi) + ")";
+    case U::kFloor:
+      return "floorf(" + x + ")";
+    case U::kCeil:
+      return "ceilf(" + x + ")";
+    case U::kRound:
+      return "rintf(" + x + ")";
+    case U::kSin:
+      return "sinf(" + x + ")";
+    case U::kCos:
+      return "cosf(" + x + ")";
+    case U::kSoftplus:
+      return "(" + x + " > 20.0f ? " + x + " : log1pf(expf(" + x + ")))";
+    case U::kSign:
+      return "(" + x + " > 0.0f ? 1.0f : (" + x + " < 0.0f ? -1.0f : " + x + "))";
+    case U::kElu:
+      return "(" + x + " < 0.0f ? " + lit(p.alpha) + " * expm1f(" + x + ") : " + x + ")";
+    case U::kNot:
+      break;
+  }
+  XRT_THROW(UnsupportedOperationError, "fused elementwise (cuda): unary kind ", static_cast<int>(k),
+            " has no float form");
+}
+
+std::string binary_expr(ops::FusedBin b, const std::string& l, const std::string& r) {
+  using B = ops::FusedBin;
+  switch (b) {
+    case B::kAdd:
+      return "(" + l + " + " + r + ")";
+    case B::kSub:
+      return "(" + l + " - " + r + ")";
+    case B::kMul:
+      return "(" + l + " * " + r + ")";
+    case B::kDiv:
+      return "(" + l + " / " + r + ")";
+    case B::kPow:
+      return "xrt_pow(" + l + ", " + r + ")";
+    case B::kMin:
+      return "xrt_min(" + l + ", " + r + ")";
+    case B::kMax:
+      return "xrt_max(" + l + ", " + r + ")";
+  }
+  XRT_THROW(UnsupportedOperationError, "fused elementwise (cuda): binary code ",
+            static_cast<int>(b), " is unknown");
+}
+
+}  // namespace
+
+std::string fused_source(const ops::ElementwiseProgram& program, int inputs) {
+  XRT_CHECK(inputs >= 1 && inputs <= kFusedMaxInputs, UnsupportedOperationError,
+            "fused elementwise (cuda): ", inputs, " inputs (at most ", kFusedMaxInputs, ")");
+  std::ostringstream s;
+  s << "// fused: " << program.ops << "\n" << kPrelude;
+  s << "extern \"C\" __global__ void xrt_fused(FusedArgs a) {\n"
+    << "  const long long step = (long long)gridDim.x * blockDim.x;\n"
+    << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += "
+       "step) {\n"
+    << "    long long off[" << inputs << "];\n"
+    << "    if (a.all_dense) {\n"
+    << "      for (int k = 0; k < " << inputs << "; ++k) off[k] = i;\n"
+    << "    } else {\n"
+    << "      for (int k = 0; k < " << inputs << "; ++k) off[k] = 0;\n"
+    << "      long long r = i;\n"
+    << "      for (int d = a.rank - 1; d >= 0; --d) {\n"
+    << "        const long long q = r / a.dims[d], c = r - q * a.dims[d];\n"
+    << "        for (int k = 0; k < " << inputs << "; ++k) off[k] += c * a.strides[k][d];\n"
+    << "        r = q;\n"
+    << "      }\n"
+    << "    }\n"
+    << "    float acc = a.in[0][off[0]];\n";
+  for (const ops::ElementwiseInstr& in : program.instrs) {
+    if (in.kind == ops::ElementwiseInstr::Kind::kUnary) {
+      s << "    acc = " << unary_expr(in.unary, in.params, "acc") << ";\n";
+      continue;
+    }
+    XRT_CHECK(in.operand >= 0 && in.operand < inputs, InvalidModelError,
+              "fused elementwise (cuda): operand ", in.operand, " is not an input (", inputs,
+              " inputs)");
+    const std::string v =
+        "a.in[" + std::to_string(in.operand) + "][off[" + std::to_string(in.operand) + "]]";
+    s << "    acc = "
+      << (in.kind == ops::ElementwiseInstr::Kind::kBinaryOperandLeft
+              ? binary_expr(in.binary, v, "acc")
+              : binary_expr(in.binary, "acc", v))
+      << ";\n";
+  }
+  s << "    a.out[i] = acc;\n  }\n}\n";
+  return s.str();
+}
+
+}  // namespace xpuruntime::cuda_ops

@@ -1,0 +1,147 @@
+// Softmax / LogSoftmax. Rows along the last axis (inner == 1): one warp per row up
+// to 1024 elements, one 256-thread block per longer row; each thread keeps an
+// online (max, sum of exp) pair, pairs merge across the warp/block, then a second
+// read writes the outputs. Other axes (inner > 1): one thread per (outer, inner)
+// column, coalesced across inner.
+#include <cmath>
+
+#include "backends/cuda/kernels/common/device_types.cuh"
+#include "backends/cuda/kernels/softmax/softmax_impl.h"
+
+namespace xpuruntime::cuda_ops {
+namespace {
+
+template <typename A>
+struct MaxSum {
+  A m;
+  A s;
+};
+
+template <typename A>
+__device__ __forceinline__ A neg_inf() {
+  return -static_cast<A>(INFINITY);
+}
+
+// Adds one value: -inf contributes nothing; NaN makes the sum NaN (the row's
+// outputs become NaN, as numpy).
+template <typename A>
+__device__ __forceinline__ void ms_add(MaxSum<A>& st, A v) {
+  if (v > st.m) {
+    st.s = (st.m == neg_inf<A>() ? A(0) : st.s * exp(st.m - v)) + A(1);
+    st.m = v;
+  } else if (v != neg_inf<A>()) {
+    st.s += exp(v - st.m);
+  }
+}
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> ms_merge(MaxSum<A> a, MaxSum<A> b) {
+  const A m = a.m > b.m ? a.m : b.m;
+  if (m == neg_inf<A>()) return {m, a.s + b.s};
+  return {m, (a.m == neg_inf<A>() ? A(0) : a.s * exp(a.m - m)) +
+                 (b.m == neg_inf<A>() ? A(0) : b.s * exp(b.m - m))};
+}
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> warp_merge(MaxSum<A> st) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum<A> other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o)};
+    st = ms_merge(st, other);
+  }
+  return st;
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ T finish(A v, const MaxSum<A>& st, bool log) {
+  if (log) return store<T>(v - st.m - std::log(st.s));
+  return store<T>(exp(v - st.m) / st.s);
+}
+
+// One warp per row (rows of at most 1024 elements).
+template <typename T>
+__global__ void softmax_warp_rows(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
+                                  int64_t n, bool log) {
+  using A = compute_t<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const T* xr = x + row * n;
+  T* yr = y + row * n;
+  MaxSum<A> st{neg_inf<A>(), A(0)};
+  for (int64_t i = lane; i < n; i += 32) ms_add(st, static_cast<A>(load(xr[i])));
+  st = warp_merge(st);
+  for (int64_t i = lane; i < n; i += 32) yr[i] = finish<T>(static_cast<A>(load(xr[i])), st, log);
+}
+
+// One block per row (long rows).
+template <typename T>
+__global__ void softmax_block_rows(const T* __restrict__ x, T* __restrict__ y, int64_t n,
+                                   bool log) {
+  using A = compute_t<T>;
+  __shared__ A sm[32], ss[32];
+  const T* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  T* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  MaxSum<A> st{neg_inf<A>(), A(0)};
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ms_add(st, static_cast<A>(load(xr[i])));
+  st = warp_merge(st);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  if (lane == 0) {
+    sm[warp] = st.m;
+    ss[warp] = st.s;
+  }
+  __syncthreads();
+  st = lane < warps ? MaxSum<A>{sm[lane], ss[lane]} : MaxSum<A>{neg_inf<A>(), A(0)};
+  st = warp_merge(st);  // every warp computes the same block total
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = finish<T>(static_cast<A>(load(xr[i])), st, log);
+}
+
+// One thread per (outer, inner) column of a non-last axis.
+template <typename T>
+__global__ void softmax_columns(const T* __restrict__ x, T* __restrict__ y, int64_t outer,
+                                int64_t n, int64_t inner, bool log) {
+  using A = compute_t<T>;
+  const int64_t cols = outer * inner;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+       c += stride) {
+    const int64_t o = c / inner, in = c - o * inner;
+    const T* xc = x + o * n * inner + in;
+    T* yc = y + o * n * inner + in;
+    MaxSum<A> st{neg_inf<A>(), A(0)};
+    for (int64_t i = 0; i < n; ++i) ms_add(st, static_cast<A>(load(xc[i * inner])));
+    for (int64_t i = 0; i < n; ++i)
+      yc[i * inner] = finish<T>(static_cast<A>(load(xc[i * inner])), st, log);
+  }
+}
+
+}  // namespace
+
+void launch_softmax(DType t, bool log, int64_t outer, int64_t axis_len, int64_t inner,
+                    const void* x, void* y, void* stream) {
+  if (outer * axis_len * inner <= 0) return;
+  cudaStream_t s = as_stream(stream);
+  visit_dtype<TypeSet::kFloat>(t, "Softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = static_cast<const T*>(x);
+    T* py = static_cast<T*>(y);
+    if (inner == 1 && axis_len <= 1024) {
+      const int64_t blocks = (outer + 7) / 8;  // 8 warps (rows) per block
+      XRT_CHECK(blocks < (int64_t{1} << 31), InvalidArgumentError, "Softmax: ", outer,
+                " rows is too many");
+      softmax_warp_rows<T>
+          <<<static_cast<unsigned>(blocks), 256, 0, s>>>(px, py, outer, axis_len, log);
+    } else if (inner == 1) {
+      XRT_CHECK(outer < (int64_t{1} << 31), InvalidArgumentError, "Softmax: ", outer,
+                " rows is too many");
+      softmax_block_rows<T><<<static_cast<unsigned>(outer), 256, 0, s>>>(px, py, axis_len, log);
+    } else {
+      softmax_columns<T>
+          <<<grid_for(outer * inner, 256), 256, 0, s>>>(px, py, outer, axis_len, inner, log);
+    }
+    XRT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace xpuruntime::cuda_ops
