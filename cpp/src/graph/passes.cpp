@@ -59,15 +59,17 @@ std::map<std::string, std::string> attr_text(const Node& n) {
   return m;
 }
 
-// The kernel that folds node n on the host: among the registry's CPU kernels for
-// the op key, the first by priority that supports the case, else the first (the
-// matmul kernels read an ONNX MatMul/Gemm node in prepare() whatever the context
-// says). Null when no CPU kernel is registered for the key (the node then stays
-// a run-time op).
+// The kernel that folds node n on the host: among the registry's native CPU
+// kernels for the op key (not the torch-side ones a caller must ask for by name,
+// nor kernels that allocate their own outputs), the first by priority that supports
+// the case, else the first (the matmul kernels read an ONNX MatMul/Gemm node in
+// prepare() whatever the context says). Null when there is none (the node then
+// stays a run-time op).
 KernelPtr fold_kernel(const OpContext& ctx) {
   KernelPtr first;
   for (const KernelPtr& k : KernelRegistry::instance().kernels(ctx.op)) {
-    if (k->def().device != DeviceType::kCPU) continue;
+    const KernelDef& d = k->def();
+    if (d.device != DeviceType::kCPU || d.requested_only || d.allocates_outputs) continue;
     if (!first) first = k;
     if (KernelRegistry::check(*k, ctx).ok) return k;
   }
