@@ -35,7 +35,6 @@ rebuilding, set XRT_LN_CONFIG (e.g. "tpr=128,grid=persistent,prefetch=1,hint=def
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import os
 import sys
@@ -64,7 +63,7 @@ EXTRA_SHAPES = [
     (16384, 1024, torch.float32),
 ]
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 1e-2}
-LN_DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # LnDType
+LN_DTYPE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
 # ---- the plugin's configuration entry points --------------------------------------------------
@@ -73,32 +72,17 @@ class Plugin:
         why = _bridge.cuda_kernels_unavailable()  # loads the plugin
         if why:
             sys.exit(f"our CUDA kernels are unavailable: {why}")
-        path = next(
-            (st["path"] if isinstance(st, dict) else st.path)
-            for st in _core.plugin_statuses()
-            if (st["name"] if isinstance(st, dict) else st.name) == "cuda"
-        )
-        # dlopen of an already loaded library returns the same handle: one configuration.
-        self.lib = ctypes.CDLL(path)
-        self.lib.xrt_layernorm_set_config.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-        self.lib.xrt_layernorm_describe_config.argtypes = [
-            ctypes.c_int32,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_char_p,
-            ctypes.c_size_t,
-        ]
+        # One process, one configuration: every later launch uses what set_config forced.
+        self.kernels = _core.cuda_kernels
 
     def set_config(self, spec: str) -> None:
-        err = ctypes.create_string_buffer(512)
-        if self.lib.xrt_layernorm_set_config(spec.encode(), err, 512) != 0:
-            raise ValueError(f"xrt_layernorm_set_config({spec!r}): {err.value.decode()}")
+        try:
+            self.kernels.layernorm_set_config(spec)
+        except _core.InvalidArgumentError as e:
+            raise ValueError(f"layernorm_set_config({spec!r}): {e}") from None
 
     def describe(self, rows: int, cols: int, dtype: torch.dtype) -> str:
-        out = ctypes.create_string_buffer(256)
-        if self.lib.xrt_layernorm_describe_config(LN_DTYPE_CODE[dtype], rows, cols, out, 256) != 0:
-            raise RuntimeError(out.value.decode())
-        return out.value.decode()
+        return self.kernels.layernorm_describe_config(dtype=LN_DTYPE[dtype], rows=rows, cols=cols)
 
 
 def fwd_configs(cols: int, dtype: torch.dtype) -> list[str]:

@@ -82,25 +82,14 @@ def test_layernorm_in_captured_graph():
 
 # ---- launch configurations (benchmarks/sweep_layernorm.py) and the eager fast path -------------
 def _plugin():
-    import ctypes
-
+    """The plugin's LayerNorm configuration entry points (through _core.cuda_kernels)."""
     from xpuruntime import _core
 
-    path = next(
-        (s["path"] if isinstance(s, dict) else s.path)
-        for s in _core.plugin_statuses()
-        if (s["name"] if isinstance(s, dict) else s.name) == "cuda"
-    )
-    lib = ctypes.CDLL(path)
-    lib.xrt_layernorm_set_config.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-    return lib
+    return _core.cuda_kernels
 
 
-def _set_config(lib, spec: str) -> None:
-    import ctypes
-
-    err = ctypes.create_string_buffer(256)
-    assert lib.xrt_layernorm_set_config(spec.encode(), err, 256) == 0, err.value
+def _set_config(kernels, spec: str) -> None:
+    kernels.layernorm_set_config(spec)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -144,13 +133,13 @@ def test_every_forward_configuration_matches_float64(rows, cols, dtype):
 
 
 def test_bad_configuration_is_rejected():
-    import ctypes
+    from xpuruntime import _core
 
-    lib = _plugin()
-    err = ctypes.create_string_buffer(256)
-    assert lib.xrt_layernorm_set_config(b"tpr=48", err, 256) == 1
-    assert b"power of two" in err.value
-    assert lib.xrt_layernorm_set_config(b"grid=sideways", err, 256) == 1
+    kernels = _plugin()
+    with pytest.raises(_core.InvalidArgumentError, match="power of two"):
+        kernels.layernorm_set_config("tpr=48")
+    with pytest.raises(_core.InvalidArgumentError):
+        kernels.layernorm_set_config("grid=sideways")
 
 
 def test_eager_paths_match_the_custom_op():

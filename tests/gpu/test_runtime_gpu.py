@@ -51,31 +51,24 @@ class _TestKernels:
     """The plugin's exported test kernels (cpp/src/backends/cuda/testing_kernels.cu)."""
 
     def __init__(self) -> None:
-        paths = [s["path"] for s in _core.plugin_statuses() if s["name"] == "cuda" and s["loaded"]]
-        assert paths, f"CUDA plugin not loaded: {_core.plugin_statuses()}"
-        lib = ctypes.CDLL(paths[0])  # the already-loaded plugin: same handle
-        lib.xpuruntime_test_spin.argtypes = [ctypes.c_double, ctypes.c_void_p]
-        lib.xpuruntime_test_spin.restype = ctypes.c_int
-        lib.xpuruntime_test_axpy.argtypes = [
-            ctypes.c_float,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_int64,
-            ctypes.c_void_p,
-        ]
-        lib.xpuruntime_test_axpy.restype = ctypes.c_int
-        lib.xpuruntime_test_error_name.argtypes = [ctypes.c_int]
-        lib.xpuruntime_test_error_name.restype = ctypes.c_char_p
-        self._lib = lib
+        # Entry points from the plugin's lookup (names and types in cuda_kernels_abi.h).
+        addr = {n: _core.plugin_lookup("cuda", n) for n in ("test_spin", "test_axpy", "test_error_name")}
+        assert all(addr.values()), f"CUDA plugin test kernels not found: {_core.plugin_statuses()}"
+        c = ctypes
+        self._spin = c.CFUNCTYPE(c.c_int32, c.c_double, c.c_void_p)(addr["test_spin"])
+        self._axpy = c.CFUNCTYPE(c.c_int32, c.c_float, c.c_void_p, c.c_void_p, c.c_int64, c.c_void_p)(
+            addr["test_axpy"]
+        )
+        self._error_name = c.CFUNCTYPE(c.c_char_p, c.c_int32)(addr["test_error_name"])
 
     def _check(self, err: int) -> None:
-        assert err == 0, self._lib.xpuruntime_test_error_name(err).decode()
+        assert err == 0, self._error_name(err).decode()
 
     def spin(self, ms: float, stream_handle: int) -> None:
-        self._check(self._lib.xpuruntime_test_spin(ms, stream_handle))
+        self._check(self._spin(ms, stream_handle))
 
     def axpy(self, a: float, x_ptr: int, y_ptr: int, n: int, stream_handle: int) -> None:
-        self._check(self._lib.xpuruntime_test_axpy(a, x_ptr, y_ptr, n, stream_handle))
+        self._check(self._axpy(a, x_ptr, y_ptr, n, stream_handle))
 
 
 @pytest.fixture(scope="module")

@@ -499,23 +499,20 @@ class _Spin:
     """The CUDA plugin's test kernels: a timed spin and y += a*x, on a given stream."""
 
     def __init__(self) -> None:
-        paths = [s["path"] for s in _core.plugin_statuses() if s["name"] == "cuda" and s["loaded"]]
-        assert paths, f"CUDA plugin not loaded: {_core.plugin_statuses()}"
-        self._lib = ctypes.CDLL(paths[0])
-        self._lib.xpuruntime_test_spin.argtypes = [ctypes.c_double, ctypes.c_void_p]
-        self._lib.xpuruntime_test_axpy.argtypes = [
-            ctypes.c_float,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_int64,
-            ctypes.c_void_p,
-        ]
+        # Entry points from the plugin's lookup (names and types in cuda_kernels_abi.h).
+        spin = _core.plugin_lookup("cuda", "test_spin")
+        axpy = _core.plugin_lookup("cuda", "test_axpy")
+        assert spin and axpy, f"CUDA plugin test kernels not found: {_core.plugin_statuses()}"
+        self._spin = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_double, ctypes.c_void_p)(spin)
+        self._axpy = ctypes.CFUNCTYPE(
+            ctypes.c_int32, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p
+        )(axpy)
 
     def spin(self, ms: float, stream: int) -> None:
-        assert self._lib.xpuruntime_test_spin(ms, stream) == 0
+        assert self._spin(ms, stream) == 0
 
     def axpy(self, a: float, x_ptr: int, y_ptr: int, n: int, stream: int) -> None:
-        assert self._lib.xpuruntime_test_axpy(a, x_ptr, y_ptr, n, stream) == 0
+        assert self._axpy(a, x_ptr, y_ptr, n, stream) == 0
 
 
 @pytest.mark.gpu

@@ -1,7 +1,8 @@
 // The device-backend interface (DESIGN.md §2): one implementation per device kind
-// owns raw memory, copies, streams, events and graph capture. The CPU backend is
-// built into the core; the CUDA backend is a plugin library (libxpuruntime_cuda.so)
-// loaded at run time, so a machine without CUDA libraries still imports us.
+// owns raw memory, copies, streams, events and graph capture. Each comes from the
+// plugin serving its device type (plugin.h): the CPU one is built into the core, the
+// CUDA one is a library (libxpuruntime_cuda.so) loaded at run time, so a machine
+// without CUDA libraries still imports us.
 // Implementations must be thread-safe.
 #pragma once
 
@@ -74,10 +75,5 @@ class DeviceBackend::GraphOps {
   virtual void destroy(int index, NativeGraph g) noexcept = 0;
   virtual bool is_capturing(int index, NativeStream s) = 0;
 };
-
-// The entry point a backend plugin exports (extern "C"): returns a backend that
-// lives until process exit, or nullptr with *why set.
-using BackendPluginEntry = DeviceBackend* (*)(std::string* why);
-inline constexpr const char* kBackendPluginSymbol = "xpuruntime_create_backend";
 
 }  // namespace xpuruntime

@@ -55,6 +55,8 @@ struct DeviceInfo {
 
 class DeviceBackend;
 
+// A registry of device backends keyed by device type: each comes from the plugin
+// serving that type (plugin.h), loaded on first use.
 class DeviceManager {
  public:
   static DeviceManager& instance();
@@ -74,8 +76,9 @@ class DeviceManager {
   void synchronize(int device_id = -1) const;
   void synchronize(const Device& d) const;
 
-  // Why CUDA reports no devices ("" when CUDA is usable).
-  std::string cuda_unavailable_reason() const;
+  // Why a device type reports no devices ("" when it is usable).
+  std::string unavailable_reason(DeviceType type) const;
+  std::string cuda_unavailable_reason() const;  // unavailable_reason(DeviceType::kCUDA)
   // The backend of a device kind; throws BackendUnavailableError with the reason.
   DeviceBackend& backend(DeviceType type) const;
   DeviceBackend* backend_or_null(DeviceType type) const;

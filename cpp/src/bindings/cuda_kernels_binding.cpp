@@ -2,18 +2,17 @@
 // own their tensors (xpuruntime.pytorch passes raw device pointers, element
 // strides and the current torch stream as integers, so _core never links torch).
 // Declarations and exports only: the kernels live in the CUDA plugin and are
-// reached through plugin_symbol, so this file has no CUDA headers and the same
-// functions exist in a CPU-only build, where they raise BackendUnavailableError.
+// reached through plugin_lookup with the C ABI of xpuruntime/cuda_kernels_abi.h,
+// so this file has no CUDA headers and the same functions exist in a CPU-only
+// build, where they raise BackendUnavailableError.
 #include <pybind11/stl.h>
 
 #include <array>
 #include <cstdint>
 #include <string>
 
-#include "backends/cuda_kernels/column_sums/column_sums_impl.h"
-#include "backends/cuda_kernels/flash_v2/flash_v2_impl.h"
-#include "backends/cuda_kernels/layernorm/layernorm_impl.h"
 #include "bindings/bindings.h"
+#include "xpuruntime/cuda_kernels_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/plugin.h"
 
@@ -25,57 +24,60 @@ using Stride3 = std::array<int64_t, 3>;
 using Stride4 = std::array<int64_t, 4>;
 using Shape6 = std::array<int32_t, 6>;
 
+const std::string& plugin_name() {
+  static const std::string name = plugin_for_device(DeviceType::kCUDA);
+  return name;
+}
+
 // Why the kernels cannot run here ("" when they can).
 std::string unavailable_reason() {
-  const PluginStatus& st = load_plugin("cuda");
+  const PluginStatus& st = load_plugin(plugin_name());
   if (!st.loaded) {
     return "the CUDA plugin is not loaded (" + (st.error.empty() ? st.path : st.error) +
            "); build with CUDA (XRT_CUDA=ON) and install the NVIDIA driver";
   }
-  if (plugin_symbol("cuda", "xrt_flash_attention_forward") == nullptr) {
-    return "the CUDA plugin at " + st.path + " does not export the attention kernels (rebuild it)";
+  if (plugin_lookup(plugin_name(), ck::entry::kFlashForward) == nullptr) {
+    return "the CUDA plugin at " + st.path + " has no attention kernels (rebuild it)";
   }
   return "";
 }
 
 template <typename Fn>
-Fn symbol(const char* name) {
-  void* p = plugin_symbol("cuda", name);
-  if (p == nullptr) {
+Fn entry(const char* name) {
+  const auto fn = plugin_entry<Fn>(plugin_name(), name);
+  if (fn == nullptr) {
     XRT_THROW(BackendUnavailableError, "xpuruntime CUDA kernels unavailable: ", unavailable_reason(),
               " (looking for ", name, ")");
   }
-  return reinterpret_cast<Fn>(p);
+  return fn;
 }
 
-// Runs a plugin entry (GIL released) and turns its error code into our exception.
+// Runs a plugin entry (GIL released) and turns its status into our exception.
 template <typename Args>
 void call(const char* name, const Args& args) {
-  using Entry = int (*)(const Args*, char*, size_t);
-  const Entry fn = symbol<Entry>(name);
+  const auto fn = entry<ck::LaunchEntry<Args>>(name);
   char err[1024] = {0};
-  int rc = 0;
+  ck::KernelStatus status = ck::KernelStatus::kOk;
   {
     py::gil_scoped_release release;
-    rc = fn(&args, err, sizeof(err));
+    status = fn(&args, err, sizeof(err));
   }
-  if (rc == 1) throw InvalidArgumentError(err);
-  if (rc != 0) throw CudaError(err);
+  ck::throw_kernel_status(status, err);
 }
 
 const void* ptr(int64_t p) { return reinterpret_cast<const void*>(static_cast<uintptr_t>(p)); }
 void* mptr(int64_t p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
 
-ck::FlashDType flash_dtype(const std::string& s) {
-  if (s == "float16") return ck::FlashDType::kFloat16;
-  if (s == "bfloat16") return ck::FlashDType::kBFloat16;
+ck::KernelDType flash_dtype(const std::string& s) {
+  if (s == "float16") return ck::KernelDType::kFloat16;
+  if (s == "bfloat16") return ck::KernelDType::kBFloat16;
   XRT_THROW(InvalidArgumentError, "flash attention: dtype must be 'float16' or 'bfloat16', got '", s, "'");
 }
 
-ck::LnDType ln_dtype(const std::string& s) {
-  if (s == "float32") return ck::LnDType::kFloat32;
-  if (s == "float16") return ck::LnDType::kFloat16;
-  if (s == "bfloat16") return ck::LnDType::kBFloat16;
+ck::KernelDType ln_dtype(const std::string& s) {
+  if (s == "float32") return ck::KernelDType::kFloat32;
+  if (s == "float16") return ck::KernelDType::kFloat16;
+  if (s == "bfloat16") return ck::KernelDType::kBFloat16;
   XRT_THROW(InvalidArgumentError, "layernorm: dtype must be 'float32', 'float16' or 'bfloat16', got '", s, "'");
 }
 
@@ -134,7 +136,7 @@ void bind_cuda_kernels(py::module_& m) {
         a.dropout_p = dropout_p;
         a.rng_state = static_cast<const int64_t*>(ptr(rng_state));
         a.stream = mptr(stream);
-        call("xrt_flash_attention_forward", a);
+        call(ck::entry::kFlashForward, a);
       },
       py::kw_only(), py::arg("dtype"), py::arg("shape"), py::arg("q"), py::arg("k"), py::arg("v"),
       py::arg("out"), py::arg("lse"), py::arg("q_stride"), py::arg("k_stride"), py::arg("v_stride"),
@@ -171,7 +173,7 @@ void bind_cuda_kernels(py::module_& m) {
         a.dropout_p = dropout_p;
         a.rng_state = static_cast<const int64_t*>(ptr(rng_state));
         a.stream = mptr(stream);
-        call("xrt_flash_attention_backward", a);
+        call(ck::entry::kFlashBackward, a);
       },
       py::kw_only(), py::arg("dtype"), py::arg("shape"), py::arg("q"), py::arg("k"), py::arg("v"),
       py::arg("out"), py::arg("dout"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
@@ -185,7 +187,13 @@ void bind_cuda_kernels(py::module_& m) {
 
   k.def(
       "column_sums_workspace_bytes",
-      [](int64_t rows, int64_t cols) { return ck::column_sums_workspace_bytes(rows, cols); },
+      [](int64_t rows, int64_t cols) {
+        const auto fn = entry<ck::ColumnSumsWorkspaceEntry>(ck::entry::kColumnSumsWorkspace);
+        char err[1024] = {0};
+        int64_t bytes = 0;
+        ck::throw_kernel_status(fn(rows, cols, &bytes, err, sizeof(err)), err);
+        return bytes;
+      },
       py::kw_only(), py::arg("rows"), py::arg("cols"),
       "Bytes of fp32 workspace column_sums needs for a [rows, cols] matrix.");
 
@@ -195,9 +203,9 @@ void bind_cuda_kernels(py::module_& m) {
          int64_t workspace, int64_t workspace_bytes, int64_t stream) {
         ck::ColumnSumsArgs a;
         if (dtype == "float16") {
-          a.dtype = ck::ColSumDType::kFloat16;
+          a.dtype = ck::KernelDType::kFloat16;
         } else if (dtype == "bfloat16") {
-          a.dtype = ck::ColSumDType::kBFloat16;
+          a.dtype = ck::KernelDType::kBFloat16;
         } else {
           XRT_THROW(InvalidArgumentError, "column_sums: dtype must be 'float16' or 'bfloat16', got '",
                     dtype, "'");
@@ -207,7 +215,7 @@ void bind_cuda_kernels(py::module_& m) {
         a.workspace = static_cast<float*>(mptr(workspace));
         a.workspace_bytes = workspace_bytes;
         a.stream = mptr(stream);
-        call("xrt_column_sums", a);
+        call(ck::entry::kColumnSums, a);
       },
       py::kw_only(), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"), py::arg("ld"),
       py::arg("out"), py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream") = 0,
@@ -227,7 +235,7 @@ void bind_cuda_kernels(py::module_& m) {
         a.eps = eps;
         a.threads_per_row = threads_per_row;
         a.stream = mptr(stream);
-        call("xrt_layernorm_forward", a);
+        call(ck::entry::kLayerNormForward, a);
       },
       py::kw_only(), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"),
       py::arg("weight") = 0, py::arg("bias") = 0, py::arg("y"), py::arg("mean"), py::arg("rstd"),
@@ -246,13 +254,10 @@ void bind_cuda_kernels(py::module_& m) {
       "layernorm_backward_workspace_bytes",
       [ln_bwd_args](const std::string& dtype, int64_t rows, int64_t cols, int32_t threads_per_row) {
         const ck::LayerNormBwdArgs a = ln_bwd_args(dtype, rows, cols, threads_per_row);
-        using Entry = int (*)(const ck::LayerNormBwdArgs*, int64_t*, char*, size_t);
-        const Entry fn = symbol<Entry>("xrt_layernorm_backward_workspace_bytes");
+        const auto fn = entry<ck::LayerNormWorkspaceEntry>(ck::entry::kLayerNormBackwardWorkspace);
         char err[1024] = {0};
         int64_t bytes = 0;
-        const int rc = fn(&a, &bytes, err, sizeof(err));
-        if (rc == 1) throw InvalidArgumentError(err);
-        if (rc != 0) throw CudaError(err);
+        ck::throw_kernel_status(fn(&a, &bytes, err, sizeof(err)), err);
         return bytes;
       },
       py::kw_only(), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
@@ -273,13 +278,37 @@ void bind_cuda_kernels(py::module_& m) {
         a.workspace = static_cast<float*>(mptr(workspace));
         a.workspace_bytes = workspace_bytes;
         a.stream = mptr(stream);
-        call("xrt_layernorm_backward", a);
+        call(ck::entry::kLayerNormBackward, a);
       },
       py::kw_only(), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("dy"), py::arg("x"),
       py::arg("mean"), py::arg("rstd"), py::arg("weight") = 0, py::arg("dx"), py::arg("dweight") = 0,
       py::arg("dbias") = 0, py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream") = 0,
       py::arg("threads_per_row") = 0,
       "Fused LayerNorm backward: dx, and dweight/dbias (pass 0 to skip) via the fp32 workspace.");
+
+  k.def(
+      "layernorm_set_config",
+      [](const std::string& spec) {
+        const auto fn = entry<ck::LayerNormSetConfigEntry>(ck::entry::kLayerNormSetConfig);
+        char err[1024] = {0};
+        ck::throw_kernel_status(fn(spec.c_str(), err, sizeof(err)), err);
+      },
+      py::arg("spec"),
+      "Forces the LayerNorm launch configuration of every later launch in this process "
+      "('tpr=..,grid=persistent|tile,prefetch=0|1,hint=default|cs|nol1'; '' clears it). "
+      "For sweeps and tests.");
+
+  k.def(
+      "layernorm_describe_config",
+      [](const std::string& dtype, int64_t rows, int64_t cols) {
+        const auto fn = entry<ck::LayerNormDescribeConfigEntry>(ck::entry::kLayerNormDescribeConfig);
+        char out[256] = {0};
+        ck::throw_kernel_status(fn(ln_dtype(dtype), rows, cols, out, sizeof(out)), out);
+        return std::string(out);
+      },
+      py::kw_only(), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
+      "The LayerNorm forward configuration a launch of this shape would use now "
+      "('tpr=..,grid=..,hint=..,prefetch=..').");
 }
 
 }  // namespace xpuruntime::bindings

@@ -1,5 +1,7 @@
 #include <pybind11/stl.h>
 
+#include <cstdint>
+
 #include "bindings/bindings.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/plugin.h"
@@ -69,6 +71,21 @@ void bind_device(py::module_& m) {
              dm.synchronize(dev);
            })
       .def("cuda_unavailable_reason", &DeviceManager::cuda_unavailable_reason);
+
+  m.def(
+      "plugin_lookup",
+      [](const std::string& plugin, const std::string& name) {
+        return reinterpret_cast<std::uintptr_t>(plugin_lookup(plugin, name.c_str()));
+      },
+      py::arg("plugin"), py::arg("name"),
+      "The address of a plugin's named entry point (names in xpuruntime/cuda_kernels_abi.h), "
+      "or 0 when the plugin is absent or has no such entry. For ctypes callers (tests).");
+
+  m.def(
+      "torch_allocator_library",
+      [] { return core_library_dir() + "/libxpuruntime_torch_allocator.so"; },
+      "The library holding xrt_torch_malloc / xrt_torch_free for "
+      "torch.cuda.memory.CUDAPluggableAllocator (built with the CUDA plugin).");
 
   m.def("plugin_statuses", [] {
     py::list out;

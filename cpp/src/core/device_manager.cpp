@@ -1,7 +1,9 @@
-#include <mutex>
+// DeviceManager: a registry of device backends keyed by device type. Each backend
+// comes from the plugin serving its type (plugin.h: the CPU one built in, the others
+// dlopen'ed on first use); the manager itself names no device kind.
+#include <atomic>
 #include <string>
 
-#include "backends/cpu/cpu_backend.h"
 #include "core/no_destructor.h"
 #include "xpuruntime/backend.h"
 #include "xpuruntime/device.h"
@@ -12,44 +14,21 @@
 namespace xpuruntime {
 namespace {
 
-struct CudaState {
-  std::once_flag once;
-  DeviceBackend* backend = nullptr;  // owned by the plugin, lives until exit
+// The seed API's integer device ids (get_device_count(), get_device_info(int), ...)
+// name devices of this type.
+constexpr DeviceType kAcceleratorType = DeviceType::kCUDA;
+
+// The backend of a device type, or nullptr with *why (plugin absent or failed, no device).
+DeviceBackend* usable_backend(DeviceType type, std::string* why) {
   std::string reason;
-};
-
-CudaState& cuda_state() {
-  static NoDestructor<CudaState> state;
-  return state.get();
-}
-
-// Loads the CUDA plugin once. A missing plugin or library is a reason, not an error.
-DeviceBackend* cuda_backend_or_null(std::string* reason = nullptr) {
-  CudaState& st = cuda_state();
-  std::call_once(st.once, [&st] {
-    const PluginStatus& status = load_plugin("cuda");
-    if (!status.loaded) {
-      st.reason = "CUDA plugin not loaded (" + status.path + "): " + status.error +
-                  ". Build with the CUDA toolkit (XRT_CUDA=ON) and make sure libcudart is on the "
-                  "library path.";
-      return;
-    }
-    auto entry = reinterpret_cast<BackendPluginEntry>(plugin_symbol("cuda", kBackendPluginSymbol));
-    if (!entry) {
-      st.reason = std::string("CUDA plugin has no symbol ") + kBackendPluginSymbol;
-      return;
-    }
-    std::string why;
-    st.backend = entry(&why);
-    if (!st.backend) {
-      st.reason = why.empty() ? "CUDA backend failed to initialize" : why;
-    } else if (st.backend->device_count() == 0) {
-      st.reason = st.backend->unavailable_reason();
-      if (st.reason.empty()) st.reason = "no CUDA device found";
-    }
-  });
-  if (reason) *reason = st.reason;
-  return st.backend;
+  DeviceBackend* b = plugin_backend(plugin_for_device(type), &reason);
+  if (b != nullptr && b->device_count() == 0) {
+    if (reason.empty()) reason = b->unavailable_reason();
+    if (reason.empty()) reason = "no " + std::string(device_type_name(type)) + " device found";
+    b = nullptr;
+  }
+  if (why != nullptr) *why = reason;
+  return b;
 }
 
 thread_local bool t_has_current = false;
@@ -91,54 +70,63 @@ DeviceManager::DeviceManager() = default;
 
 DeviceManager& DeviceManager::instance() {
   static NoDestructor<DeviceManager> mgr;
+  // The built-in plugin starts with the manager (its kernels and provider register).
+  // Not in the constructor: the plugin's registration may call instance() again.
+  static std::atomic<bool> builtin_loaded{false};
+  if (!builtin_loaded.load(std::memory_order_acquire)) {
+    load_plugin(plugin_for_device(DeviceType::kCPU));
+    builtin_loaded.store(true, std::memory_order_release);
+  }
   return mgr.get();
 }
 
 DeviceBackend* DeviceManager::backend_or_null(DeviceType type) const {
-  if (type == DeviceType::kCPU) return &cpu_backend();
-  DeviceBackend* b = cuda_backend_or_null();
-  return (b && b->device_count() > 0) ? b : nullptr;
+  return usable_backend(type, nullptr);
 }
 
 DeviceBackend& DeviceManager::backend(DeviceType type) const {
-  if (type == DeviceType::kCPU) return cpu_backend();
   std::string reason;
-  DeviceBackend* b = cuda_backend_or_null(&reason);
-  XRT_CHECK(b && b->device_count() > 0, BackendUnavailableError, "CUDA is not available: ", reason);
+  DeviceBackend* b = usable_backend(type, &reason);
+  XRT_CHECK(b != nullptr, BackendUnavailableError, device_type_name(type), " is not available: ", reason);
   return *b;
 }
 
-std::string DeviceManager::cuda_unavailable_reason() const {
+std::string DeviceManager::unavailable_reason(DeviceType type) const {
   std::string reason;
-  cuda_backend_or_null(&reason);
+  usable_backend(type, &reason);
   return reason;
 }
 
-int DeviceManager::get_device_count() const { return get_device_count(DeviceType::kCUDA); }
+std::string DeviceManager::cuda_unavailable_reason() const { return unavailable_reason(DeviceType::kCUDA); }
+
+int DeviceManager::get_device_count() const { return get_device_count(kAcceleratorType); }
 
 int DeviceManager::get_device_count(DeviceType type) const {
-  if (type == DeviceType::kCPU) return 1;
-  DeviceBackend* b = cuda_backend_or_null();
+  DeviceBackend* b = plugin_backend(plugin_for_device(type), nullptr);
   return b ? b->device_count() : 0;
 }
 
 std::vector<DeviceInfo> DeviceManager::get_all_devices() const {
   std::vector<DeviceInfo> out;
-  for (int i = 0; i < get_device_count(DeviceType::kCUDA); ++i) out.push_back(get_device_info(i));
-  out.push_back(cpu_backend().device_info(0));
+  for (DeviceType type : plugin_device_types()) {
+    const int n = get_device_count(type);
+    for (int i = 0; i < n; ++i) out.push_back(backend(type).device_info(i));
+  }
   return out;
 }
 
 void DeviceManager::check_device(const Device& d) const {
-  if (d.is_cpu()) return;
-  int n = get_device_count(DeviceType::kCUDA);
-  if (n == 0) XRT_THROW(InvalidArgumentError, "device ", d.str(), " requested but ", cuda_unavailable_reason());
+  const int n = get_device_count(d.type);
+  if (n == 0) {
+    XRT_THROW(InvalidArgumentError, "device ", d.str(), " requested but ", unavailable_reason(d.type));
+  }
   XRT_CHECK(d.index >= 0 && d.index < n, InvalidArgumentError, "device ", d.str(),
-            " does not exist: this machine has ", n, " CUDA device(s) (cuda:0..cuda:", n - 1, ")");
+            " does not exist: this machine has ", n, " ", device_type_name(d.type), " device(s) (",
+            Device{d.type, 0}.str(), "..", Device{d.type, n - 1}.str(), ")");
 }
 
 DeviceInfo DeviceManager::get_device_info(int device_id) const {
-  return get_device_info(Device::cuda(device_id));
+  return get_device_info(Device{kAcceleratorType, device_id});
 }
 
 DeviceInfo DeviceManager::get_device_info(const Device& d) const {
@@ -148,15 +136,17 @@ DeviceInfo DeviceManager::get_device_info(const Device& d) const {
 
 Device DeviceManager::get_current_device() const {
   if (t_has_current) return t_current;
-  return get_device_count(DeviceType::kCUDA) > 0 ? Device::cuda(backend(DeviceType::kCUDA).current())
-                                                 : Device::cpu();
+  return get_device_count(kAcceleratorType) > 0 ? Device{kAcceleratorType, backend(kAcceleratorType).current()}
+                                                : Device::cpu();
 }
 
-void DeviceManager::set_current_device(int device_id) { set_current_device(Device::cuda(device_id)); }
+void DeviceManager::set_current_device(int device_id) {
+  set_current_device(Device{kAcceleratorType, device_id});
+}
 
 void DeviceManager::set_current_device(const Device& d) {
   check_device(d);
-  if (d.is_cuda()) backend(DeviceType::kCUDA).set_current(d.index);
+  backend(d.type).set_current(d.index);
   t_current = d;
   t_has_current = true;
 }
@@ -165,7 +155,7 @@ void DeviceManager::synchronize(int device_id) const {
   if (device_id < 0) {
     synchronize(get_current_device());
   } else {
-    synchronize(Device::cuda(device_id));
+    synchronize(Device{kAcceleratorType, device_id});
   }
 }
 

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "xpuruntime/cuda_kernels_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
 #include "xpuruntime/plugin.h"
@@ -52,11 +53,6 @@ void cpu_strided_copy(char* dst, const Shape& dst_strides, const char* src,
     }
   }
 }
-
-// Exported by the CUDA plugin: strided copy within one CUDA device.
-using CudaStridedCopyFn = void (*)(void* dst, const void* src, int ndim, const int64_t* shape,
-                                   const int64_t* dst_strides, const int64_t* src_strides,
-                                   int elem_size, void* stream);
 
 }  // namespace
 
@@ -205,10 +201,15 @@ void Tensor::copy_from(const Tensor& src, NativeStream stream) {
     return;
   }
   if (sd == dd) {  // same CUDA device, some side strided: one kernel
-    auto fn = reinterpret_cast<CudaStridedCopyFn>(plugin_symbol("cuda", "xpuruntime_cuda_strided_copy"));
-    XRT_CHECK(fn != nullptr, BackendUnavailableError, "the CUDA plugin has no strided copy kernel");
-    fn(data_ptr(), src.data_ptr(), static_cast<int>(dim()), shape_.data(), strides_.data(),
-       src.strides_.data(), static_cast<int>(element_size()), stream);
+    namespace ck = cuda_kernels;
+    const auto fn = plugin_entry<ck::StridedCopyEntry>(plugin_for_device(dd.type), ck::entry::kStridedCopy);
+    XRT_CHECK(fn != nullptr, BackendUnavailableError, "the ", device_type_name(dd.type),
+              " plugin has no strided copy kernel (rebuild and reinstall xpuruntime)");
+    char err[512] = {0};
+    ck::throw_kernel_status(fn(data_ptr(), src.data_ptr(), static_cast<int32_t>(dim()), shape_.data(),
+                               strides_.data(), src.strides_.data(), static_cast<int32_t>(element_size()),
+                               stream, err, sizeof(err)),
+                            err);
     return;
   }
   // Across devices with strides: make the source contiguous where it lives, then

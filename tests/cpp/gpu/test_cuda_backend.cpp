@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "xpuruntime/backend.h"
+#include "xpuruntime/cuda_kernels_abi.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
@@ -25,10 +26,12 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-// Test kernels exported by the CUDA plugin (cpp/src/backends/cuda/testing_kernels.cu).
-using SpinFn = int (*)(double ms, void* stream);
-using AxpyFn = int (*)(float a, const float* x, float* y, int64_t n, void* stream);
-using ErrorNameFn = const char* (*)(int err);
+// Test kernels of the CUDA plugin (cpp/src/backends/cuda/testing_kernels.cu), reached
+// through its lookup.
+namespace ck = cuda_kernels;
+using SpinFn = ck::TestSpinEntry;
+using AxpyFn = ck::TestAxpyEntry;
+using ErrorNameFn = ck::TestErrorNameEntry;
 
 class CudaBackendTest : public ::testing::Test {
  protected:
@@ -38,11 +41,11 @@ class CudaBackendTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device: " << dm.cuda_unavailable_reason();
     }
     backend_ = &dm.backend(DeviceType::kCUDA);
-    spin_ = reinterpret_cast<SpinFn>(plugin_symbol("cuda", "xpuruntime_test_spin"));
-    axpy_ = reinterpret_cast<AxpyFn>(plugin_symbol("cuda", "xpuruntime_test_axpy"));
-    error_name_ = reinterpret_cast<ErrorNameFn>(plugin_symbol("cuda", "xpuruntime_test_error_name"));
-    ASSERT_NE(spin_, nullptr) << "plugin lacks xpuruntime_test_spin";
-    ASSERT_NE(axpy_, nullptr) << "plugin lacks xpuruntime_test_axpy";
+    spin_ = plugin_entry<SpinFn>("cuda", ck::entry::kTestSpin);
+    axpy_ = plugin_entry<AxpyFn>("cuda", ck::entry::kTestAxpy);
+    error_name_ = plugin_entry<ErrorNameFn>("cuda", ck::entry::kTestErrorName);
+    ASSERT_NE(spin_, nullptr) << "plugin lookup has no " << ck::entry::kTestSpin;
+    ASSERT_NE(axpy_, nullptr) << "plugin lookup has no " << ck::entry::kTestAxpy;
     ASSERT_NE(error_name_, nullptr);
   }
 

@@ -1,5 +1,5 @@
 // Registration of the cuBLASLt matmul kernel ("cublasLt"); the CUDA plugin's
-// xpuruntime_register_kernels entry point calls it. Thread-safe.
+// xpuruntime_plugin_init entry registers it when the plugin loads. Thread-safe.
 #pragma once
 
 #include "xpuruntime/kernel_registry.h"

@@ -1,7 +1,7 @@
 // The CUDA device backend (DESIGN.md §2): raw device memory, pinned host memory,
 // copies, streams, events and graph capture on NVIDIA GPUs through the CUDA
 // runtime. Built into the plugin libxpuruntime_cuda.so, created once by
-// xpuruntime_create_backend and never destroyed (caching allocators in the core
+// xpuruntime_plugin_init and never destroyed (caching allocators in the core
 // may still free blocks from static destructors at exit).
 //
 // Without a driver or a GPU the backend still constructs: device_count() is 0

@@ -1,11 +1,13 @@
 // Strided element copy within one CUDA device (Tensor::copy_from with a
-// non-contiguous side). Exported for the core as xpuruntime_cuda_strided_copy.
+// non-contiguous side), reached through plugin_lookup("cuda", "strided_copy").
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "backends/cuda/cuda_entries.h"
+#include "backends/cuda/kernel_entry.h"
 #include "xpuruntime/error.h"
 
 namespace {
@@ -46,10 +48,12 @@ void launch(void* dst, const void* src, int64_t n, const StridedArgs& a, cudaStr
 
 }  // namespace
 
-extern "C" void xpuruntime_cuda_strided_copy(void* dst, const void* src, int ndim,
-                                             const int64_t* shape, const int64_t* dst_strides,
-                                             const int64_t* src_strides, int elem_size,
-                                             void* stream) {
+namespace xpuruntime::cuda {
+namespace {
+
+void strided_copy(void* dst, const void* src, int ndim, const int64_t* shape,
+                  const int64_t* dst_strides, const int64_t* src_strides, int elem_size,
+                  void* stream) {
   XRT_CHECK(ndim <= kMaxDims, UnsupportedOperationError, "strided CUDA copy supports up to ",
             kMaxDims, " dimensions, got ", ndim, "; make the tensor contiguous first");
   StridedArgs a{};
@@ -74,3 +78,16 @@ extern "C" void xpuruntime_cuda_strided_copy(void* dst, const void* src, int ndi
   XRT_CHECK(err == cudaSuccess, CudaError, "strided copy kernel launch failed: ",
             cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
 }
+
+}  // namespace
+
+cuda_kernels::KernelStatus strided_copy_entry(void* dst, const void* src, int32_t ndim,
+                                              const int64_t* shape, const int64_t* dst_strides,
+                                              const int64_t* src_strides, int32_t elem_size,
+                                              void* stream, char* err, std::size_t err_len) noexcept {
+  return cuda_kernels::guarded(
+      [&] { strided_copy(dst, src, ndim, shape, dst_strides, src_strides, elem_size, stream); }, err,
+      err_len);
+}
+
+}  // namespace xpuruntime::cuda

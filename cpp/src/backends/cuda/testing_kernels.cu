@@ -1,11 +1,13 @@
 // Tiny kernels the GPU test suites use to create known device work: a busy-wait
 // of a given duration (for stream/event timing and cross-stream ordering) and an
-// axpy (for graph capture/replay results). Exported with C linkage from the
-// plugin so tests reach them with dlsym (C++) or ctypes (Python) without linking
-// CUDA themselves. They return a cudaError_t value (0 = success).
+// axpy (for graph capture/replay results). Tests reach them through
+// plugin_lookup("cuda", "test_spin" | "test_axpy" | "test_error_name") without
+// linking CUDA themselves. They return a cudaError_t value (0 = success).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "backends/cuda/cuda_entries.h"
 
 namespace {
 
@@ -33,15 +35,17 @@ __global__ void axpy_kernel(float a, const float* __restrict__ x, float* __restr
 
 }  // namespace
 
+namespace xpuruntime::cuda {
+
 // Occupies `stream` for `ms` milliseconds of wall time (one thread, one block).
-extern "C" int xpuruntime_test_spin(double ms, void* stream) {
+int32_t test_spin(double ms, void* stream) noexcept {
   if (ms < 0) return static_cast<int>(cudaErrorInvalidValue);
   spin_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<uint64_t>(ms * 1e6));
   return static_cast<int>(cudaGetLastError());
 }
 
 // y[i] = fma(a, x[i], y[i]) for i < n, on `stream`.
-extern "C" int xpuruntime_test_axpy(float a, const float* x, float* y, int64_t n, void* stream) {
+int32_t test_axpy(float a, const float* x, float* y, int64_t n, void* stream) noexcept {
   if (n < 0) return static_cast<int>(cudaErrorInvalidValue);
   if (n == 0) return 0;
   const int threads = 256;
@@ -52,6 +56,8 @@ extern "C" int xpuruntime_test_axpy(float a, const float* x, float* y, int64_t n
 }
 
 // The name of a cudaError_t value returned above ("cudaErrorInvalidValue").
-extern "C" const char* xpuruntime_test_error_name(int err) {
+const char* test_error_name(int32_t err) noexcept {
   return cudaGetErrorName(static_cast<cudaError_t>(err));
 }
+
+}  // namespace xpuruntime::cuda

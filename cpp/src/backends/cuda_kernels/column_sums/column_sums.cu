@@ -15,6 +15,7 @@
 #include <exception>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernel_entry.h"
 #include "backends/cuda_kernels/column_sums/column_sums_impl.h"
 #include "xpuruntime/error.h"
 
@@ -159,7 +160,7 @@ void column_sums(const ColumnSumsArgs& a) {
             ", row stride ", a.ld, ")");
   XRT_CHECK(a.out != nullptr && (a.rows == 0 || a.x != nullptr), InvalidArgumentError,
             "column_sums: null input or output pointer");
-  XRT_CHECK(a.dtype == ColSumDType::kFloat16 || a.dtype == ColSumDType::kBFloat16, InvalidArgumentError,
+  XRT_CHECK(a.dtype == KernelDType::kFloat16 || a.dtype == KernelDType::kBFloat16, InvalidArgumentError,
             "column_sums: dtype must be float16 or bfloat16");
   const auto stream = static_cast<cudaStream_t>(a.stream);
   if (a.rows == 0) {  // a sum over no rows
@@ -169,30 +170,26 @@ void column_sums(const ColumnSumsArgs& a) {
   const int64_t need = column_sums_workspace_bytes(a.rows, a.cols);
   XRT_CHECK(a.workspace != nullptr && a.workspace_bytes >= need, InvalidArgumentError,
             "column_sums: the workspace of ", a.workspace_bytes, " bytes is too small (needs ", need, ")");
-  if (a.dtype == ColSumDType::kFloat16) {
+  if (a.dtype == KernelDType::kFloat16) {
     run<__half>(a);
   } else {
     run<__nv_bfloat16>(a);
   }
 }
 
-}  // namespace xpuruntime::cuda_kernels
-
-extern "C" int xrt_column_sums(const xpuruntime::cuda_kernels::ColumnSumsArgs* args, char* err,
-                               size_t err_len) {
-  auto report = [&](const std::exception& e, int code) {
-    if (err != nullptr && err_len > 0) {
-      std::strncpy(err, e.what(), err_len - 1);
-      err[err_len - 1] = '\0';
-    }
-    return code;
-  };
-  try {
-    xpuruntime::cuda_kernels::column_sums(*args);
-    return 0;
-  } catch (const xpuruntime::InvalidArgumentError& e) {
-    return report(e, 1);
-  } catch (const std::exception& e) {
-    return report(e, 2);
-  }
+KernelStatus column_sums_entry(const ColumnSumsArgs* args, char* err, std::size_t err_len) noexcept {
+  return guarded([&] { column_sums(*args); }, err, err_len);
 }
+
+KernelStatus column_sums_workspace_entry(int64_t rows, int64_t cols, int64_t* bytes, char* err,
+                                         std::size_t err_len) noexcept {
+  return guarded(
+      [&] {
+        XRT_CHECK(rows >= 0 && cols >= 0, InvalidArgumentError, "column_sums: rows (", rows,
+                  ") and cols (", cols, ") must be non-negative");
+        *bytes = column_sums_workspace_bytes(rows, cols);
+      },
+      err, err_len);
+}
+
+}  // namespace xpuruntime::cuda_kernels

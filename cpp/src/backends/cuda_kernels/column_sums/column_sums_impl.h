@@ -1,6 +1,6 @@
 // Column sums of a row-major [rows, cols] fp16/bf16 matrix: the bias gradient of a
-// linear layer (its output gradient summed over the tokens). Plain-argument
-// interface (no CUDA headers), shared by the binding and the plugin's launcher.
+// linear layer (its output gradient summed over the tokens). The argument struct is
+// the plugin's C ABI (xpuruntime/cuda_kernels_abi.h).
 //
 // Two stages, both deterministic: row slices ("parts") write fp32 partial sums to
 // `workspace` ([parts, cols]), then one thread per column adds the parts in order
@@ -13,20 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "xpuruntime/cuda_kernels_abi.h"
+
 namespace xpuruntime::cuda_kernels {
-
-enum class ColSumDType : int32_t { kFloat16 = 1, kBFloat16 = 2 };
-
-struct ColumnSumsArgs {
-  ColSumDType dtype = ColSumDType::kBFloat16;
-  int64_t rows = 0, cols = 0;
-  int64_t ld = 0;  // elements between rows (>= cols); columns are contiguous
-  const void* x = nullptr;
-  void* out = nullptr;  // [cols], same dtype as x
-  float* workspace = nullptr;
-  int64_t workspace_bytes = 0;
-  void* stream = nullptr;
-};
 
 // Threads of a stage-1 CTA cover 256 columns (32 lanes x 8 columns of 16 bytes) and
 // 8 row lanes; a part is at least 64 rows, and the grid aims at about 1024 CTAs.
@@ -45,9 +34,9 @@ inline int64_t column_sums_workspace_bytes(int64_t rows, int64_t cols) {
 // for a bad shape, stride or a short workspace, CudaError when a launch fails.
 void column_sums(const ColumnSumsArgs& args);
 
-}  // namespace xpuruntime::cuda_kernels
+// Entry points (plugin_lookup names entry::kColumnSums / kColumnSumsWorkspace).
+KernelStatus column_sums_entry(const ColumnSumsArgs* args, char* err, std::size_t err_len) noexcept;
+KernelStatus column_sums_workspace_entry(int64_t rows, int64_t cols, int64_t* bytes, char* err,
+                                         std::size_t err_len) noexcept;
 
-// Exported from libxpuruntime_cuda.so (see flash_v2_impl.h for the conventions).
-extern "C" {
-int xrt_column_sums(const xpuruntime::cuda_kernels::ColumnSumsArgs* args, char* err, size_t err_len);
-}
+}  // namespace xpuruntime::cuda_kernels

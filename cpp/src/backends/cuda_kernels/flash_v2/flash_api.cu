@@ -1,6 +1,6 @@
 // Entry points of the attention kernels: argument validation, dispatch on dtype
-// and head dimension, and the extern "C" functions the binding finds with
-// plugin_symbol (exceptions never cross the C boundary: they become codes).
+// and head dimension, and the C-ABI entries plugin_lookup("cuda", ...) returns
+// (exceptions never cross the plugin boundary: they become KernelStatus codes).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "backends/cuda/kernel_entry.h"
 #include "backends/cuda_kernels/flash_v2/flash_v2_impl.h"
 #include "xpuruntime/error.h"
 
@@ -32,9 +33,9 @@ void check_tensor(const char* name, const void* ptr, const FlashStrides& s) {
             " must be multiples of 8 elements (16 bytes) with a contiguous last dimension");
 }
 
-void check_common(FlashDType dtype, const FlashShape& sh, const FlashMask& mask, float dropout_p,
+void check_common(KernelDType dtype, const FlashShape& sh, const FlashMask& mask, float dropout_p,
                   const int64_t* rng_state) {
-  XRT_CHECK(dtype == FlashDType::kFloat16 || dtype == FlashDType::kBFloat16, InvalidArgumentError,
+  XRT_CHECK(dtype == KernelDType::kFloat16 || dtype == KernelDType::kBFloat16, InvalidArgumentError,
             "flash attention: dtype must be float16 or bfloat16");
   XRT_CHECK(flash_supports_head_dim(sh.head_dim), InvalidArgumentError,
             "flash attention: head_dim ", sh.head_dim, " has no kernel (supported: 64, 128)");
@@ -54,30 +55,10 @@ void check_common(FlashDType dtype, const FlashShape& sh, const FlashMask& mask,
 
 template <typename Args, typename Fn16, typename Fn32>
 void dispatch(const Args& a, Fn16 half_fn, Fn32 bf16_fn) {
-  if (a.dtype == FlashDType::kFloat16) {
+  if (a.dtype == KernelDType::kFloat16) {
     half_fn();
   } else {
     bf16_fn();
-  }
-}
-
-int report(const std::exception& e, char* err, size_t err_len, int code) {
-  if (err != nullptr && err_len > 0) {
-    std::strncpy(err, e.what(), err_len - 1);
-    err[err_len - 1] = '\0';
-  }
-  return code;
-}
-
-template <typename Fn>
-int guarded(Fn fn, char* err, size_t err_len) {
-  try {
-    fn();
-    return 0;
-  } catch (const InvalidArgumentError& e) {
-    return report(e, err, err_len, 1);
-  } catch (const std::exception& e) {
-    return report(e, err, err_len, 2);
   }
 }
 
@@ -122,16 +103,14 @@ void flash_attention_backward(const FlashBwdArgs& a) {
       });
 }
 
+KernelStatus flash_attention_forward_entry(const FlashFwdArgs* args, char* err,
+                                           std::size_t err_len) noexcept {
+  return guarded([&] { flash_attention_forward(*args); }, err, err_len);
+}
+
+KernelStatus flash_attention_backward_entry(const FlashBwdArgs* args, char* err,
+                                            std::size_t err_len) noexcept {
+  return guarded([&] { flash_attention_backward(*args); }, err, err_len);
+}
+
 }  // namespace xpuruntime::cuda_kernels
-
-extern "C" int xrt_flash_attention_forward(const xpuruntime::cuda_kernels::FlashFwdArgs* args,
-                                           char* err, size_t err_len) {
-  return xpuruntime::cuda_kernels::guarded(
-      [&] { xpuruntime::cuda_kernels::flash_attention_forward(*args); }, err, err_len);
-}
-
-extern "C" int xrt_flash_attention_backward(const xpuruntime::cuda_kernels::FlashBwdArgs* args,
-                                            char* err, size_t err_len) {
-  return xpuruntime::cuda_kernels::guarded(
-      [&] { xpuruntime::cuda_kernels::flash_attention_backward(*args); }, err, err_len);
-}

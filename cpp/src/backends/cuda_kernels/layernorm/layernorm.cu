@@ -1,8 +1,9 @@
 // Launchers of the fused LayerNorm kernels: pick the register-resident variant
 // (threads per row, vectors per thread) and the forward launch configuration
-// (grid, cache hints, prefetch) for the shape, and export the extern "C" entry
-// points. The configuration can be overridden at run time (XRT_LN_CONFIG, or
-// xrt_layernorm_set_config from a sweep); see layernorm_config.h.
+// (grid, cache hints, prefetch) for the shape, and define the C-ABI entry points
+// the plugin's lookup hands out. The configuration can be overridden at run time
+// (XRT_LN_CONFIG, or the layernorm_set_config entry from a sweep); see
+// layernorm_config.h.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernel_entry.h"
 #include "backends/cuda_kernels/layernorm/layernorm_config.h"
 #include "backends/cuda_kernels/layernorm/layernorm_impl.h"
 #include "backends/cuda_kernels/layernorm/layernorm_kernel.cuh"
@@ -22,7 +24,7 @@ namespace {
 
 // The default configurations (forward and backward) are chosen in
 // layernorm_config.cpp; this file turns a configuration into a launch.
-int element_bytes(LnDType t) { return t == LnDType::kFloat32 ? 4 : 2; }
+int element_bytes(KernelDType t) { return t == KernelDType::kFloat32 ? 4 : 2; }
 
 struct Plan {
   bool vectorized = false;
@@ -36,7 +38,7 @@ bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr
 // the configuration). Vectors per thread select a compiled variant (1..4); rows
 // needing more take the scalar kernels, as do rows that are not whole vectors and
 // unaligned pointers.
-Plan make_plan(LnDType dtype, int64_t cols, int32_t tpr, bool pointers_aligned) {
+Plan make_plan(KernelDType dtype, int64_t cols, int32_t tpr, bool pointers_aligned) {
   Plan plan;
   const int vec = 16 / element_bytes(dtype);
   if (cols % vec != 0 || !pointers_aligned || tpr <= 0) return plan;
@@ -215,11 +217,11 @@ void backward_typed(const LayerNormBwdArgs& a) {
 }
 
 template <typename Fn>
-void by_dtype(LnDType t, Fn&& fn) {
+void by_dtype(KernelDType t, Fn&& fn) {
   switch (t) {
-    case LnDType::kFloat32: fn(float{}); break;
-    case LnDType::kFloat16: fn(__half{}); break;
-    case LnDType::kBFloat16: fn(__nv_bfloat16{}); break;
+    case KernelDType::kFloat32: fn(float{}); break;
+    case KernelDType::kFloat16: fn(__half{}); break;
+    case KernelDType::kBFloat16: fn(__nv_bfloat16{}); break;
     default: XRT_THROW(InvalidArgumentError, "layernorm: dtype must be float32, float16 or bfloat16");
   }
 }
@@ -227,26 +229,6 @@ void by_dtype(LnDType t, Fn&& fn) {
 void check_shape(int64_t rows, int64_t cols) {
   XRT_CHECK(rows >= 0 && cols > 0, InvalidArgumentError, "layernorm: need rows >= 0 and cols > 0 (got ",
             rows, " x ", cols, ")");
-}
-
-int report(const std::exception& e, char* err, size_t err_len, int code) {
-  if (err != nullptr && err_len > 0) {
-    std::strncpy(err, e.what(), err_len - 1);
-    err[err_len - 1] = '\0';
-  }
-  return code;
-}
-
-template <typename Fn>
-int guarded(Fn fn, char* err, size_t err_len) {
-  try {
-    fn();
-    return 0;
-  } catch (const InvalidArgumentError& e) {
-    return report(e, err, err_len, 1);
-  } catch (const std::exception& e) {
-    return report(e, err, err_len, 2);
-  }
 }
 
 }  // namespace
@@ -289,41 +271,31 @@ void layernorm_backward(const LayerNormBwdArgs& a) {
   by_dtype(a.dtype, [&](auto tag) { backward_typed<decltype(tag)>(a); });
 }
 
-}  // namespace xpuruntime::cuda_kernels
-
-extern "C" int xrt_layernorm_forward(const xpuruntime::cuda_kernels::LayerNormFwdArgs* args,
-                                     char* err, size_t err_len) {
-  return xpuruntime::cuda_kernels::guarded(
-      [&] { xpuruntime::cuda_kernels::layernorm_forward(*args); }, err, err_len);
+KernelStatus layernorm_forward_entry(const LayerNormFwdArgs* args, char* err,
+                                     std::size_t err_len) noexcept {
+  return guarded([&] { layernorm_forward(*args); }, err, err_len);
 }
 
-extern "C" int xrt_layernorm_backward(const xpuruntime::cuda_kernels::LayerNormBwdArgs* args,
-                                      char* err, size_t err_len) {
-  return xpuruntime::cuda_kernels::guarded(
-      [&] { xpuruntime::cuda_kernels::layernorm_backward(*args); }, err, err_len);
+KernelStatus layernorm_backward_entry(const LayerNormBwdArgs* args, char* err,
+                                      std::size_t err_len) noexcept {
+  return guarded([&] { layernorm_backward(*args); }, err, err_len);
 }
 
-extern "C" int xrt_layernorm_backward_workspace_bytes(
-    const xpuruntime::cuda_kernels::LayerNormBwdArgs* args, int64_t* bytes, char* err,
-    size_t err_len) {
-  return xpuruntime::cuda_kernels::guarded(
-      [&] { *bytes = xpuruntime::cuda_kernels::layernorm_backward_workspace_bytes(*args); }, err,
-      err_len);
+KernelStatus layernorm_backward_workspace_entry(const LayerNormBwdArgs* args, int64_t* bytes,
+                                                char* err, std::size_t err_len) noexcept {
+  return guarded([&] { *bytes = layernorm_backward_workspace_bytes(*args); }, err, err_len);
 }
 
-extern "C" int xrt_layernorm_set_config(const char* spec, char* err, size_t err_len) {
-  namespace ln = xpuruntime::cuda_kernels::ln;
-  return xpuruntime::cuda_kernels::guarded(
-      [&] { ln::set_override(ln::parse_override(spec != nullptr ? spec : "")); }, err, err_len);
+KernelStatus layernorm_set_config_entry(const char* spec, char* err, std::size_t err_len) noexcept {
+  return guarded([&] { ln::set_override(ln::parse_override(spec != nullptr ? spec : "")); }, err,
+                 err_len);
 }
 
-extern "C" int xrt_layernorm_describe_config(int32_t dtype, int64_t rows, int64_t cols, char* out,
-                                             size_t out_len) {
-  namespace ln = xpuruntime::cuda_kernels::ln;
-  return xpuruntime::cuda_kernels::guarded(
+KernelStatus layernorm_describe_config_entry(KernelDType dtype, int64_t rows, int64_t cols, char* out,
+                                             std::size_t out_len) noexcept {
+  return guarded(
       [&] {
-        const std::string d = ln::describe(
-            ln::resolve_fwd_config(static_cast<xpuruntime::cuda_kernels::LnDType>(dtype), rows, cols, 0));
+        const std::string d = ln::describe(ln::resolve_fwd_config(dtype, rows, cols, 0));
         if (out != nullptr && out_len > 0) {
           std::strncpy(out, d.c_str(), out_len - 1);
           out[out_len - 1] = '\0';
@@ -331,3 +303,5 @@ extern "C" int xrt_layernorm_describe_config(int32_t dtype, int64_t rows, int64_
       },
       out, out_len);
 }
+
+}  // namespace xpuruntime::cuda_kernels

@@ -77,13 +77,13 @@ int32_t parse_tpr(const std::string& key, const std::string& v) {
 //    prefetch copy and unpacked weight/bias cost twice the registers of 16-bit
 //    types (32768x4096 fp32 at 256 threads: 270 tile vs 277 persistent+prefetch).
 //  * Default cache hints: streaming hints (cs, nol1) were no better at any shape.
-FwdConfig default_fwd_config(LnDType dtype, int64_t rows, int64_t cols) {
+FwdConfig default_fwd_config(KernelDType dtype, int64_t rows, int64_t cols) {
   (void)rows;
-  const int64_t n_vec = cols / (dtype == LnDType::kFloat32 ? 4 : 8);
+  const int64_t n_vec = cols / (dtype == KernelDType::kFloat32 ? 4 : 8);
   FwdConfig c;
   c.tpr = 32;
   while (c.tpr < 1024 && static_cast<int64_t>(c.tpr) * 4 < n_vec) c.tpr *= 2;
-  const bool fp32_long = dtype == LnDType::kFloat32 && n_vec > 128;
+  const bool fp32_long = dtype == KernelDType::kFloat32 && n_vec > 128;
   c.grid = fp32_long ? LnGrid::kTile : LnGrid::kPersistent;
   c.prefetch = fp32_long ? 0 : 1;
   c.hint = kHintDefault;
@@ -94,8 +94,8 @@ FwdConfig default_fwd_config(LnDType dtype, int64_t rows, int64_t cols) {
 // 1024-thread variant is held to 64 registers by its launch bounds and spills
 // (32768x4096 fp32: 436 us at 512 threads x 2 vectors, 607 at 1024 x 1; 4096
 // bf16 is best at 512 x 1: 265, 256 x 2: 299).
-int32_t default_bwd_tpr(LnDType dtype, int64_t cols) {
-  const int64_t n_vec = cols / (dtype == LnDType::kFloat32 ? 4 : 8);
+int32_t default_bwd_tpr(KernelDType dtype, int64_t cols) {
+  const int64_t n_vec = cols / (dtype == KernelDType::kFloat32 ? 4 : 8);
   int32_t tpr = 32;
   while (tpr < 512 && tpr < n_vec) tpr *= 2;
   return static_cast<int64_t>(tpr) * 4 < n_vec ? 1024 : tpr;  // > 2048 vectors: 1024 threads
@@ -155,7 +155,7 @@ LnOverride current_override() {
   return o;
 }
 
-FwdConfig resolve_fwd_config(LnDType dtype, int64_t rows, int64_t cols, int32_t tpr_arg) {
+FwdConfig resolve_fwd_config(KernelDType dtype, int64_t rows, int64_t cols, int32_t tpr_arg) {
   FwdConfig c = default_fwd_config(dtype, rows, cols);
   const FwdConfig o = current_override().fwd;
   if (o.tpr > 0) c.tpr = o.tpr;

@@ -1,7 +1,7 @@
 // Launch configuration of the fused LayerNorm forward kernel (no CUDA headers).
 // The launcher asks default_fwd_config() for a shape; an override set at run time
 // (the variable XRT_LN_CONFIG, read once at the first launch, or
-// xrt_layernorm_set_config from benchmarks/sweep_layernorm.py, which replaces
+// the layernorm_set_config entry from benchmarks/sweep_layernorm.py, which replaces
 // the variable's) replaces any field it names. Spec syntax, comma separated, every key optional:
 //   tpr=0|32|64|...|1024     threads per row (0: default)
 //   grid=auto|persistent|tile
@@ -37,9 +37,9 @@ struct LnOverride {
 };
 
 // The forward configuration for a shape with no field left on auto.
-FwdConfig default_fwd_config(LnDType dtype, int64_t rows, int64_t cols);
+FwdConfig default_fwd_config(KernelDType dtype, int64_t rows, int64_t cols);
 // Threads per row of the backward pass for a row length.
-int32_t default_bwd_tpr(LnDType dtype, int64_t cols);
+int32_t default_bwd_tpr(KernelDType dtype, int64_t cols);
 
 // Parses a spec (syntax above); throws InvalidArgumentError naming the bad part.
 LnOverride parse_override(const std::string& spec);
@@ -49,7 +49,7 @@ LnOverride current_override();
 
 // default_fwd_config with the override's non-auto fields on top, and an explicit
 // threads_per_row argument (benchmarks) above both.
-FwdConfig resolve_fwd_config(LnDType dtype, int64_t rows, int64_t cols, int32_t tpr_arg);
+FwdConfig resolve_fwd_config(KernelDType dtype, int64_t rows, int64_t cols, int32_t tpr_arg);
 
 // "tpr=256,grid=tile,hint=cs,prefetch=1" for logs and the sweep's table.
 std::string describe(const FwdConfig& c);

@@ -1,5 +1,5 @@
 // Registration of our skinny (M <= 16) split-K matmul kernel ("skinny"); the CUDA
-// plugin's xpuruntime_register_kernels entry point calls it. Thread-safe.
+// plugin's xpuruntime_plugin_init entry registers it when the plugin loads. Thread-safe.
 #pragma once
 
 #include "xpuruntime/kernel_registry.h"
