@@ -5,14 +5,19 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#include "backends/cpu/ops/cpu_op.h"
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_provider.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
+#include "xpuruntime/graph/provider.h"
 #include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::bindings {
 namespace {
@@ -200,10 +205,28 @@ py::list io_info(const graph::ExecutionPlan& p, const std::vector<int>& ids) {
   return l;
 }
 
+// The GEMM kernel a step runs: its own kernel for MatMul/Gemm, the recorded
+// sub-decision "<node>/gemm" for a convolution that lowers to one; "" otherwise.
+std::string gemm_of(const graph::ExecutionPlan& p, const graph::PlanStep& s) {
+  if (s.op_key == "matmul") return s.kernel;
+  const std::string sub = s.node.name + "/gemm";
+  for (const std::string& text : p.decisions) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_object() && j.value("node", "") == sub && j.value("op", "") == "matmul")
+      return j.value("chosen", "");
+  }
+  return "";
+}
+
 }  // namespace
 
 void bind_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "The native engine: compile, save/load and run plans.");
+  // Temporary, until the built-in CPU plugin registers both when the core starts
+  // (then this block and the backends/ includes above go): the CPU kernels and the
+  // CPU execution provider. Both registrations are idempotent.
+  register_cpu_kernels(KernelRegistry::instance());
+  graph::ProviderRegistry::instance().add(cpu::make_cpu_provider());
   g.attr("PLAN_FORMAT_VERSION") = graph::kPlanFormatVersion;
 
   py::class_<graph::ExecutionPlan, std::shared_ptr<graph::ExecutionPlan>>(g, "ExecutionPlan")
@@ -255,7 +278,7 @@ void bind_graph(py::module_& m) {
           d["view"] = s.alias;
           d["fused"] = s.node.has("_ops") ? s.node.attr_str("_ops", "") : std::string();
           d["activation"] = s.node.attr_str("_act", "");
-          d["gemm"] = s.node.attr_str("_gemm", "");
+          d["gemm"] = gemm_of(p, s);
           py::list shapes;
           for (int o : s.node.outputs)
             if (o >= 0) shapes.append(dims_to_py(std::nullopt, p.values[o].shape));
@@ -302,8 +325,9 @@ void bind_graph(py::module_& m) {
       "compile",
       [](const py::dict& desc, const KernelPolicy& kp, const ExecutionPolicy& ep,
          const std::string& model_hash, const std::map<std::string, graph::Shape>& shapes,
-         bool fold, bool fuse) {
+         bool fold, bool fuse, const std::string& device) {
         graph::CompileOptions o;
+        o.device = device;
         o.kernel_policy = kp;
         o.exec_policy = ep;
         o.model_hash = model_hash;
@@ -317,25 +341,45 @@ void bind_graph(py::module_& m) {
       },
       py::arg("graph"), py::arg("kernel_policy"), py::arg("exec_policy"),
       py::arg("model_hash") = "", py::arg("input_shapes") = std::map<std::string, graph::Shape>{},
-      py::arg("fold") = true, py::arg("fuse") = true);
+      py::arg("fold") = true, py::arg("fuse") = true, py::arg("device") = "cpu");
   g.def("scratch_peak_bytes", &cpu::scratch_peak_bytes,
         "Largest per-thread scratch buffer the CPU kernels used so far (im2col), in bytes.");
   g.def("policy_fingerprint", &graph::policy_fingerprint, py::arg("kernel_policy"),
         py::arg("exec_policy"));
-  g.def("supported_ops", [] {
-    cpu::ensure_cpu_op_kernels_registered();
-    py::list l;
-    for (const std::string& t : cpu::supported_op_types()) {
-      if (t == "FusedElementwise") continue;
-      for (const cpu::OpDef* d : cpu::op_defs(t)) {
-        py::list dts;
-        for (DType x : d->dtypes) dts.append(std::string(dtype_name(x)));
-        l.append(py::make_tuple(d->op_type, d->key, d->uses_gemm ? std::string("(matmul kernels)") : d->kernel,
-                                dts, d->description));
-      }
-    }
-    return l;
-  });
+  g.def(
+      "supported_ops",
+      [](const std::string& device) {
+        // One row per (op type, kernel) the native engine runs on the device; MatMul and
+        // Gemm are dispatched among the matmul kernels.
+        const graph::ProviderPtr provider = graph::ProviderRegistry::instance().get(device);
+        const KernelRegistry& registry = KernelRegistry::instance();
+        py::list l;
+        for (const std::string& t : ops::schema_op_types()) {
+          const ops::OpSchema* s = ops::find_schema(t);
+          if (!s->domain.empty()) continue;  // fused ops the compiler makes
+          const auto defs = registry.list(s->key, provider->kernel_device());
+          if (defs.empty()) continue;
+          py::list schema_dtypes;
+          for (DType x : s->dtypes) schema_dtypes.append(std::string(dtype_name(x)));
+          if (s->key == "matmul") {
+            l.append(py::make_tuple(t, s->key, std::string("(matmul kernels)"), schema_dtypes,
+                                    s->description));
+            continue;
+          }
+          for (const KernelDef& d : defs) {
+            py::list dts;
+            for (DType x : d.dtypes) dts.append(std::string(dtype_name(x)));
+            l.append(py::make_tuple(t, s->key, d.name, d.dtypes.empty() ? schema_dtypes : dts,
+                                    d.description.empty() ? s->description : d.description));
+          }
+        }
+        return l;
+      },
+      py::arg("device") = "cpu",
+      "Rows (op_type, op_key, kernel, dtypes, description) of what the native engine runs on "
+      "`device`.");
+  g.def("providers", [] { return graph::ProviderRegistry::instance().names(); },
+        "Device kinds the native engine has an execution provider for.");
 }
 
 }  // namespace xpuruntime::bindings

@@ -1,26 +1,18 @@
+// The device-neutral executor (executor.h).
 #include "xpuruntime/graph/executor.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 
-#include "backends/cpu/ops/cpu_op.h"
 #include "graph/passes.h"
 #include "xpuruntime/error.h"
-#include "xpuruntime/memory.h"
+#include "xpuruntime/ops/op_schema.h"
 #include "xpuruntime/profiler.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace xpuruntime::graph {
 namespace {
-
-using cpu::Meta;
-using cpu::OpDef;
-using cpu::TensorView;
 
 // Present tensors always have a non-null pointer, even when empty.
 alignas(64) char g_empty[64];
@@ -42,27 +34,24 @@ std::string decl_str(const PlanValue& v) {
   return os.str();
 }
 
-// Frees run-time shaped buffers on every path out of run().
-struct DynamicPool {
-  CachingAllocator* alloc = nullptr;
-  std::vector<void*> live;
+std::size_t nbytes_of(DType dtype, const Shape& shape) {
+  return static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+}
+
+// Run-time shaped buffers and their high-water mark; the RunResources frees what is
+// left on every path out of run().
+struct DynamicBuffers {
+  RunResources* res = nullptr;
   int64_t bytes = 0, peak = 0;
   void* get(std::size_t n) {
-    void* p = alloc->allocate(std::max<std::size_t>(n, 1));
-    live.push_back(p);
+    void* p = res->allocate(n);
     bytes += static_cast<int64_t>(n);
     peak = std::max(peak, bytes);
     return p;
   }
   void put(void* p, std::size_t n) {
-    auto it = std::find(live.begin(), live.end(), p);
-    if (it == live.end()) return;
-    live.erase(it);
-    alloc->free(p);
+    res->release(p);
     bytes -= static_cast<int64_t>(n);
-  }
-  ~DynamicPool() {
-    for (void* p : live) alloc->free(p);
   }
 };
 
@@ -70,41 +59,25 @@ struct DynamicPool {
 
 Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(plan)) {
   XRT_CHECK(plan_ != nullptr, InvalidArgumentError, "Executor needs a plan");
-  XRT_CHECK(plan_->header.device == "cpu", UnsupportedOperationError, "plan device '",
-            plan_->header.device, "' cannot run on the CPU executor");
+  provider_ = ProviderRegistry::instance().get(plan_->header.device);
   for (const PlanStep& s : plan_->steps) {
-    const std::string kernel = cpu::op_defs(s.node.op_type).empty() ? "" :
-        (cpu::op_defs(s.node.op_type).front()->uses_gemm ? cpu::op_defs(s.node.op_type).front()->kernel
-                                                          : s.kernel);
-    const OpDef* d = cpu::find_op_def(s.node.op_type, kernel);
-    XRT_CHECK(d != nullptr, UnsupportedOperationError, s.node.where(),
-              ": no CPU kernel '", s.kernel, "' in this build (the plan needs it); recompile the plan");
-    defs_.push_back(d);
+    XRT_CHECK(s.alias || s.prepared != nullptr, InvalidArgumentError, s.node.where(),
+              ": the plan step has no prepared kernel '", s.kernel,
+              "'; plans from compile() or ExecutionPlan::load() have one");
+    if (s.prepared) workspace_bytes_ = std::max(workspace_bytes_, s.prepared->workspace_bytes());
+    const ops::OpSchema* schema = ops::find_schema(s.node.op_type);
+    bool dynamic = false;
+    for (int o : s.node.outputs)
+      if (o >= 0 && !plan_->values[o].shape) dynamic = true;
+    XRT_CHECK(schema != nullptr || !dynamic, UnsupportedOperationError, s.node.where(),
+              ": op '", s.node.op_type, "' has no schema in this build, so its run-time output "
+              "shape cannot be inferred; recompile the plan with this build");
+    schemas_.push_back(schema);
   }
+  constants_ = provider_->upload_constants(plan_->constants);
 }
 
-Executor::~Executor() {
-  auto& a = MemoryManager::instance().allocator(Device::cpu());
-  for (void* p : free_arenas_) a.free(p);
-}
-
-void* Executor::acquire_arena() const {
-  {
-    std::lock_guard<std::mutex> lk(arena_mu_);
-    if (!free_arenas_.empty()) {
-      void* p = free_arenas_.back();
-      free_arenas_.pop_back();
-      return p;
-    }
-  }
-  return MemoryManager::instance().allocator(Device::cpu()).allocate(
-      static_cast<std::size_t>(std::max<int64_t>(plan_->memory.arena_bytes, 64)));
-}
-
-void Executor::release_arena(void* p) const {
-  std::lock_guard<std::mutex> lk(arena_mu_);
-  free_arenas_.push_back(p);
-}
+Executor::~Executor() = default;
 
 std::string Executor::describe_inputs() const {
   std::ostringstream os;
@@ -184,102 +157,118 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
       want.push_back(id);
     }
   }
-  // ---- constants, arena, outputs ----
+  // ---- resources, inputs and constants on the device ----
+  const ExecutionProvider& prov = *provider_;
+  const bool host = prov.host_memory();
+  std::unique_ptr<RunResources> res = prov.begin_run(
+      static_cast<std::size_t>(std::max<int64_t>(plan.memory.arena_bytes, 64)), workspace_bytes_);
+  char* const arena = static_cast<char*>(res->arena());
+  DynamicBuffers dyn;
+  dyn.res = res.get();
+  RunStats st_out;
+  // Host-readable bytes of each value, for shape inference that reads values (a
+  // Reshape's shape): the data itself on a host provider; inputs and constants
+  // elsewhere (device intermediates are not read on the host).
+  std::vector<const void*> host_data(nv, nullptr);
+  for (int v : plan.inputs) {
+    host_data[v] = data[v];
+    if (host) continue;
+    const std::size_t n = nbytes_of(plan.values[v].dtype, shapes[v]);
+    void* d = res->allocate(n);
+    res->copy_to_device(d, data[v], n);
+    ++st_out.copies_to_device;
+    st_out.copy_bytes += static_cast<int64_t>(n);
+    data[v] = d;
+  }
   for (int v = 0; v < nv; ++v) {
     const PlanValue& pv = plan.values[v];
     if (pv.constant >= 0) {
       const HostTensor& c = plan.constants[pv.constant];
-      data[v] = c.data ? c.data : g_empty;
+      data[v] = constants_->data(pv.constant);
+      host_data[v] = c.data ? c.data : g_empty;
       shapes[v] = c.shape;
     }
   }
-  void* arena = acquire_arena();
-  struct ArenaGuard {
-    const Executor* ex;
-    void* p;
-    ~ArenaGuard() { ex->release_arena(p); }
-  } arena_guard{this, arena};
-  DynamicPool dyn;
-  dyn.alloc = &MemoryManager::instance().allocator(Device::cpu());
-  std::vector<HostTensor> produced(nv);  // plan outputs
-#ifdef _OPENMP
-  // Each run sets its own thread's team size (an ICV of the calling thread).
-  const char* env = std::getenv("XRT_NUM_THREADS");
-  if (env && std::atoi(env) > 0) omp_set_num_threads(std::atoi(env));
-#endif
+  std::vector<HostTensor> produced(nv);  // plan outputs written in place (host providers)
   const bool profiling = Profiler::instance().enabled();
+  KernelArgs args;
+  args.stream = res->stream();
+  args.workspace = res->workspace();
+  args.workspace_bytes = workspace_bytes_;
 
   for (std::size_t si = 0; si < plan.steps.size(); ++si) {
     const PlanStep& st = plan.steps[si];
     const Node& n = st.node;
-    const OpDef& def = *static_cast<const OpDef*>(defs_[si]);
-    std::vector<TensorView> in;
-    in.reserve(n.inputs.size());
+    args.inputs.clear();
+    args.outputs.clear();
     bool dynamic = false;
     for (int i : n.inputs) {
       if (i < 0) {
-        in.push_back(TensorView{});
+        args.inputs.push_back(TensorArg{});
         continue;
       }
       const PlanValue& pv = plan.values[i];
       XRT_CHECK(data[i] != nullptr, InvalidModelError, n.where(), ": input '", pv.name,
                 "' has no data (plan is inconsistent)");
-      in.push_back(TensorView{pv.dtype, shapes[i], data[i]});
+      args.inputs.push_back(TensorArg{pv.dtype, shapes[i], data[i]});
     }
     for (int o : n.outputs)
       if (o >= 0 && !plan.values[o].shape) dynamic = true;
-    std::vector<Shape> out_shapes(n.outputs.size());
     if (dynamic) {
-      std::vector<Meta> metas(in.size());
-      for (std::size_t k = 0; k < in.size(); ++k) {
-        metas[k].present = in[k].data != nullptr;
-        metas[k].dtype = in[k].dtype;
-        metas[k].shape = in[k].shape;
-        metas[k].data = in[k].data;
+      std::vector<ops::Meta> metas(n.inputs.size());
+      for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+        const int i = n.inputs[k];
+        if (i < 0) continue;
+        metas[k].present = true;
+        metas[k].dtype = plan.values[i].dtype;
+        metas[k].shape = shapes[i];
+        metas[k].data = host ? data[i] : host_data[i];
       }
-      std::vector<Meta> om(n.outputs.size());
-      def.infer(n, metas, om);
-      for (std::size_t k = 0; k < om.size(); ++k)
-        if (n.outputs[k] >= 0) {
-          XRT_CHECK(om[k].shape.has_value(), InvalidModelError, n.where(),
-                    ": could not determine the output shape at run time");
-          out_shapes[k] = *om[k].shape;
-          passes::check_tensor_size(n, plan.values[n.outputs[k]].name, om[k].dtype, out_shapes[k]);
-        }
+      std::vector<ops::Meta> om(n.outputs.size());
+      schemas_[si]->infer(n, metas, om);
+      for (std::size_t k = 0; k < om.size(); ++k) {
+        const int o = n.outputs[k];
+        if (o < 0) continue;
+        XRT_CHECK(om[k].shape.has_value(), InvalidModelError, n.where(),
+                  ": could not determine the output shape at run time",
+                  host ? "" : " (it depends on a value computed on the device)");
+        shapes[o] = *om[k].shape;
+        passes::check_tensor_size(n, plan.values[o].name, om[k].dtype, shapes[o]);
+      }
     } else {
-      for (std::size_t k = 0; k < n.outputs.size(); ++k)
-        if (n.outputs[k] >= 0) out_shapes[k] = *plan.values[n.outputs[k]].shape;
+      for (int o : n.outputs)
+        if (o >= 0) shapes[o] = *plan.values[o].shape;
     }
-    std::vector<TensorView> out;
-    out.reserve(n.outputs.size());
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {
       const int o = n.outputs[k];
       if (o < 0) {
-        out.push_back(TensorView{});
+        args.outputs.push_back(TensorArg{});
         continue;
       }
       const PlanValue& pv = plan.values[o];
-      shapes[o] = out_shapes[k];
-      const std::size_t nbytes = static_cast<std::size_t>(shape_numel(out_shapes[k])) * dtype_size(pv.dtype);
       if (st.alias && k == 0) {
-        data[o] = in[0].data;
-      } else if (pv.kind == PlanValue::Kind::kOutput) {
-        produced[o] = HostTensor::alloc(pv.dtype, out_shapes[k]);
-        data[o] = produced[o].data;
+        data[o] = args.inputs[0].data;
+        host_data[o] = host_data[n.inputs[0]];
+      } else if (pv.kind == PlanValue::Kind::kOutput && host) {
+        produced[o] = HostTensor::alloc(pv.dtype, shapes[o]);
+        data[o] = produced[o].data ? produced[o].data : g_empty;
       } else if (pv.arena_offset >= 0) {
-        data[o] = static_cast<char*>(arena) + pv.arena_offset;
+        data[o] = arena + pv.arena_offset;
       } else {
-        data[o] = dyn.get(nbytes);
+        // Run-time shaped intermediates, and outputs on a device (copied out at the end).
+        data[o] = pv.kind == PlanValue::Kind::kOutput ? res->allocate(nbytes_of(pv.dtype, shapes[o]))
+                                                      : dyn.get(nbytes_of(pv.dtype, shapes[o]));
       }
-      out.push_back(TensorView{pv.dtype, out_shapes[k], data[o]});
+      args.outputs.push_back(TensorArg{pv.dtype, shapes[o], data[o]});
     }
     if (!st.alias) {
       if (profiling) {
         ProfileRange r(n.op_type + ":" + n.name);
-        def.run(n, in, out);
+        st.prepared->run(args);
       } else {
-        def.run(n, in, out);
+        st.prepared->run(args);
       }
+      ++st_out.steps_run;
     }
     // Free run-time shaped buffers whose last reader was this step.
     for (int i : n.inputs) {
@@ -287,23 +276,35 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
       const PlanValue& pv = plan.values[i];
       if (pv.last_use == static_cast<int>(si) && pv.kind == PlanValue::Kind::kIntermediate &&
           pv.arena_offset < 0 && pv.alias_of < 0 && !pv.shape) {
-        dyn.put(data[i], static_cast<std::size_t>(shape_numel(shapes[i])) * dtype_size(pv.dtype));
+        dyn.put(data[i], nbytes_of(pv.dtype, shapes[i]));
       }
     }
   }
+  // ---- outputs to the caller ----
   std::vector<HostTensor> result;
+  result.reserve(want.size());
   for (int v : want) {
     const PlanValue& pv = plan.values[v];
     if (produced[v].defined()) {
       result.push_back(produced[v]);
       continue;
     }
-    // An output that is a graph input or a constant: hand out a copy.
     HostTensor t = HostTensor::alloc(pv.dtype, shapes[v]);
-    if (t.nbytes()) std::memcpy(t.data, data[v], t.nbytes());
+    if (t.nbytes()) {
+      if (host) {
+        // An output that is a graph input or a constant: hand out a copy.
+        std::memcpy(t.data, data[v], t.nbytes());
+      } else {
+        res->copy_to_host(t.data, data[v], t.nbytes());
+        ++st_out.copies_to_host;
+        st_out.copy_bytes += static_cast<int64_t>(t.nbytes());
+      }
+    }
     result.push_back(std::move(t));
   }
-  if (stats) stats->dynamic_bytes_peak = dyn.peak;
+  res->synchronize();
+  st_out.dynamic_bytes_peak = dyn.peak;
+  if (stats) *stats = st_out;
   return result;
 }
 

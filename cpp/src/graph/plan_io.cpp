@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "graph/prepare.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/plan.h"
 
@@ -95,6 +96,9 @@ std::string ExecutionPlan::serialize() const {
   h["policy_fingerprint"] = header.policy_fingerprint;
   h["model_hash"] = header.model_hash;
   h["producer"] = header.producer;
+  h["workspace_limit_bytes"] = header.workspace_limit_bytes;
+  h["allow_tf32"] = header.allow_tf32;
+  h["deterministic"] = header.deterministic;
   json vals = json::array();
   for (const PlanValue& v : values) {
     json j = {{"name", v.name},          {"dtype", static_cast<int>(v.dtype)},
@@ -127,6 +131,7 @@ std::string ExecutionPlan::serialize() const {
                        {"attrs", std::move(attrs)},
                        {"op_key", s.op_key},
                        {"kernel", s.kernel},
+                       {"algorithm", s.algorithm},
                        {"rule", s.rule},
                        {"alias", s.alias}});
   }
@@ -210,6 +215,9 @@ ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectatio
     p.header.policy_fingerprint = h.at("policy_fingerprint").get<std::string>();
     p.header.model_hash = h.at("model_hash").get<std::string>();
     p.header.producer = h.value("producer", "");
+    p.header.workspace_limit_bytes = h.at("workspace_limit_bytes").get<std::size_t>();
+    p.header.allow_tf32 = h.at("allow_tf32").get<bool>();
+    p.header.deterministic = h.at("deterministic").get<bool>();
     XRT_CHECK(expect.device.empty() || expect.device == p.header.device, InvalidModelError,
               "plan was compiled for device '", p.header.device, "' but this session runs on '",
               expect.device, "'; recompile the plan for this device");
@@ -260,6 +268,7 @@ ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectatio
       }
       s.op_key = j.at("op_key").get<std::string>();
       s.kernel = j.at("kernel").get<std::string>();
+      s.algorithm = j.at("algorithm").get<std::string>();
       s.rule = j.at("rule").get<std::string>();
       s.alias = j.at("alias").get<bool>();
       p.steps.push_back(std::move(s));
@@ -307,6 +316,8 @@ ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectatio
   } catch (const json::exception& e) {
     XRT_THROW(InvalidModelError, "plan file is corrupt or from an incompatible build: ", e.what());
   }
+  // Every step's kernel, bound again (the same kernels the plan recorded).
+  prepare_loaded_steps(p);
   return p;
 }
 

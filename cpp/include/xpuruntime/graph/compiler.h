@@ -2,9 +2,11 @@
 // Passes, in order: validation (unknown ops, cycles, missing values), shape and
 // dtype inference with constant folding (Shape of a known shape folds too),
 // BatchNormalization folding into Conv/Gemm, epilogue fusion (bias, residual and
-// activation into Conv/MatMul/Gemm), elementwise-chain fusion, dead-code
-// elimination, dispatch of every node through the Dispatcher (each Decision
-// recorded in the plan), and memory planning (lifetimes -> offsets in one arena).
+// activation into Conv/MatMul/Gemm), elementwise-chain fusion (each fusion only where
+// the execution provider says it pays), dead-code elimination, dispatch of every
+// node through the Dispatcher for the provider's device with the chosen kernel
+// prepared once per step (each Decision, sub-kernels' included, recorded in the
+// plan), and memory planning (lifetimes -> offsets in one arena).
 // compile() is thread-safe (it touches only its arguments and the process-wide
 // dispatcher, which is thread-safe).
 #pragma once
@@ -19,6 +21,7 @@
 namespace xpuruntime::graph {
 
 struct CompileOptions {
+  // The execution provider (graph/provider.h) the plan is compiled for, by device kind.
   std::string device = "cpu";
   KernelPolicy kernel_policy;
   ExecutionPolicy exec_policy;
@@ -35,8 +38,9 @@ struct CompileOptions {
 // SHA-256 over both policies' canonical JSON: what a plan is bound to.
 std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep);
 
-// Compiles a graph (consumed). Throws UnsupportedOperationError naming node and op
-// for ops without a CPU kernel, InvalidModelError for malformed graphs.
+// Compiles a graph (consumed). Throws UnsupportedOperationError for a device without
+// an execution provider (naming the registered ones) and naming node and op for ops
+// without a kernel on that device; InvalidModelError for malformed graphs.
 ExecutionPlan compile(Graph graph, const CompileOptions& options);
 
 }  // namespace xpuruntime::graph

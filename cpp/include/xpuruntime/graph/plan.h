@@ -8,17 +8,22 @@
 // aligned at the offset the header lists). Little-endian.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "xpuruntime/graph/ir.h"
+#include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime::graph {
 
 // Bumped whenever the plan format or the meaning of a step changes.
-inline constexpr int kPlanFormatVersion = 1;
+// 2: steps hold prepared kernels (a conv's GEMM is a recorded sub-decision, not a
+//    "_gemm" attribute); steps record their algorithm; the header records the
+//    execution-policy fields kernels are prepared under.
+inline constexpr int kPlanFormatVersion = 2;
 
 struct PlanValue {
   enum class Kind : uint8_t { kInput = 0, kConstant = 1, kIntermediate = 2, kOutput = 3 };
@@ -34,19 +39,28 @@ struct PlanValue {
 };
 
 struct PlanStep {
-  Node node;           // op type, attributes; inputs/outputs are plan value ids
-  std::string op_key;  // dispatcher op key
-  std::string kernel;  // the chosen kernel (MatMul/Gemm: the GEMM kernel)
-  std::string rule;    // the rule that chose it (Decision::rule)
-  bool alias = false;  // output 0 is a view of input 0: nothing to run
+  Node node;              // op type, attributes; inputs/outputs are plan value ids
+  std::string op_key;     // dispatcher op key
+  std::string kernel;     // the chosen kernel (MatMul/Gemm: the GEMM kernel)
+  std::string algorithm;  // the chosen algorithm ("" = the kernel's default)
+  std::string rule;       // the rule that chose it (Decision::rule)
+  bool alias = false;     // output 0 is a view of input 0: nothing to run
+  // Not serialized: filled by compile() and again when a plan is loaded.
+  KernelPtr kernel_ptr;       // the registered kernel `kernel`
+  PreparedKernelPtr prepared;  // bound to this step once: what the executor runs
 };
 
 struct PlanHeader {
   int format_version = kPlanFormatVersion;
-  std::string device = "cpu";
+  std::string device;              // execution provider name ("cpu")
   std::string policy_fingerprint;  // SHA-256 over the kernel and execution policies
   std::string model_hash;          // SHA-256 of the model bytes
   std::string producer;            // "xpuruntime 0.1.0"
+  // The ExecutionPolicy fields a kernel may read when it is prepared (OpContext),
+  // kept so that a loaded plan prepares its kernels as the compiler did.
+  std::size_t workspace_limit_bytes = 0;
+  bool allow_tf32 = false;
+  bool deterministic = false;
 };
 
 struct MemoryReport {
@@ -77,6 +91,9 @@ struct ExecutionPlan {
   // Serialization. save/serialize never fail for a valid plan; load/deserialize
   // throw InvalidModelError for truncated or corrupt files and for another format
   // version, device or policy than `expect` asks for (the message says which).
+  // Loading prepares every step again, pinned to the recorded kernels (and to the
+  // recorded sub-decisions): UnsupportedOperationError names the node and kernel a
+  // build lacks, or the device without an execution provider.
   void save(const std::string& path) const;
   std::string serialize() const;
   static ExecutionPlan load(const std::string& path, const PlanExpectation& expect = {});

@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/cpu/matmul/cpu_matmul_kernels.h"
 #include "ops/matmul/matmul_op.h"
+#include "xpuruntime/device.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/plugin.h"
@@ -327,22 +327,13 @@ void run_kernel(const Kernel& kernel, const OpContext& ctx, Prepared& p,
   kernel.run(launch);
 }
 
-// The CUDA plugin's kernels (cublas, cublasLt) register through its
-// xpuruntime_register_kernels entry point when the core loads it. If this process
-// has not registered them yet when a CUDA matmul arrives, do it once here, so
-// ops.matmul does not depend on which subsystem touched CUDA first.
-void ensure_cuda_matmul_kernels_registered() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    KernelRegistry& registry = KernelRegistry::instance();
-    if (registry.find(kOpKey, "cublas") && registry.find(kOpKey, "cublasLt")) return;
-    if (!load_plugin("cuda").loaded) return;
-    using RegisterFn = void (*)(void*);
-    if (auto fn = reinterpret_cast<RegisterFn>(plugin_symbol("cuda", "xpuruntime_register_kernels"))) {
-      fn(&registry);
-    }
-  });
-}
+// The CUDA plugin registers its kernels (cublas, cublasLt, ...) when it loads; a
+// CUDA matmul loads it (once), so ops.matmul does not depend on which subsystem
+// touched CUDA first.
+void ensure_cuda_matmul_kernels_registered() { load_plugin("cuda"); }
+
+// The CPU kernels register when the core starts (the built-in CPU plugin).
+void ensure_cpu_matmul_kernels_registered() { DeviceManager::instance(); }
 
 OpContext make_context(const Prepared& p, const MatmulArgs& args) {
   std::vector<Tensor> outputs{p.out};

@@ -1,0 +1,432 @@
+// The execution-provider seam (graph/provider.h), shown rather than claimed: a
+// provider for a device kind that exists only in this test ("counting") is
+// registered at run time and runs plans built for it, with nothing under graph/
+// knowing it. It runs the CPU kernels but keeps its own arena and "device"
+// memory, so every input and output crosses the plan's edge through its copies,
+// which it counts. Plus: the unknown-device error, plan save/load re-preparing,
+// and a conv's im2col GEMM recorded as a sub-decision.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_provider.h"
+#include "xpuruntime/error.h"
+#include "xpuruntime/graph/compiler.h"
+#include "xpuruntime/graph/executor.h"
+#include "xpuruntime/graph/provider.h"
+
+namespace xpuruntime::graph {
+namespace {
+
+// The process has the CPU kernels and provider (the core adds them when it
+// starts; adding them again is a no-op).
+void ensure_cpu() {
+  register_cpu_kernels(KernelRegistry::instance());
+  ProviderRegistry::instance().add(cpu::make_cpu_provider());
+}
+
+struct Counters {
+  std::atomic<int> uploads{0};        // upload_constants calls
+  std::atomic<int> constant_bytes{0}; // bytes uploaded
+  std::atomic<int> runs{0};           // begin_run calls
+  std::atomic<int> to_device{0}, to_host{0};
+  std::atomic<int> allocations{0}; // arena, workspace and dynamic buffers
+  std::atomic<int> live{0};        // buffers not yet freed
+};
+
+struct FreeDeleter {
+  void operator()(void *p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<void, FreeDeleter>;
+
+Buffer device_alloc(std::size_t bytes, Counters &c) {
+  ++c.allocations;
+  ++c.live;
+  const std::size_t n = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  return Buffer(std::aligned_alloc(64, n));
+}
+
+class CountingConstants final : public DeviceConstants {
+public:
+  CountingConstants(const std::vector<HostTensor> &host, Counters &c) : c_(c) {
+    for (const HostTensor &t : host) {
+      copies_.push_back(device_alloc(t.nbytes(), c));
+      if (t.nbytes())
+        std::memcpy(copies_.back().get(), t.data, t.nbytes());
+      c.constant_bytes += static_cast<int>(t.nbytes());
+    }
+  }
+  ~CountingConstants() override { c_.live -= static_cast<int>(copies_.size()); }
+  void *data(int i) const override {
+    return copies_.at(static_cast<std::size_t>(i)).get();
+  }
+
+private:
+  Counters &c_;
+  std::vector<Buffer> copies_;
+};
+
+class CountingRun final : public RunResources {
+public:
+  CountingRun(Counters &c, std::size_t arena, std::size_t workspace) : c_(c) {
+    arena_ = device_alloc(arena, c);
+    if (workspace)
+      workspace_ = device_alloc(workspace, c);
+  }
+  ~CountingRun() override {
+    c_.live -= static_cast<int>(dynamic_.size()) + 1 + (workspace_ ? 1 : 0);
+  }
+  NativeStream stream() const override { return nullptr; }
+  void *arena() const override { return arena_.get(); }
+  void *workspace() const override { return workspace_.get(); }
+  void *allocate(std::size_t bytes) override {
+    dynamic_.push_back(device_alloc(bytes, c_));
+    return dynamic_.back().get();
+  }
+  void release(void *p) override {
+    auto it = std::find_if(dynamic_.begin(), dynamic_.end(),
+                           [&](const Buffer &b) { return b.get() == p; });
+    ASSERT_NE(it, dynamic_.end())
+        << "release of a pointer this run did not allocate";
+    dynamic_.erase(it);
+    --c_.live;
+  }
+  void copy_to_device(void *dst, const void *src, std::size_t n) override {
+    ++c_.to_device;
+    std::memcpy(dst, src, n);
+  }
+  void copy_to_host(void *dst, const void *src, std::size_t n) override {
+    ++c_.to_host;
+    std::memcpy(dst, src, n);
+  }
+  void synchronize() override {}
+
+private:
+  Counters &c_;
+  Buffer arena_, workspace_;
+  std::vector<Buffer> dynamic_;
+};
+
+class CountingProvider final : public ExecutionProvider {
+public:
+  explicit CountingProvider(FusionSupport f = {}) : fusions_(f) {}
+  const std::string &name() const override { return name_; }
+  DeviceType kernel_device() const override {
+    return DeviceType::kCPU;
+  } // runs the CPU kernels
+  Device device() const override { return Device::cpu(); }
+  FusionSupport fusions() const override { return fusions_; }
+  bool host_memory() const override {
+    return false;
+  } // its own memory: copies at the edges
+  std::shared_ptr<const DeviceConstants>
+  upload_constants(const std::vector<HostTensor> &constants) const override {
+    ++counters.uploads;
+    return std::make_shared<CountingConstants>(constants, counters);
+  }
+  std::unique_ptr<RunResources>
+  begin_run(std::size_t arena, std::size_t workspace) const override {
+    ++counters.runs;
+    return std::make_unique<CountingRun>(counters, arena, workspace);
+  }
+
+  mutable Counters counters;
+
+private:
+  std::string name_ = "counting";
+  FusionSupport fusions_;
+};
+
+HostTensor randn(Shape s, unsigned seed) {
+  HostTensor t = HostTensor::alloc(DType::kFloat32, std::move(s));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.ptr<float>()[i] = d(rng);
+  return t;
+}
+
+HostTensor ints(std::vector<int64_t> v) {
+  HostTensor t =
+      HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.ptr<int64_t>());
+  return t;
+}
+
+int input(Graph &g, const std::string &name, DType dt, Shape s) {
+  int id = g.value_id(name);
+  g.values[id].dtype = dt;
+  g.values[id].dtype_known = true;
+  std::vector<Dim> dims;
+  for (int64_t d : s)
+    dims.push_back(Dim{d, ""});
+  g.values[id].declared = dims;
+  g.inputs.push_back(id);
+  return id;
+}
+
+void node(Graph &g, const std::string &op, std::vector<std::string> in,
+          std::vector<std::string> out,
+          std::map<std::string, Attr> attrs = {}) {
+  Node n;
+  n.name = op + "_" + std::to_string(g.nodes.size());
+  n.op_type = op;
+  for (auto &s : in)
+    n.inputs.push_back(g.value_id(s));
+  for (auto &s : out)
+    n.outputs.push_back(g.value_id(s));
+  n.attrs = std::move(attrs);
+  g.add_node(std::move(n));
+}
+
+// h = relu(x @ w + b); t = Tile(exp(h) * 0.5, reps) (shaped only at run time,
+// from an input's value); y = softmax(t); outputs y and h.
+Graph small_model(const HostTensor &w, const HostTensor &b) {
+  Graph g;
+  input(g, "x", DType::kFloat32, {4, 3});
+  input(g, "reps", DType::kInt64, {2});
+  g.values[g.value_id("w")].constant = w;
+  g.values[g.value_id("b")].constant = b;
+  g.values[g.value_id("half")].constant = [] {
+    HostTensor t = HostTensor::alloc(DType::kFloat32, {});
+    *t.ptr<float>() = 0.5f;
+    return t;
+  }();
+  node(g, "MatMul", {"x", "w"}, {"mm"});
+  node(g, "Add", {"mm", "b"}, {"pre"});
+  node(g, "Relu", {"pre"}, {"h"});
+  node(g, "Exp", {"h"}, {"e"});
+  node(g, "Mul", {"e", "half"}, {"s"});
+  node(g, "Tile", {"s", "reps"}, {"t"});
+  node(g, "Softmax", {"t"}, {"y"}, {{"axis", Attr::of_int(-1)}});
+  g.outputs = {g.find("y"), g.find("h")};
+  return g;
+}
+
+struct SeamTest : ::testing::Test {
+  void SetUp() override { ensure_cpu(); }
+  void TearDown() override { ProviderRegistry::instance().remove("counting"); }
+};
+
+TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
+  auto counting =
+      std::make_shared<CountingProvider>(FusionSupport{true, true, false});
+  ASSERT_TRUE(ProviderRegistry::instance().add(counting));
+  EXPECT_FALSE(
+      ProviderRegistry::instance().add(std::make_shared<CountingProvider>()))
+      << "a second provider of a kind is refused unless replace=true";
+  const HostTensor w = randn({3, 5}, 1), b = randn({5}, 2);
+
+  CompileOptions cpu_opt;
+  ExecutionPlan cpu_plan = compile(small_model(w, b), cpu_opt);
+  CompileOptions opt;
+  opt.device = "counting";
+  ExecutionPlan plan = compile(small_model(w, b), opt);
+  EXPECT_EQ(plan.header.device, "counting");
+  for (const std::string &d : plan.decisions)
+    EXPECT_EQ(nlohmann::json::parse(d).at("device"), "cpu")
+        << "kernels are dispatched for the provider's device";
+  // The provider said elementwise chains do not pay on it: none fused (the CPU
+  // fuses Exp*0.5).
+  auto fused = [](const ExecutionPlan &p) {
+    return std::count_if(p.steps.begin(), p.steps.end(), [](const PlanStep &s) {
+      return s.node.op_type == "FusedElementwise";
+    });
+  };
+  EXPECT_EQ(fused(plan), 0) << plan.summary();
+  EXPECT_GE(fused(cpu_plan), 1) << cpu_plan.summary();
+
+  Executor cpu_ex(std::make_shared<ExecutionPlan>(cpu_plan));
+  Executor ex(std::make_shared<ExecutionPlan>(plan));
+  EXPECT_EQ(counting->counters.uploads, 1);
+  EXPECT_EQ(counting->counters.constant_bytes,
+            static_cast<int>(w.nbytes() + b.nbytes() + 4));
+
+  const HostTensor x = randn({4, 3}, 3), reps = ints({2, 3});
+  RunStats cs, st;
+  auto want = cpu_ex.run({"x", "reps"}, {x, reps}, {}, &cs);
+  auto got = ex.run({"reps", "x"}, {reps, x}, {}, &st);
+  ASSERT_EQ(got.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(got[i].shape, want[i].shape);
+    for (int64_t k = 0; k < got[i].numel(); ++k)
+      ASSERT_NEAR(got[i].ptr<float>()[k], want[i].ptr<float>()[k], 1e-6)
+          << "output " << i;
+  }
+  EXPECT_EQ(got[0].shape, (Shape{8, 15}));
+  // Independent reference for h = relu(x @ w + b) and y's rows summing to one.
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double acc = b.ptr<float>()[j];
+      for (int k = 0; k < 3; ++k)
+        acc += double(x.ptr<float>()[i * 3 + k]) * w.ptr<float>()[k * 5 + j];
+      EXPECT_NEAR(got[1].ptr<float>()[i * 5 + j], std::max(acc, 0.0), 1e-5);
+    }
+  for (int r = 0; r < 8; ++r) {
+    double sum = 0;
+    for (int c = 0; c < 15; ++c)
+      sum += got[0].ptr<float>()[r * 15 + c];
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+  // The counters: one run; two inputs copied in, two outputs copied out; every
+  // step run.
+  EXPECT_EQ(counting->counters.runs, 1);
+  EXPECT_EQ(counting->counters.to_device, 2);
+  EXPECT_EQ(counting->counters.to_host, 2);
+  EXPECT_EQ(st.copies_to_device, 2);
+  EXPECT_EQ(st.copies_to_host, 2);
+  EXPECT_EQ(st.copy_bytes,
+            static_cast<int64_t>(x.nbytes() + reps.nbytes() + got[0].nbytes() +
+                                 got[1].nbytes()));
+  EXPECT_EQ(st.steps_run, static_cast<int64_t>(plan.steps.size()));
+  EXPECT_EQ(cs.copies_to_device + cs.copies_to_host, 0)
+      << "the CPU provider binds zero-copy";
+  EXPECT_GT(st.dynamic_bytes_peak, 0) << "Tile's output is shaped at run time";
+  // Every buffer of the run went back (the constants stay with the executor).
+  EXPECT_EQ(counting->counters.live, static_cast<int>(plan.constants.size()));
+  // allocations: constants, arena, 2 inputs, dynamic intermediates, the dynamic
+  // output y (h is static but an output: device memory too), and no workspace
+  // on these kernels.
+  EXPECT_GE(counting->counters.allocations,
+            static_cast<int>(plan.constants.size()) + 1 + 2 + 2);
+}
+
+TEST_F(SeamTest, PlanSavedForTheProviderReloadsAndRunsOnIt) {
+  auto counting = std::make_shared<CountingProvider>();
+  ASSERT_TRUE(ProviderRegistry::instance().add(counting));
+  const HostTensor w = randn({3, 5}, 4), b = randn({5}, 5);
+  CompileOptions opt;
+  opt.device = "counting";
+  ExecutionPlan plan = compile(small_model(w, b), opt);
+  ExecutionPlan loaded = ExecutionPlan::deserialize(
+      plan.serialize(), PlanExpectation{"counting", ""});
+  ASSERT_EQ(loaded.steps.size(), plan.steps.size());
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    EXPECT_EQ(loaded.steps[i].kernel, plan.steps[i].kernel);
+    EXPECT_NE(loaded.steps[i].prepared, nullptr)
+        << "loading prepares every step again";
+    EXPECT_NE(loaded.steps[i].prepared, plan.steps[i].prepared);
+  }
+  const HostTensor x = randn({4, 3}, 6), reps = ints({1, 2});
+  auto a = Executor(std::make_shared<ExecutionPlan>(plan))
+               .run({"x", "reps"}, {x, reps});
+  auto c = Executor(std::make_shared<ExecutionPlan>(loaded))
+               .run({"x", "reps"}, {x, reps});
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(a[i].data, c[i].data, a[i].nbytes()), 0)
+        << "same kernels, same bits";
+
+  // Without the provider, neither the plan nor an executor can be had.
+  ProviderRegistry::instance().remove("counting");
+  const std::string bytes = plan.serialize();
+  EXPECT_THROW(ExecutionPlan::deserialize(bytes), UnsupportedOperationError);
+  EXPECT_THROW(Executor(std::make_shared<ExecutionPlan>(plan)),
+               UnsupportedOperationError);
+}
+
+TEST_F(SeamTest, UnknownDeviceNamesItAndTheRegisteredOnes) {
+  const HostTensor w = randn({3, 5}, 7), b = randn({5}, 8);
+  for (const std::string dev : {"warpdrive", "cuda"}) {
+    CompileOptions opt;
+    opt.device = dev;
+    try {
+      compile(small_model(w, b), opt);
+      FAIL() << "compiled for unknown device " << dev;
+    } catch (const UnsupportedOperationError &e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("'" + dev + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find("registered: cpu"), std::string::npos) << m;
+      if (dev == "cuda")
+        EXPECT_NE(m.find("CUDA execution provider is not available"),
+                  std::string::npos)
+            << m;
+    }
+  }
+}
+
+TEST_F(SeamTest, LoadedPlanNeedingAKernelThisBuildLacksNamesNodeAndKernel) {
+  const HostTensor w = randn({3, 5}, 9), b = randn({5}, 10);
+  ExecutionPlan plan = compile(small_model(w, b), CompileOptions{});
+  std::string bytes = plan.serialize();
+  // The plan records the MatMul's GEMM kernel by name; rename it in the header.
+  const std::string from = "\"kernel\":\"" + plan.steps[0].kernel + "\"";
+  const auto at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos);
+  const std::string to =
+      "\"kernel\":\"" + std::string(plan.steps[0].kernel.size(), 'z') + "\"";
+  bytes.replace(at, from.size(), to);
+  try {
+    ExecutionPlan::deserialize(bytes);
+    FAIL() << "a plan naming a missing kernel loaded";
+  } catch (const UnsupportedOperationError &e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(plan.steps[0].node.name), std::string::npos) << m;
+    EXPECT_NE(m.find(std::string(plan.steps[0].kernel.size(), 'z')),
+              std::string::npos)
+        << m;
+  }
+}
+
+TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
+  Graph g;
+  input(g, "x", DType::kFloat32, {1, 2, 6, 6});
+  g.values[g.value_id("w")].constant = randn({4, 2, 3, 3}, 11);
+  node(g, "Conv", {"x", "w"}, {"y"}, {{"pads", Attr::of_ints({1, 1, 1, 1})}});
+  g.outputs = {g.find("y")};
+  CompileOptions opt;
+  opt.kernel_policy.set("conv", "cpu_im2col");
+  opt.kernel_policy.set("matmul", "cpu_blocked");
+  ExecutionPlan plan = compile(g, opt);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].kernel, "cpu_im2col");
+  EXPECT_FALSE(plan.steps[0].node.has("_gemm"))
+      << "the GEMM is a sub-kernel, not an attribute";
+  ASSERT_EQ(plan.decisions.size(), 2u);
+  auto sub = nlohmann::json::parse(plan.decisions[1]);
+  EXPECT_EQ(sub.at("op"), "matmul");
+  EXPECT_EQ(sub.at("node"), plan.steps[0].node.name + "/gemm");
+  EXPECT_EQ(sub.at("chosen"), "cpu_blocked");
+
+  // Reference: direct convolution in double.
+  const HostTensor x = randn({1, 2, 6, 6}, 12);
+  const HostTensor &w = plan.constants[0];
+  auto y = Executor(std::make_shared<ExecutionPlan>(plan)).run({"x"}, {x});
+  ASSERT_EQ(y[0].shape, (Shape{1, 4, 6, 6}));
+  for (int o = 0; o < 4; ++o)
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 6; ++j) {
+        double acc = 0;
+        for (int c = 0; c < 2; ++c)
+          for (int u = 0; u < 3; ++u)
+            for (int v = 0; v < 3; ++v) {
+              const int r = i + u - 1, s = j + v - 1;
+              if (r < 0 || r >= 6 || s < 0 || s >= 6)
+                continue;
+              acc += double(x.ptr<float>()[(c * 6 + r) * 6 + s]) *
+                     w.ptr<float>()[((o * 2 + c) * 3 + u) * 3 + v];
+            }
+        ASSERT_NEAR(y[0].ptr<float>()[(o * 6 + i) * 6 + j], acc, 1e-4);
+      }
+  // A loaded plan takes its GEMM from the recorded sub-decision (no new
+  // dispatch).
+  ExecutionPlan loaded = ExecutionPlan::deserialize(plan.serialize());
+  EXPECT_EQ(loaded.decisions, plan.decisions);
+  auto y2 = Executor(std::make_shared<ExecutionPlan>(loaded)).run({"x"}, {x});
+  EXPECT_EQ(std::memcmp(y[0].data, y2[0].data, y[0].nbytes()), 0);
+  // ... and a plan whose sub-decision is gone is refused.
+  ExecutionPlan damaged = plan;
+  damaged.decisions.pop_back();
+  EXPECT_THROW(ExecutionPlan::deserialize(damaged.serialize()),
+               InvalidModelError);
+}
+
+} // namespace
+} // namespace xpuruntime::graph
