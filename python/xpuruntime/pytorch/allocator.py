@@ -39,11 +39,9 @@ def _plugin_path() -> str:
     why = cuda_kernels_unavailable()
     if why:
         raise _core.BackendUnavailableError(f"set_allocator needs the CUDA plugin: {why}")
-    for st in _core.plugin_statuses():
-        name = st["name"] if isinstance(st, dict) else st.name
-        if name == "cuda":
-            return st["path"] if isinstance(st, dict) else st.path
-    raise _core.BackendUnavailableError("set_allocator: the CUDA plugin is not loaded")
+    # xrt_torch_malloc / xrt_torch_free live in their own library beside the plugin
+    # (the plugin itself exports only its entry point).
+    return _core.torch_allocator_library()
 
 
 def allocator_enabled() -> bool:
