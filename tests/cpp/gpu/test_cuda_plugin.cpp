@@ -4,6 +4,7 @@
 // torch bridge's calls, against float64 host references on random inputs.
 // Registration and supports() tests need only a loadable plugin; the kernel runs skip
 // without a CUDA device.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "core/half_float.h"
+#include "xpuruntime/backend.h"
+#include "xpuruntime/cpu_plugin_abi.h"
 #include "xpuruntime/cuda_kernels_abi.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
@@ -94,6 +97,53 @@ TEST_F(CudaPlugin, EntriesReturnTypedStatusesWithMessages) {
   bad.shape = ck::FlashShape{1, 1, 1, 8, 8, 80};
   EXPECT_EQ(fwd(&bad, err, sizeof(err)), ck::KernelStatus::kInvalidArgument);
   EXPECT_NE(std::string(err).find("head_dim"), std::string::npos) << err;
+}
+
+TEST_F(CudaPlugin, InitRefusesAnotherApiVersion) {
+  std::string path;
+  for (const PluginStatus& st : plugin_statuses()) {
+    if (st.name == "cuda") path = st.path;
+  }
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // the loaded plugin: same handle
+  ASSERT_NE(handle, nullptr) << dlerror();
+  auto init = reinterpret_cast<PluginInitFn>(dlsym(handle, kPluginInitSymbol));
+  ASSERT_NE(init, nullptr);
+  PluginEntry entry;
+  EXPECT_NE(init(kPluginApiVersion + 1, &entry), 0);
+  EXPECT_EQ(entry.api_version, kPluginApiVersion);
+  EXPECT_EQ(entry.backend, nullptr);
+  EXPECT_NE(entry.unavailable_reason.find("API version"), std::string::npos) << entry.unavailable_reason;
+  EXPECT_NE(init(kPluginApiVersion, nullptr), 0);
+  dlclose(handle);
+}
+
+// The registry side of plugins, whatever the machine: the built-in CPU plugin, an
+// unknown plugin as a status, not an exception.
+TEST(PluginRegistry, BuiltInCpuPluginAndUnknownPlugins) {
+  DeviceManager::instance();  // starts the built-in plugin
+  const PluginStatus& cpu = load_plugin("cpu");
+  EXPECT_TRUE(cpu.loaded) << cpu.error;
+  EXPECT_EQ(cpu.path, "built-in");
+  std::string why = "unset";
+  DeviceBackend* b = plugin_backend("cpu", &why);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b, &DeviceManager::instance().backend(DeviceType::kCPU));
+  EXPECT_EQ(why, "");
+  EXPECT_NE(plugin_lookup("cpu", cpu::entry::kGemmInfo), nullptr);
+  EXPECT_NE(plugin_lookup("cpu", cpu::entry::kScratchPeakBytes), nullptr);
+  EXPECT_EQ(plugin_lookup("cpu", "no_such_entry"), nullptr);
+  std::string isa;
+  plugin_entry<cpu::GemmInfoEntry>("cpu", cpu::entry::kGemmInfo)(&isa, nullptr, nullptr);
+  EXPECT_FALSE(isa.empty());
+
+  const PluginStatus& none = load_plugin("no_such_device");
+  EXPECT_FALSE(none.loaded);
+  EXPECT_NE(none.error.find("libxpuruntime_no_such_device.so"), std::string::npos) << none.error;
+  EXPECT_EQ(plugin_backend("no_such_device", &why), nullptr);
+  EXPECT_NE(why.find("plugin not loaded"), std::string::npos) << why;
+  EXPECT_EQ(plugin_lookup("no_such_device", "anything"), nullptr);
+  EXPECT_EQ(plugin_for_device(DeviceType::kCPU), "cpu");
+  EXPECT_EQ(plugin_for_device(DeviceType::kCUDA), "cuda");
 }
 
 OpContext attention_ctx(DType dt, int64_t d, int capability) {
