@@ -326,7 +326,9 @@ TEST_F(CudaPlugin, FlashV2KernelMatchesFloat64) {
       for (int64_t d = 0; d < D; ++d) {
         double ref = 0.0;
         for (int64_t j = 0; j <= std::min(i, Sk - 1); ++j) ref += p[j] / sum * v[(hk * Sk + j) * D + d];
-        ASSERT_NEAR(got[(h * Sq + i) * D + d], ref, 2e-3 + 2e-3 * std::fabs(ref))
+        // fp16 output and fp16 probabilities in the P·V product: a few 1e-3 at most; a wrong
+        // mask, scale or head mapping is off by 1e-1 or more.
+        ASSERT_NEAR(got[(h * Sq + i) * D + d], ref, 4e-3 + 4e-3 * std::fabs(ref))
             << "head " << h << " query " << i << " dim " << d;
       }
     }
