@@ -116,13 +116,19 @@ TEST_F(CudaOpTest, SliceNegativeStepsAndClamping) {
         return make_array(DType::kInt64, {static_cast<int64_t>(v.size())},
                           std::vector<double>(v.begin(), v.end()));
       };
-      auto out = run({"Slice",
-                      {},
-                      {x, ints(c.starts), ints(c.ends), ints(c.axes), ints(c.steps)},
-                      {false, true, true, true, true},
-                      {{t, os}}});
-      if (out.empty()) return;
-      expect_close(out[0], want, "Slice " + shape_text(c.s) + " -> " + shape_text(os), 0);
+      // Starts/ends/axes/steps as plan constants, then as run-time inputs.
+      for (bool constant : {true, false}) {
+        auto out = run({"Slice",
+                        {},
+                        {x, ints(c.starts), ints(c.ends), ints(c.axes), ints(c.steps)},
+                        {false, constant, constant, constant, constant},
+                        {{t, os}}});
+        if (out.empty()) return;
+        expect_close(out[0], want,
+                     "Slice " + shape_text(c.s) + " -> " + shape_text(os) +
+                         (constant ? " (constants)" : " (run-time inputs)"),
+                     0);
+      }
     }
   }
 }
@@ -324,10 +330,11 @@ TEST_F(CudaOpTest, PadEveryModeAndTrilu) {
           const bool keep = upper ? c[2] - c[1] >= k : c[2] - c[1] <= k;
           want.push_back(keep ? y.v[static_cast<std::size_t>(i)] : 0);
         }
+        // k as a plan constant for k >= 0, as a run-time input otherwise.
         auto out = run({"Trilu",
                         {{"upper", Attr::of_int(upper)}},
                         {y, make_array(DType::kInt64, {}, {static_cast<double>(k)})},
-                        {false, true},
+                        {false, k >= 0},
                         {{t, ts}}});
         if (out.empty()) return;
         expect_close(out[0], want,
@@ -349,8 +356,9 @@ TEST_F(CudaOpTest, PadEveryModeAndTrilu) {
                  {},
                  {x, make_array(DType::kInt64, {2}, {2, 1}), std::nullopt,
                   make_array(DType::kInt64, {1}, {-1})},
-                 {false, true, false, true},
+                 {false, false, false, false},
                  {{DType::kFloat32, {2, 6}}}});
+  // pads and axes as run-time inputs (read from the device).
   if (!ax.empty()) expect_close(ax[0], {0, 0, 0, 1, 2, 0, 0, 0, 3, 4, 5, 0}, "Pad axes input", 0);
 }
 

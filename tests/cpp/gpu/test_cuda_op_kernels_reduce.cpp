@@ -304,24 +304,33 @@ TEST_F(CudaOpTest, CumSumAxisExclusiveReverse) {
   }
 }
 
-TEST_F(CudaOpTest, AxesAsRuntimeInputIsATypedError) {
-  HostArray x = random_array(rng, DType::kFloat32, {3, 4});
-  OpContext ctx = context_of(
-      {"ReduceSum", {}, {x, make_array(DType::kInt64, {1}, {1})}, {}, {{DType::kFloat32, {3, 1}}}},
-      Device::cuda(0), capability_);
-  KernelPtr k = kernel_for("reducesum");
-  if (!k) return;
-  graph::Node node = node_of({"ReduceSum", {}, {x, x}, {}, {{DType::kFloat32, {3, 1}}}});
-  PrepareContext pc;
-  pc.ctx = &ctx;
-  pc.node = &node;
-  pc.constants.resize(2);  // axes not a constant
-  try {
-    k->prepare(pc);
-    ADD_FAILURE() << "prepare accepted run-time axes";
-  } catch (const UnsupportedOperationError& e) {
-    EXPECT_NE(std::string(e.what()).find("axes"), std::string::npos) << e.what();
-  }
+TEST_F(CudaOpTest, AxesComputedAtRunTimeAreReadFromTheDevice) {
+  // Axes (opset 18) and CumSum's axis as ordinary inputs, not plan constants.
+  HostArray x = random_array(rng, DType::kFloat32, {3, 4, 5}, -2, 2);
+  ReduceCase sum = reduce_cases()[0];
+  auto r = run({"ReduceSum",
+                {{"keepdims", Attr::of_int(0)}},
+                {x, make_array(DType::kInt64, {2}, {0, -1})},
+                {false, false},
+                {{DType::kFloat32, {4}}}});
+  if (r.empty()) return;
+  expect_close(r[0], reduce_ref(x, {0, 2}, sum), "ReduceSum run-time axes", 4e-5);
+  auto c = run({"CumSum",
+                {},
+                {x, make_array(DType::kInt32, {}, {1})},
+                {false, false},
+                {{DType::kFloat32, {3, 4, 5}}}});
+  std::vector<double> want(x.v.size());
+  for (int64_t o = 0; o < 3; ++o)
+    for (int64_t in = 0; in < 5; ++in) {
+      double acc = 0;
+      for (int64_t k = 0; k < 4; ++k) {
+        const std::size_t at = static_cast<std::size_t>((o * 4 + k) * 5 + in);
+        acc += x.v[at];
+        want[at] = acc;
+      }
+    }
+  expect_close(c[0], want, "CumSum run-time axis");
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #include "backends/cuda/kernels/common/op_kernel.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 
+#include "backends/cuda/cuda_check.h"
 #include "core/half_float.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/tensor.h"
@@ -100,6 +103,9 @@ void add_kernel(KernelRegistry& registry, const std::string& op, std::vector<DTy
   def.device = DeviceType::kCUDA;
   def.dtypes = std::move(dtypes);
   def.layouts = {"contiguous"};
+  // The plugin is built for sm_90 (CMAKE_CUDA_ARCHITECTURES 90): older devices have
+  // no image of these kernels.
+  def.min_capability = 90;
   def.deterministic = true;  // no atomics: every kernel here gives the same bits run to run
   def.description = description;
   registry.register_kernel(
@@ -215,13 +221,33 @@ bool has_input(const PrepareContext& pc, std::size_t i) {
   return i < pc.ctx->inputs.size();
 }
 
-std::vector<int64_t> constant_ints(const PrepareContext& pc, std::size_t i, const char* role) {
-  const graph::HostTensor* t = constant_input(pc, i);
-  XRT_CHECK(t != nullptr, UnsupportedOperationError, where(pc), ": the CUDA kernel needs ", role,
-            " (input ", i,
-            ") as a constant of the plan, but it is computed at run time; "
-            "run this node on the CPU (allow_fallback=\"cpu\") or make the input a constant");
-  return t->to_ints();
+IntsInput::IntsInput(const PrepareContext& pc, std::size_t index, const char* role)
+    : index_(index), present_(has_input(pc, index)), what_(where(pc)), role_(role) {
+  if (const graph::HostTensor* t = constant_input(pc, index)) constant_ = t->to_ints();
+}
+
+std::vector<int64_t> IntsInput::get(const KernelArgs& args) const {
+  if (!present_) return {};
+  if (constant_) return *constant_;
+  XRT_CHECK(index_ < args.inputs.size() && args.inputs[index_].present(), InvalidArgumentError,
+            what_, ": ", role_, " (input ", index_, ") is missing at run time");
+  const TensorArg& t = args.inputs[index_];
+  const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  XRT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  XRT_CHECK(
+      capture == cudaStreamCaptureStatusNone, UnsupportedOperationError, what_, ": ", role_,
+      " (input ", index_,
+      ") is computed at run time and must be read on the host, which a "
+      "CUDA graph capture forbids; make it a constant of the model or run without cuda_graph");
+  std::vector<unsigned char> bytes(t.nbytes());
+  if (!bytes.empty()) {
+    XRT_CUDA_CHECK(
+        cudaMemcpyAsync(bytes.data(), t.data, bytes.size(), cudaMemcpyDeviceToHost, stream));
+    XRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  const graph::HostTensor h = graph::HostTensor::wrap(t.dtype, t.shape, bytes.data(), nullptr);
+  return h.to_ints();
 }
 
 }  // namespace xpuruntime::cuda_ops

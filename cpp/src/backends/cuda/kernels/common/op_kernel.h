@@ -74,9 +74,28 @@ const graph::HostTensor* constant_input(const PrepareContext& pc, std::size_t i)
 std::string op_key_of(const std::string& op_type);
 // The node's name and op for messages: "node 'x' (Softmax) on cuda".
 std::string where(const PrepareContext& pc);
-// Throws UnsupportedOperationError naming the node when input i is present but not
-// a plan constant (the CUDA kernel needs its value at prepare time).
-std::vector<int64_t> constant_ints(const PrepareContext& pc, std::size_t i, const char* role);
+// The integer values of a small input a kernel needs on the host (axes, pads, k,
+// Slice starts): read once from the plan constant when there is one, else copied
+// from the device at run time by a synchronizing copy on the run's stream. That
+// copy is refused with UnsupportedOperationError while the stream is being
+// captured into a CUDA graph (the message says to make the input a constant).
+// Immutable; get() is thread-safe.
+class IntsInput {
+ public:
+  IntsInput() = default;
+  IntsInput(const PrepareContext& pc, std::size_t index, const char* role);
+  bool present() const { return present_; }
+  bool constant() const { return constant_.has_value(); }
+  // The values (empty when the input is absent). Integer or bool dtypes.
+  std::vector<int64_t> get(const KernelArgs& args) const;
+
+ private:
+  std::size_t index_ = 0;
+  bool present_ = false;
+  std::optional<std::vector<int64_t>> constant_;
+  std::string what_, role_;
+};
+
 // Whether input i is present in the context (an omitted optional input has no spec
 // or an explicitly empty one).
 bool has_input(const PrepareContext& pc, std::size_t i);

@@ -2,11 +2,13 @@
 // dims swap), Slice, Expand, Tile, Concat, Split, Identity (strided copies),
 // Gather, GatherElements, Pad, Trilu, Range. Byte-generic: any dtype of 1, 2, 4 or
 // 8 bytes. Values the kernels need on the host (Slice starts/steps, Pad pads,
-// Trilu k) must be plan constants; output shapes come from the executor.
+// Trilu k) are read once when they are plan constants, else copied from the device
+// per run (IntsInput); output shapes come from the executor.
 #include "backends/cuda/kernels/data/data_kernels.h"
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "backends/cuda/kernels/common/op_kernel.h"
 #include "backends/cuda/kernels/common/shape_cache.h"
@@ -119,54 +121,77 @@ void add_transpose(KernelRegistry& r) {
 }
 
 // ---- Slice ----
+// The copy reading in[start + i * step] per sliced axis into the dense output
+// (whose shape the executor inferred with numpy clamping).
+CopyIndex slice_plan(const Shape& in, const Shape& out, const std::vector<int64_t>& starts,
+                     const std::vector<int64_t>& axes, const std::vector<int64_t>& steps,
+                     const std::string& what) {
+  const int64_t rank = static_cast<int64_t>(in.size());
+  std::vector<int64_t> start(in.size(), 0), step(in.size(), 1);
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const int64_t d = norm(i < axes.size() ? axes[i] : static_cast<int64_t>(i), rank, what);
+    const int64_t dim = in[static_cast<std::size_t>(d)];
+    const int64_t sp = i < steps.size() ? steps[i] : 1;
+    XRT_CHECK(sp != 0, InvalidModelError, what, ": step 0");
+    int64_t st = starts[i] < 0 ? starts[i] + dim : starts[i];
+    st = sp > 0 ? std::clamp<int64_t>(st, 0, dim)
+                : std::clamp<int64_t>(st, 0, std::max<int64_t>(dim - 1, 0));
+    start[static_cast<std::size_t>(d)] = st;
+    step[static_cast<std::size_t>(d)] = sp;
+  }
+  const std::vector<int64_t> ist = dense_strides(in);
+  int64_t base = 0;
+  std::vector<int64_t> strides;
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    base += start[d] * ist[d];
+    strides.push_back(step[d] * ist[d]);
+  }
+  return copy_index(out, strides, dense_strides(out), base, 0, what);
+}
+
 void add_slice(KernelRegistry& r) {
   add_kernel(
-      r, "slice", {},
-      "Slice (negative starts and steps, numpy clamping) as one strided copy; starts/axes/steps "
-      "constant",
+      r, "slice", {}, "Slice (negative starts and steps, numpy clamping) as one strided copy",
       [](const OpContext& ctx) { return basic(ctx, 1); },
       [](const PrepareContext& pc) {
-        std::vector<int64_t> starts, axes, steps;
-        if (pc.node->has("starts")) {  // opset 1
-          starts = pc.node->attr_ints("starts");
-          axes = pc.node->attr_ints("axes");
-        } else {
-          starts = constant_ints(pc, 1, "starts");
-          if (has_input(pc, 3)) axes = constant_ints(pc, 3, "axes");
-          if (has_input(pc, 4)) steps = constant_ints(pc, 4, "steps");
-        }
         const std::string what = where(pc);
-        auto make = [starts, axes, steps, what](const std::vector<Shape>& s) {
-          const Shape& in = s[0];
-          const Shape& out = s[1];
-          const int64_t rank = static_cast<int64_t>(in.size());
-          std::vector<int64_t> start(in.size(), 0), step(in.size(), 1);
-          for (std::size_t i = 0; i < starts.size(); ++i) {
-            const int64_t d = norm(i < axes.size() ? axes[i] : static_cast<int64_t>(i), rank, what);
-            const int64_t dim = in[static_cast<std::size_t>(d)];
-            const int64_t sp = i < steps.size() ? steps[i] : 1;
-            XRT_CHECK(sp != 0, InvalidModelError, what, ": step 0");
-            int64_t st = starts[i] < 0 ? starts[i] + dim : starts[i];
-            st = sp > 0 ? std::clamp<int64_t>(st, 0, dim)
-                        : std::clamp<int64_t>(st, 0, std::max<int64_t>(dim - 1, 0));
-            start[static_cast<std::size_t>(d)] = st;
-            step[static_cast<std::size_t>(d)] = sp;
-          }
-          const std::vector<int64_t> ist = dense_strides(in);
-          int64_t base = 0;
-          std::vector<int64_t> strides;
-          for (std::size_t d = 0; d < in.size(); ++d) {
-            base += start[d] * ist[d];
-            strides.push_back(step[d] * ist[d]);
-          }
-          return copy_index(out, strides, dense_strides(out), base, 0, what);
-        };
-        ShapeCached<CopyIndex> plan({pc.ctx->inputs[0].shape, pc.ctx->outputs[0].shape}, make);
-        return make_prepared([plan](const KernelArgs& a) {
+        if (pc.node->has("starts")) {  // opset 1: attributes
+          const std::vector<int64_t> starts = pc.node->attr_ints("starts");
+          const std::vector<int64_t> axes = pc.node->attr_ints("axes");
+          ShapeCached<CopyIndex> plan({pc.ctx->inputs[0].shape, pc.ctx->outputs[0].shape},
+                                      [starts, axes, what](const std::vector<Shape>& s) {
+                                        return slice_plan(s[0], s[1], starts, axes, {}, what);
+                                      });
+          return make_prepared([plan](const KernelArgs& a) {
+            if (a.outputs[0].numel() == 0) return;
+            launch_copy(dtype_size(a.inputs[0].dtype),
+                        plan.get({a.inputs[0].shape, a.outputs[0].shape}), a.inputs[0].data,
+                        a.outputs[0].data, a.stream);
+          });
+        }
+        const IntsInput starts(pc, 1, "starts"), axes(pc, 3, "axes"), steps(pc, 4, "steps");
+        if ((!axes.present() || axes.constant()) && (!steps.present() || steps.constant()) &&
+            starts.constant()) {
+          const KernelArgs none;
+          const std::vector<int64_t> st = starts.get(none), ax = axes.get(none),
+                                     sp = steps.get(none);
+          ShapeCached<CopyIndex> plan({pc.ctx->inputs[0].shape, pc.ctx->outputs[0].shape},
+                                      [st, ax, sp, what](const std::vector<Shape>& s) {
+                                        return slice_plan(s[0], s[1], st, ax, sp, what);
+                                      });
+          return make_prepared([plan](const KernelArgs& a) {
+            if (a.outputs[0].numel() == 0) return;
+            launch_copy(dtype_size(a.inputs[0].dtype),
+                        plan.get({a.inputs[0].shape, a.outputs[0].shape}), a.inputs[0].data,
+                        a.outputs[0].data, a.stream);
+          });
+        }
+        return make_prepared([starts, axes, steps, what](const KernelArgs& a) {
           if (a.outputs[0].numel() == 0) return;
           launch_copy(dtype_size(a.inputs[0].dtype),
-                      plan.get({a.inputs[0].shape, a.outputs[0].shape}), a.inputs[0].data,
-                      a.outputs[0].data, a.stream);
+                      slice_plan(a.inputs[0].shape, a.outputs[0].shape, starts.get(a), axes.get(a),
+                                 steps.get(a), what),
+                      a.inputs[0].data, a.outputs[0].data, a.stream);
         });
       });
 }
@@ -335,10 +360,29 @@ void add_gathers(KernelRegistry& r) {
 }
 
 // ---- Pad, Trilu, Range ----
+PadIndex pad_plan(const Shape& in, const Shape& out, const std::vector<int64_t>& pads,
+                  std::vector<int64_t> axes, const std::string& what) {
+  const int64_t rank = static_cast<int64_t>(in.size());
+  if (axes.empty())
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  XRT_CHECK(pads.size() == 2 * axes.size(), InvalidModelError, what, ": pads has ", pads.size(),
+            " values for ", axes.size(), " axes (want twice as many)");
+  XRT_CHECK(rank <= kMaxRank && out.size() == in.size(), UnsupportedOperationError, what,
+            ": Pad takes rank <= ", kMaxRank, " with an output of the input's rank");
+  PadIndex ix;
+  ix.rank = static_cast<int>(rank);
+  ix.numel = graph::shape_numel(out);
+  for (int64_t d = 0; d < rank; ++d) {
+    ix.in_dims[d] = in[static_cast<std::size_t>(d)];
+    ix.out_dims[d] = out[static_cast<std::size_t>(d)];
+  }
+  for (std::size_t i = 0; i < axes.size(); ++i) ix.begin[norm(axes[i], rank, what)] = pads[i];
+  return ix;
+}
+
 void add_pad_trilu_range(KernelRegistry& r) {
   add_kernel(
-      r, "pad", {},
-      "Pad (constant, reflect, edge, wrap; negative pads crop; rank <= 8); pads and axes constant",
+      r, "pad", {}, "Pad (constant, reflect, edge, wrap; negative pads crop; rank <= 8)",
       [](const OpContext& ctx) {
         Support s = first_refusal({basic(ctx, 1), rank_at_most(ctx, 0, kMaxRank)});
         if (!s.ok) return s;
@@ -349,11 +393,11 @@ void add_pad_trilu_range(KernelRegistry& r) {
         return Support::yes();
       },
       [](const PrepareContext& pc) {
-        const std::vector<int64_t> pads = pc.node->has("pads") && !has_input(pc, 1)
-                                              ? pc.node->attr_ints("pads")
-                                              : constant_ints(pc, 1, "pads");
-        const std::vector<int64_t> axes =
-            has_input(pc, 3) ? constant_ints(pc, 3, "axes") : std::vector<int64_t>{};
+        const bool pads_attr = pc.node->has("pads") && !has_input(pc, 1);  // opset 2
+        const std::vector<int64_t> attr_pads =
+            pads_attr ? pc.node->attr_ints("pads") : std::vector<int64_t>{};
+        const IntsInput pads_in = pads_attr ? IntsInput() : IntsInput(pc, 1, "pads");
+        const IntsInput axes_in(pc, 3, "axes");
         const std::string m = pc.node->attr_str("mode", "constant");
         const PadMode mode = m == "reflect" ? PadMode::kReflect
                              : m == "edge"  ? PadMode::kEdge
@@ -362,28 +406,22 @@ void add_pad_trilu_range(KernelRegistry& r) {
         const uint64_t value_bits =
             encode_scalar(pc.ctx->inputs[0].dtype, pc.node->attr_float("value", 0.0));
         const std::string what = where(pc);
-        auto make = [pads, axes, what](const std::vector<Shape>& s) {
-          const Shape& in = s[0];
-          const Shape& out = s[1];
-          const int64_t rank = static_cast<int64_t>(in.size());
-          std::vector<int64_t> ax = axes;
-          if (ax.empty())
-            for (int64_t d = 0; d < rank; ++d) ax.push_back(d);
-          XRT_CHECK(pads.size() == 2 * ax.size(), InvalidModelError, what, ": pads has ",
-                    pads.size(), " values for ", ax.size(), " axes (want twice as many)");
-          PadIndex ix;
-          ix.rank = static_cast<int>(rank);
-          ix.numel = graph::shape_numel(out);
-          for (int64_t d = 0; d < rank; ++d) {
-            ix.in_dims[d] = in[static_cast<std::size_t>(d)];
-            ix.out_dims[d] = out[static_cast<std::size_t>(d)];
-          }
-          for (std::size_t i = 0; i < ax.size(); ++i) ix.begin[norm(ax[i], rank, what)] = pads[i];
-          return ix;
-        };
-        ShapeCached<PadIndex> plan({pc.ctx->inputs[0].shape, pc.ctx->outputs[0].shape}, make);
-        return make_prepared([plan, mode, value_bits, what](const KernelArgs& a) {
-          const PadIndex ix = plan.get({a.inputs[0].shape, a.outputs[0].shape});
+        const bool fixed =
+            (pads_attr || pads_in.constant()) && (!axes_in.present() || axes_in.constant());
+        std::optional<ShapeCached<PadIndex>> plan;
+        if (fixed) {
+          const KernelArgs none;
+          const std::vector<int64_t> pads = pads_attr ? attr_pads : pads_in.get(none);
+          const std::vector<int64_t> axes = axes_in.get(none);
+          plan.emplace(std::vector<Shape>{pc.ctx->inputs[0].shape, pc.ctx->outputs[0].shape},
+                       [pads, axes, what](const std::vector<Shape>& s) {
+                         return pad_plan(s[0], s[1], pads, axes, what);
+                       });
+        }
+        return make_prepared([plan, pads_in, axes_in, mode, value_bits, what](const KernelArgs& a) {
+          const PadIndex ix = plan ? plan->get({a.inputs[0].shape, a.outputs[0].shape})
+                                   : pad_plan(a.inputs[0].shape, a.outputs[0].shape, pads_in.get(a),
+                                              axes_in.get(a), what);
           if (mode != PadMode::kConstant) {
             for (int d = 0; d < ix.rank; ++d)
               XRT_CHECK(ix.in_dims[d] > 0 || ix.out_dims[d] == 0, InvalidModelError, what,
@@ -398,7 +436,7 @@ void add_pad_trilu_range(KernelRegistry& r) {
         });
       });
   add_kernel(
-      r, "trilu", {}, "Trilu (upper or lower triangle of the last two dims; k constant)",
+      r, "trilu", {}, "Trilu (upper or lower triangle of the last two dims)",
       [](const OpContext& ctx) {
         Support s = basic(ctx, 1);
         if (s.ok && ctx.inputs[0].shape.size() < 2)
@@ -406,14 +444,13 @@ void add_pad_trilu_range(KernelRegistry& r) {
         return s;
       },
       [](const PrepareContext& pc) {
-        int64_t k = 0;
-        if (has_input(pc, 1)) {
-          const std::vector<int64_t> kv = constant_ints(pc, 1, "k");
-          XRT_CHECK(kv.size() == 1, InvalidModelError, where(pc), ": k must be a scalar");
-          k = kv[0];
-        }
+        const IntsInput k_in(pc, 1, "k");
         const bool upper = pc.node->attr_int("upper", 1) != 0;
-        return make_prepared([k, upper](const KernelArgs& a) {
+        const std::string what = where(pc);
+        return make_prepared([k_in, upper, what](const KernelArgs& a) {
+          const std::vector<int64_t> kv = k_in.get(a);
+          XRT_CHECK(kv.size() <= 1, InvalidModelError, what, ": k must be a scalar");
+          const int64_t k = kv.empty() ? 0 : kv[0];
           const Shape& s = a.inputs[0].shape;
           const int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
           const int64_t batch = rows * cols > 0 ? a.inputs[0].numel() / (rows * cols) : 0;
@@ -460,13 +497,16 @@ void add_fill_dropout(KernelRegistry& r) {
       r, "dropout", {}, "Dropout, inference (a copy; the mask output all true)",
       [](const OpContext& ctx) { return basic(ctx, 1); },
       [](const PrepareContext& pc) {
-        if (has_input(pc, 2)) {
-          const std::vector<int64_t> training = constant_ints(pc, 2, "training_mode");
-          XRT_CHECK(training.empty() || training[0] == 0, UnsupportedOperationError, where(pc),
+        const IntsInput training(pc, 2, "training_mode");
+        const std::string what = where(pc);
+        auto check = [what](const std::vector<int64_t>& t) {
+          XRT_CHECK(t.empty() || t[0] == 0, UnsupportedOperationError, what,
                     ": training_mode=true Dropout is random and not supported for inference; "
                     "export the model in eval mode");
-        }
-        return make_prepared([](const KernelArgs& a) {
+        };
+        if (training.constant()) check(training.get(KernelArgs{}));
+        return make_prepared([training, check](const KernelArgs& a) {
+          if (training.present() && !training.constant()) check(training.get(a));
           CopyIndex ix;
           make_copy_index({a.inputs[0].numel()}, {1}, {1}, 0, 0, ix);
           if (a.inputs[0].data != a.outputs[0].data)

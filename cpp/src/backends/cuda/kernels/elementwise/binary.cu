@@ -202,16 +202,28 @@ void launch_binary(BinaryOp op, DType t, const StridedIndex& ix, const void* a, 
   if (ix.numel <= 0) return;
   cudaStream_t s = as_stream(stream);
   switch (op) {
+    // clang-format off
 #define XRT_B(K, S) \
-  case BinaryOp::K: \
-    return binary_typed<BinaryOp::K, TypeSet::S>(t, ix, a, b, out, s);
+  case BinaryOp::K: return binary_typed<BinaryOp::K, TypeSet::S>(t, ix, a, b, out, s);
     XRT_B(kAdd, kNumeric)
-    XRT_B(kSub, kNumeric) XRT_B(kMul, kNumeric) XRT_B(kDiv, kNumeric) XRT_B(kPow, kNumeric)
-        XRT_B(kMod, kNumeric) XRT_B(kFmod, kNumeric) XRT_B(kMin, kNumeric) XRT_B(kMax, kNumeric)
-            XRT_B(kEqual, kAll) XRT_B(kLess, kNumeric) XRT_B(kGreater, kNumeric)
-                XRT_B(kLessOrEqual, kNumeric) XRT_B(kGreaterOrEqual, kNumeric)
+    XRT_B(kSub, kNumeric)
+    XRT_B(kMul, kNumeric)
+    XRT_B(kDiv, kNumeric)
+    XRT_B(kPow, kNumeric)
+    XRT_B(kMod, kNumeric)
+    XRT_B(kFmod, kNumeric)
+    XRT_B(kMin, kNumeric)
+    XRT_B(kMax, kNumeric)
+    XRT_B(kEqual, kAll)
+    XRT_B(kLess, kNumeric)
+    XRT_B(kGreater, kNumeric)
+    XRT_B(kLessOrEqual, kNumeric)
+    XRT_B(kGreaterOrEqual, kNumeric)
 #undef XRT_B
-                    case BinaryOp::kAnd : case BinaryOp::kOr : case BinaryOp::kXor : {
+    // clang-format on
+    case BinaryOp::kAnd:
+    case BinaryOp::kOr:
+    case BinaryOp::kXor: {
       XRT_CHECK(t == DType::kBool, UnsupportedOperationError, "And/Or/Xor (cuda) take bool, got ",
                 dtype_name(t));
       if (op == BinaryOp::kAnd)

@@ -79,16 +79,21 @@ void launch_where(std::size_t elem_size, const StridedIndex& ix, const void* con
   const unsigned g = grid_for(ix.numel, 256);
   const bool* c = static_cast<const bool*>(cond);
   switch (elem_size) {
-#define XRT_W(N, E)                                                                          \
-  case N:                                                                                    \
-    where_kernel<E><<<g, 256, 0, s>>>(c, static_cast<const E*>(x), static_cast<const E*>(y), \
-                                      static_cast<E*>(out), ix);                             \
+    // clang-format off
+#define XRT_W(N, E)                                                                           \
+  case N:                                                                                     \
+    where_kernel<E><<<g, 256, 0, s>>>(c, static_cast<const E*>(x), static_cast<const E*>(y),  \
+                                      static_cast<E*>(out), ix);                              \
     break;
     XRT_W(1, uint8_t)
-    XRT_W(2, uint16_t) XRT_W(4, uint32_t) XRT_W(8, uint64_t)
+    XRT_W(2, uint16_t)
+    XRT_W(4, uint32_t)
+    XRT_W(8, uint64_t)
 #undef XRT_W
-        default : XRT_THROW(UnsupportedOperationError, "Where (cuda): element size ", elem_size,
-                            " is not supported (1, 2, 4 or 8 bytes)");
+    // clang-format on
+    default:
+      XRT_THROW(UnsupportedOperationError, "Where (cuda): element size ", elem_size,
+                " is not supported (1, 2, 4 or 8 bytes)");
   }
   XRT_CUDA_LAUNCH_CHECK();
 }

@@ -131,31 +131,48 @@ void launch_unary(UnaryOp op, DType t, const UnaryParams& p, const void* x, void
   if (n <= 0) return;
   cudaStream_t s = as_stream(stream);
   switch (op) {
+    // clang-format off
 #define XRT_U(K, S) \
-  case UnaryOp::K:  \
-    return unary_typed<UnaryOp::K, TypeSet::S>(t, p, x, y, n, s);
+  case UnaryOp::K: return unary_typed<UnaryOp::K, TypeSet::S>(t, p, x, y, n, s);
     XRT_U(kNeg, kSigned)
-    XRT_U(kAbs, kSigned) XRT_U(kRelu, kSigned) XRT_U(kSign, kSigned) XRT_U(kSqrt, kFloat)
-        XRT_U(kExp, kFloat) XRT_U(kLog, kFloat) XRT_U(kErf, kFloat) XRT_U(kTanh, kFloat)
-            XRT_U(kSigmoid, kFloat) XRT_U(kLeakyRelu, kFloat) XRT_U(kHardSigmoid, kFloat)
-                XRT_U(kHardSwish, kFloat) XRT_U(kGelu, kFloat) XRT_U(kGeluTanh, kFloat)
-                    XRT_U(kReciprocal, kFloat) XRT_U(kFloor, kFloat) XRT_U(kCeil, kFloat)
-                        XRT_U(kRound, kFloat) XRT_U(kSin, kFloat) XRT_U(kCos, kFloat)
-                            XRT_U(kSoftplus, kFloat) XRT_U(kElu, kFloat) XRT_U(kPowScalar, kFloat)
-                                XRT_U(kIdentity, kAll)
+    XRT_U(kAbs, kSigned)
+    XRT_U(kRelu, kSigned)
+    XRT_U(kSign, kSigned)
+    XRT_U(kSqrt, kFloat)
+    XRT_U(kExp, kFloat)
+    XRT_U(kLog, kFloat)
+    XRT_U(kErf, kFloat)
+    XRT_U(kTanh, kFloat)
+    XRT_U(kSigmoid, kFloat)
+    XRT_U(kLeakyRelu, kFloat)
+    XRT_U(kHardSigmoid, kFloat)
+    XRT_U(kHardSwish, kFloat)
+    XRT_U(kGelu, kFloat)
+    XRT_U(kGeluTanh, kFloat)
+    XRT_U(kReciprocal, kFloat)
+    XRT_U(kFloor, kFloat)
+    XRT_U(kCeil, kFloat)
+    XRT_U(kRound, kFloat)
+    XRT_U(kSin, kFloat)
+    XRT_U(kCos, kFloat)
+    XRT_U(kSoftplus, kFloat)
+    XRT_U(kElu, kFloat)
+    XRT_U(kPowScalar, kFloat)
+    XRT_U(kIdentity, kAll)
 #undef XRT_U
-                                    case UnaryOp::kNot
-        : return visit_dtype<TypeSet::kAll>(t, "Not", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          if constexpr (std::is_same_v<T, bool>) {
-            unary_kernel<UnaryOp::kNot, bool><<<grid_for(n, 256, 16), 256, 0, s>>>(
-                static_cast<const bool*>(x), static_cast<bool*>(y), n, 0.0, 0.0,
-                aligned16(x) && aligned16(y));
-            XRT_CUDA_LAUNCH_CHECK();
-          } else {
-            XRT_THROW(UnsupportedOperationError, "Not (cuda) takes bool, got ", dtype_name(t));
-          }
-        });
+    // clang-format on
+    case UnaryOp::kNot:
+      return visit_dtype<TypeSet::kAll>(t, "Not", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_same_v<T, bool>) {
+          unary_kernel<UnaryOp::kNot, bool><<<grid_for(n, 256, 16), 256, 0, s>>>(
+              static_cast<const bool*>(x), static_cast<bool*>(y), n, 0.0, 0.0,
+              aligned16(x) && aligned16(y));
+          XRT_CUDA_LAUNCH_CHECK();
+        } else {
+          XRT_THROW(UnsupportedOperationError, "Not (cuda) takes bool, got ", dtype_name(t));
+        }
+      });
   }
 }
 

@@ -208,13 +208,20 @@ void launch_reduce(ReduceOp op, DType t, int64_t outer, int64_t reduce, int64_t 
   if (outer * inner <= 0) return;
   cudaStream_t s = as_stream(stream);
   switch (op) {
-#define XRT_R(K)    \
-  case ReduceOp::K: \
-    return reduce_typed<ReduceOp::K>(t, outer, reduce, inner, x, y, s);
+    // clang-format off
+#define XRT_R(K) \
+  case ReduceOp::K: return reduce_typed<ReduceOp::K>(t, outer, reduce, inner, x, y, s);
     XRT_R(kSum)
-    XRT_R(kMean) XRT_R(kMax) XRT_R(kMin) XRT_R(kProd) XRT_R(kL1) XRT_R(kL2) XRT_R(kLogSumExp)
-        XRT_R(kSumSquare)
+    XRT_R(kMean)
+    XRT_R(kMax)
+    XRT_R(kMin)
+    XRT_R(kProd)
+    XRT_R(kL1)
+    XRT_R(kL2)
+    XRT_R(kLogSumExp)
+    XRT_R(kSumSquare)
 #undef XRT_R
+    // clang-format on
   }
 }
 

@@ -135,7 +135,7 @@ void add_reduce(KernelRegistry& r, const ReduceEntry& e) {
   add_kernel(
       r, op_key_of(e.op_type), {},
       std::string(e.op_type) +
-          " over any axes (attribute or constant input), keepdims, noop_with_empty_axes; fp32 "
+          " over any axes (attribute or input), keepdims, noop_with_empty_axes; fp32 "
           "accumulation "
           "for 16-bit floats, int64 for integers",
       [](const OpContext& ctx) {
@@ -144,20 +144,31 @@ void add_reduce(KernelRegistry& r, const ReduceEntry& e) {
                               require_dtype(ctx, 1, {DType::kInt64}, "axes")});
       },
       [e](const PrepareContext& pc) {
-        std::vector<int64_t> axes;
-        if (pc.node->has("axes"))
-          axes = pc.node->attr_ints("axes");
-        else if (has_input(pc, 1))
-          axes = constant_ints(pc, 1, "axes");
+        const bool from_attr = pc.node->has("axes");
+        const IntsInput axes_in = from_attr ? IntsInput() : IntsInput(pc, 1, "axes");
         const bool noop = pc.node->attr_int("noop_with_empty_axes", 0) != 0;
         const std::string what = where(pc);
-        ShapeCached<ReducePlan> plan({pc.ctx->inputs[0].shape},
-                                     [axes, noop, what](const std::vector<Shape>& s) {
-                                       return make_reduce_plan(s[0], axes, noop, what);
-                                     });
-        const ReducePlan p0 = plan.get({pc.ctx->inputs[0].shape});
-        const std::size_t ws = workspace_for(p0, pc.ctx->inputs[0].shape, pc.ctx->inputs[0].dtype);
         const ReduceOp op = e.op;
+        const Shape& in_shape = pc.ctx->inputs[0].shape;
+        if (!from_attr && axes_in.present() && !axes_in.constant()) {
+          // Axes computed at run time: the plan is made per run; the workspace covers
+          // the worst case (a permuted copy of the whole input).
+          const std::size_t ws = static_cast<std::size_t>(graph::shape_numel(in_shape)) *
+                                 dtype_size(pc.ctx->inputs[0].dtype);
+          return make_prepared(
+              [op, axes_in, noop, what](const KernelArgs& a) {
+                run_reduce(op, make_reduce_plan(a.inputs[0].shape, axes_in.get(a), noop, what), a,
+                           what);
+              },
+              ws);
+        }
+        const std::vector<int64_t> axes =
+            from_attr ? pc.node->attr_ints("axes") : axes_in.get(KernelArgs{});
+        ShapeCached<ReducePlan> plan({in_shape}, [axes, noop, what](const std::vector<Shape>& s) {
+          return make_reduce_plan(s[0], axes, noop, what);
+        });
+        const std::size_t ws =
+            workspace_for(plan.get({in_shape}), in_shape, pc.ctx->inputs[0].dtype);
         return make_prepared(
             [op, plan, what](const KernelArgs& a) {
               run_reduce(op, plan.get({a.inputs[0].shape}), a, what);
@@ -190,21 +201,22 @@ void add_global_pool(KernelRegistry& r, const char* op_type, ReduceOp op) {
 void add_cumsum(KernelRegistry& r) {
   add_kernel(
       r, "cumsum", {},
-      "CumSum along a constant axis (exclusive, reverse); fp32 accumulation for 16-bit floats",
+      "CumSum along one axis (exclusive, reverse); fp32 accumulation for 16-bit floats",
       [](const OpContext& ctx) {
         return first_refusal({require_arity(ctx, 2), require_dense(ctx),
                               require_dtype(ctx, 0, kNumericTypes, "x"),
                               require_dtype(ctx, 1, kIndexTypes, "axis")});
       },
       [](const PrepareContext& pc) {
-        const std::vector<int64_t> axis_v = constant_ints(pc, 1, "axis");
-        XRT_CHECK(axis_v.size() == 1, InvalidModelError, where(pc), ": axis must be a scalar, got ",
-                  axis_v.size(), " values");
-        const int64_t axis_attr = axis_v[0];
+        const IntsInput axis_in(pc, 1, "axis");
         const bool exclusive = pc.node->attr_int("exclusive", 0) != 0;
         const bool reverse = pc.node->attr_int("reverse", 0) != 0;
         const std::string what = where(pc);
-        return make_prepared([axis_attr, exclusive, reverse, what](const KernelArgs& a) {
+        return make_prepared([axis_in, exclusive, reverse, what](const KernelArgs& a) {
+          const std::vector<int64_t> axis_v = axis_in.get(a);
+          XRT_CHECK(axis_v.size() == 1, InvalidModelError, what, ": axis must be a scalar, got ",
+                    axis_v.size(), " values");
+          const int64_t axis_attr = axis_v[0];
           const Shape& s = a.inputs[0].shape;
           const int64_t rank = static_cast<int64_t>(s.size());
           const int64_t axis = axis_attr < 0 ? axis_attr + rank : axis_attr;
