@@ -7,17 +7,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/cpu_provider.h"
-#include "backends/cpu/ops/gemm_call.h"
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
+#include "xpuruntime/cpu_plugin_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
 #include "xpuruntime/graph/provider.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/ops/op_schema.h"
+#include "xpuruntime/plugin.h"
 
 namespace xpuruntime::bindings {
 namespace {
@@ -222,11 +221,6 @@ std::string gemm_of(const graph::ExecutionPlan& p, const graph::PlanStep& s) {
 
 void bind_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "The native engine: compile, save/load and run plans.");
-  // Temporary, until the built-in CPU plugin registers both when the core starts
-  // (then this block and the backends/ includes above go): the CPU kernels and the
-  // CPU execution provider. Both registrations are idempotent.
-  register_cpu_kernels(KernelRegistry::instance());
-  graph::ProviderRegistry::instance().add(cpu::make_cpu_provider());
   g.attr("PLAN_FORMAT_VERSION") = graph::kPlanFormatVersion;
 
   py::class_<graph::ExecutionPlan, std::shared_ptr<graph::ExecutionPlan>>(g, "ExecutionPlan")
@@ -342,7 +336,16 @@ void bind_graph(py::module_& m) {
       py::arg("graph"), py::arg("kernel_policy"), py::arg("exec_policy"),
       py::arg("model_hash") = "", py::arg("input_shapes") = std::map<std::string, graph::Shape>{},
       py::arg("fold") = true, py::arg("fuse") = true, py::arg("device") = "cpu");
-  g.def("scratch_peak_bytes", &cpu::scratch_peak_bytes,
+  g.def(
+      "scratch_peak_bytes",
+      [] {
+        // The CPU plugin's entry (the CPU kernels' scratch lives there).
+        const auto fn = plugin_entry<cpu::ScratchPeakBytesEntry>("cpu", cpu::entry::kScratchPeakBytes);
+        XRT_CHECK(fn != nullptr, BackendUnavailableError,
+                  "scratch_peak_bytes: the CPU plugin does not serve '",
+                  cpu::entry::kScratchPeakBytes, "' (plugin status: see _core.plugin_statuses())");
+        return fn();
+      },
         "Largest per-thread scratch buffer the CPU kernels used so far (im2col), in bytes.");
   g.def("policy_fingerprint", &graph::policy_fingerprint, py::arg("kernel_policy"),
         py::arg("exec_policy"));

@@ -1,18 +1,19 @@
 // _core.ops: the matmul op (declarations and exports only; the work is in
-// backends/cpu/matmul/matmul_call.cpp). Operands are converted on the GIL, then
+// ops/matmul/matmul_call.cpp). Operands are converted on the GIL, then
 // the GIL is released for selection and the kernel.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <optional>
 
-#include "backends/cpu/matmul/cpu_gemm_impl.h"
-#include "ops/matmul/matmul_call.h"
-#include "ops/matmul/matmul_op.h"
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
+#include "ops/matmul/matmul_call.h"
+#include "ops/matmul/matmul_op.h"
+#include "xpuruntime/cpu_plugin_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/plugin.h"
 
 namespace xpuruntime::bindings {
 namespace {
@@ -117,10 +118,17 @@ void bind_ops(py::module_& m) {
   ops.def(
       "cpu_gemm_info",
       [] {
+        // The CPU plugin's entry: the GEMM build is the CPU folder's business.
+        const auto fn = plugin_entry<cpu::GemmInfoEntry>("cpu", cpu::entry::kGemmInfo);
+        XRT_CHECK(fn != nullptr, BackendUnavailableError, "cpu_gemm_info: the CPU plugin does not serve '",
+                  cpu::entry::kGemmInfo, "' (plugin status: see _core.plugin_statuses())");
+        std::string isa, blas;
+        bool blas_available = false;
+        fn(&isa, &blas_available, &blas);
         py::dict d;
-        d["isa"] = std::string(mm::cpu_isa_name(mm::CpuIsa::kAuto));
-        d["blas_available"] = mm::cpu_blas_available();
-        d["blas"] = mm::cpu_blas_info();
+        d["isa"] = isa;
+        d["blas_available"] = blas_available;
+        d["blas"] = blas;
         return d;
       },
       "The CPU matmul kernels' build: micro-kernel ISA and the BLAS library.");
