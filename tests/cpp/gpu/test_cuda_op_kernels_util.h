@@ -293,27 +293,34 @@ class CudaOpTest : public ::testing::Test {
     return k;
   }
 
-  // Prepares and runs c on cuda:0 (on a non-default stream), returns the outputs.
-  std::vector<HostArray> run(const OpCall& c) {
+  // A prepared call with its inputs uploaded and outputs allocated on cuda:0.
+  struct Staged {
+    PreparedKernelPtr kernel;
+    KernelArgs args;
+    std::vector<Tensor> keep;  // device inputs, workspace
+    std::vector<Tensor> outputs;
+  };
+
+  // Prepares c (nullopt after a failure already reported).
+  std::optional<Staged> stage(const OpCall& c) {
     OpContext ctx = context_of(c, Device::cuda(0), capability_);
     KernelPtr k = kernel_for(ctx.op);
-    if (!k) return {};
+    if (!k) return std::nullopt;
     const Support s = KernelRegistry::check(*k, ctx);
     if (!s.ok) {
       ADD_FAILURE() << c.op_type << " refused: " << s.reason_code << ": " << s.detail;
-      return {};
+      return std::nullopt;
     }
     graph::Node node = node_of(c);
     PrepareContext pc;
     pc.ctx = &ctx;
     pc.node = &node;
-    std::vector<Tensor> dev_in;
-    KernelArgs args;
+    Staged st;
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       const bool is_const = i < c.constant.size() && c.constant[i];
       if (!c.inputs[i]) {
         pc.constants.emplace_back();
-        args.inputs.push_back(TensorArg{});
+        st.args.inputs.push_back(TensorArg{});
         continue;
       }
       Tensor h = to_host_tensor(*c.inputs[i]);
@@ -326,36 +333,46 @@ class CudaOpTest : public ::testing::Test {
       }
       Tensor d = h.numel() > 0 ? h.to(Device::cuda(0))
                                : Tensor::empty(h.shape(), h.dtype(), Device::cuda(0));
-      dev_in.push_back(d);
-      args.inputs.push_back(TensorArg{d.dtype(), d.shape(), d.data_ptr()});
+      st.keep.push_back(d);
+      st.args.inputs.push_back(TensorArg{d.dtype(), d.shape(), d.data_ptr()});
     }
-    PreparedKernelPtr p = k->prepare(pc);
-    std::vector<Tensor> dev_out;
+    st.kernel = k->prepare(pc);
     for (const auto& [t, shape] : c.outputs) {
       Tensor d = Tensor::empty(shape, t, Device::cuda(0));
-      dev_out.push_back(d);
-      args.outputs.push_back(TensorArg{t, shape, d.data_ptr()});
+      st.outputs.push_back(d);
+      st.args.outputs.push_back(TensorArg{t, shape, d.data_ptr()});
     }
-    std::vector<Tensor> ws;
-    if (p->workspace_bytes() > 0) {
-      ws.push_back(Tensor::empty({static_cast<int64_t>(p->workspace_bytes())}, DType::kUInt8,
-                                 Device::cuda(0)));
-      args.workspace = ws[0].data_ptr();
-      args.workspace_bytes = p->workspace_bytes();
+    if (st.kernel->workspace_bytes() > 0) {
+      Tensor ws = Tensor::empty({static_cast<int64_t>(st.kernel->workspace_bytes())}, DType::kUInt8,
+                                Device::cuda(0));
+      st.keep.push_back(ws);
+      st.args.workspace = ws.data_ptr();
+      st.args.workspace_bytes = st.kernel->workspace_bytes();
     }
     DeviceManager::instance().synchronize(0);
-    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
-    args.stream = stream->native();
-    p->run(args);
-    stream->synchronize();
+    return st;
+  }
+
+  static std::vector<HostArray> download(const Staged& st) {
     std::vector<HostArray> out;
-    for (const Tensor& d : dev_out) {
+    for (const Tensor& d : st.outputs) {
       Tensor h =
           d.numel() > 0 ? d.to(Device::cpu()) : Tensor::empty(d.shape(), d.dtype(), Device::cpu());
       DeviceManager::instance().synchronize(0);
       out.push_back(from_host_tensor(h));
     }
     return out;
+  }
+
+  // Prepares and runs c on cuda:0 (on a non-default stream), returns the outputs.
+  std::vector<HostArray> run(const OpCall& c) {
+    std::optional<Staged> st = stage(c);
+    if (!st) return {};
+    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
+    st->args.stream = stream->native();
+    st->kernel->run(st->args);
+    stream->synchronize();
+    return download(*st);
   }
 
   std::mt19937_64 rng{seed()};
