@@ -379,5 +379,30 @@ TEST_F(CudaOpTest, RangeFloatAndInt) {
   }
 }
 
+TEST_F(CudaOpTest, ViewCopiesShapeAndSize) {
+  HostArray x = iota(DType::kFloat16, {2, 3, 4});
+  for (const auto& [op, os] :
+       std::vector<std::pair<std::string, Shape>>{{"Reshape", {6, 4}},
+                                                  {"Flatten", {2, 12}},
+                                                  {"Squeeze", {2, 3, 4}},
+                                                  {"Unsqueeze", {2, 1, 3, 4}}}) {
+    auto out = run({op, {}, {x}, {}, {{DType::kFloat16, os}}});
+    if (out.empty()) return;
+    expect_close(out[0], x.v, op + " copy", 0);
+  }
+  HostArray y = random_array(rng, DType::kFloat32, {5, 1, 7, 2});
+  auto all = run({"Shape", {}, {y}, {}, {{DType::kInt64, {4}}}});
+  if (all.empty()) return;
+  expect_close(all[0], {5, 1, 7, 2}, "Shape", 0);
+  auto part = run({"Shape",
+                   {{"start", Attr::of_int(-3)}, {"end", Attr::of_int(3)}},
+                   {y},
+                   {},
+                   {{DType::kInt64, {2}}}});
+  expect_close(part[0], {1, 7}, "Shape start=-3 end=3", 0);
+  auto size = run({"Size", {}, {y}, {}, {{DType::kInt64, {}}}});
+  expect_close(size[0], {70}, "Size", 0);
+}
+
 }  // namespace
 }  // namespace xpuruntime::cuda_op_tests

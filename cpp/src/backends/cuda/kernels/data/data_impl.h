@@ -63,6 +63,10 @@ void launch_trilu(std::size_t elem, int64_t batch, int64_t rows, int64_t cols, i
 // out[i] = the element whose bytes are the low bytes of value_bits (n elements).
 void launch_fill(std::size_t elem, int64_t n, uint64_t value_bits, void* out, void* stream);
 
+// out[0..n) = values[0..n) as int64 (n <= kMaxCopyRank): Shape and Size. The values
+// travel as kernel parameters, so the write is asynchronous and capturable.
+void launch_write_ints(const int64_t* values, int n, void* out, void* stream);
+
 // Range: out[i] = start + i * delta (start and delta are device scalars of t).
 void launch_range(DType t, const void* start, const void* delta, void* out, int64_t n,
                   void* stream);

@@ -471,6 +471,57 @@ void add_pad_trilu_range(KernelRegistry& r) {
       });
 }
 
+// ---- Identity and the view ops (a device copy where the executor does not alias), Shape, Size
+// ----
+void add_flat_copies(KernelRegistry& r) {
+  for (const char* op : {"identity", "reshape", "flatten", "squeeze", "unsqueeze"}) {
+    add_kernel(
+        r, op, {},
+        std::string(op) + ": a flat device copy of input 0 (where the executor does not alias it)",
+        [](const OpContext& ctx) { return basic(ctx, 1); },
+        [](const PrepareContext&) {
+          return make_prepared([](const KernelArgs& a) {
+            XRT_CHECK(a.outputs[0].numel() == a.inputs[0].numel(), InvalidArgumentError,
+                      "view copy: output has ", a.outputs[0].numel(), " elements, input ",
+                      a.inputs[0].numel());
+            if (a.inputs[0].data == a.outputs[0].data || a.inputs[0].numel() == 0) return;
+            CopyIndex ix;
+            make_copy_index({a.inputs[0].numel()}, {1}, {1}, 0, 0, ix);
+            launch_copy(dtype_size(a.inputs[0].dtype), ix, a.inputs[0].data, a.outputs[0].data,
+                        a.stream);
+          });
+        });
+  }
+  add_kernel(
+      r, "shape", {}, "Shape (start/end) of its input, written from kernel parameters (capturable)",
+      [](const OpContext& ctx) {
+        Support s = require_arity(ctx, 1);
+        if (s.ok && ctx.inputs[0].shape.size() > static_cast<std::size_t>(kMaxCopyRank))
+          return Support::no(reason::kShapeUnsupported, "rank above 16");
+        return s;
+      },
+      [](const PrepareContext& pc) {
+        const int64_t start_attr = pc.node->attr_int("start", 0);
+        return make_prepared([start_attr](const KernelArgs& a) {
+          const Shape& s = a.inputs[0].shape;
+          const int64_t r = static_cast<int64_t>(s.size());
+          const int64_t start =
+              std::clamp<int64_t>(start_attr < 0 ? start_attr + r : start_attr, 0, r);
+          const int64_t n = std::min<int64_t>(a.outputs[0].numel(), r - start);
+          launch_write_ints(s.data() + start, static_cast<int>(n), a.outputs[0].data, a.stream);
+        });
+      });
+  add_kernel(
+      r, "size", {}, "Size (number of elements), written from a kernel parameter (capturable)",
+      [](const OpContext& ctx) { return require_arity(ctx, 1); },
+      [](const PrepareContext&) {
+        return make_prepared([](const KernelArgs& a) {
+          const int64_t n = a.inputs[0].numel();
+          launch_write_ints(&n, 1, a.outputs[0].data, a.stream);
+        });
+      });
+}
+
 // ---- ConstantOfShape, Dropout (inference) ----
 void add_fill_dropout(KernelRegistry& r) {
   add_kernel(
@@ -528,8 +579,7 @@ void register_data_kernels(KernelRegistry& registry) {
   add_shape_copy(registry, "tile",
                  "Tile (one strided copy over [repeats, dim] pairs; repeats from the shapes)",
                  tile_plan);
-  add_shape_copy(registry, "identity", "Identity (a device copy when the executor does not alias)",
-                 expand_plan);
+  add_flat_copies(registry);
   add_concat_split(registry);
   add_gathers(registry);
   add_pad_trilu_range(registry);

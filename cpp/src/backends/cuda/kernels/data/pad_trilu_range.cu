@@ -71,6 +71,15 @@ __global__ void fill_kernel(E* __restrict__ out, int64_t n, uint64_t bits) {
     out[i] = v;
 }
 
+struct SmallInts {
+  int64_t v[kMaxCopyRank];
+  int32_t n;
+};
+
+__global__ void write_ints_kernel(SmallInts ints, int64_t* out) {
+  if (static_cast<int>(threadIdx.x) < ints.n) out[threadIdx.x] = ints.v[threadIdx.x];
+}
+
 template <typename T>
 __global__ void range_kernel(const T* start, const T* delta, T* out, int64_t n) {
   using C = std::conditional_t<is_float_v<T>, double, int64_t>;
@@ -114,6 +123,17 @@ void launch_fill(std::size_t elem, int64_t n, uint64_t value_bits, void* out, vo
         <<<grid_for(n, 256), 256, 0, as_stream(stream)>>>(static_cast<E*>(out), n, value_bits);
     XRT_CUDA_LAUNCH_CHECK();
   });
+}
+
+void launch_write_ints(const int64_t* values, int n, void* out, void* stream) {
+  if (n <= 0) return;
+  XRT_CHECK(n <= kMaxCopyRank, InvalidArgumentError, "launch_write_ints: ", n, " values (at most ",
+            kMaxCopyRank, ")");
+  SmallInts ints{};
+  for (int i = 0; i < n; ++i) ints.v[i] = values[i];
+  ints.n = n;
+  write_ints_kernel<<<1, 32, 0, as_stream(stream)>>>(ints, static_cast<int64_t*>(out));
+  XRT_CUDA_LAUNCH_CHECK();
 }
 
 void launch_range(DType t, const void* start, const void* delta, void* out, int64_t n,
