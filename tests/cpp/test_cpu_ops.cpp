@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "cpu_test_util.h"
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
@@ -16,13 +16,7 @@
 namespace xpuruntime::cpu {
 namespace {
 
-std::vector<float> randn(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TensorView view(std::vector<float>& v, Shape s) { return TensorView{DType::kFloat32, std::move(s), v.data()}; }
 
@@ -161,7 +155,6 @@ void check_conv(const std::string& kernel, int N, int C, int H, int W, int M, in
   n.attrs["pads"] = graph::Attr::of_ints({P, P, P, P});
   n.attrs["dilations"] = graph::Attr::of_ints({D, D});
   n.attrs["group"] = graph::Attr::of_int(G);
-  n.attrs["_gemm"] = graph::Attr::of_string("cpu_blocked");
   run("Conv", kernel, n, {view(x, {N, C, H, W}), view(w, {M, C / G, K, K})}, {view(y, {N, M, OH, OW})});
   for (std::size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref[i], 1e-4 * (1 + std::abs(ref[i]))) << i;
 }

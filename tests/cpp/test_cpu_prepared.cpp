@@ -5,22 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "cpu_test_util.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "xpuruntime/error.h"
 
 namespace xpuruntime::cpu {
 namespace {
 
-std::vector<float> randn(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TensorArg arg(std::vector<float>& v, Shape s) {
   return TensorArg{DType::kFloat32, std::move(s), v.data()};

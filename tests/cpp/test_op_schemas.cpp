@@ -44,7 +44,8 @@ TEST(OpSchemas, EveryCpuKernelHasASchemaAndEverySchemaAKernel) {
     EXPECT_TRUE(static_cast<bool>(s->infer)) << t;
     EXPECT_FALSE(s->description.empty()) << t;
     EXPECT_FALSE(reg.kernels(s->key).empty()) << t << " has no CPU kernel under key " << s->key;
-    EXPECT_FALSE(cpu::op_defs(t).empty()) << t;
+    // MatMul/Gemm run through the matmul kernels' prepare(); every other op has OpDefs.
+    EXPECT_EQ(cpu::op_defs(t).empty(), s->key == "matmul") << t;
     for (const cpu::OpDef* d : cpu::op_defs(t)) EXPECT_EQ(d->key, s->key) << t;
   }
   for (const std::string& t : cpu::supported_op_types()) EXPECT_NE(find_schema(t), nullptr) << t;

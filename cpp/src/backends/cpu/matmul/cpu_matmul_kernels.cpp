@@ -2,12 +2,11 @@
 // Their prepare() binds the GEMM to a plan step: an ONNX MatMul/Gemm node runs its
 // whole node logic (gemm.cpp) with this GEMM, a plain GEMM (a conv's sub-kernel)
 // becomes a cpu::CpuGemmPrepared.
-// The core calls register_cpu_matmul_kernels once at startup (through
-// ensure_cpu_matmul_kernels_registered, which is idempotent and thread-safe).
+// register_cpu_kernels (backends/cpu/cpu_kernels.h) registers them with the CPU
+// op kernels when the CPU plugin initializes.
 #include "backends/cpu/matmul/cpu_matmul_kernels.h"
 
 #include <memory>
-#include <mutex>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/ops/gemm_call.h"
@@ -81,11 +80,6 @@ class CpuBlockedMatmul final : public Kernel {
 void register_cpu_matmul_kernels(KernelRegistry& registry) {
   registry.register_kernel(std::make_shared<CpuBlasMatmul>(), /*replace=*/true);
   registry.register_kernel(std::make_shared<CpuBlockedMatmul>(), /*replace=*/true);
-}
-
-void ensure_cpu_matmul_kernels_registered() {
-  static std::once_flag once;
-  std::call_once(once, [] { register_cpu_matmul_kernels(KernelRegistry::instance()); });
 }
 
 }  // namespace xpuruntime

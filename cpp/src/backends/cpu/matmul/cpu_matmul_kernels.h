@@ -10,7 +10,5 @@ namespace xpuruntime {
 // found no CBLAS) and cpu_blocked (priority 10, the fallback) for op "matmul",
 // replacing earlier registrations of the same names.
 void register_cpu_matmul_kernels(KernelRegistry& registry);
-// Registers them into KernelRegistry::instance() once per process.
-void ensure_cpu_matmul_kernels_registered();
 
 }  // namespace xpuruntime

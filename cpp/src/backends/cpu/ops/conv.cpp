@@ -549,8 +549,8 @@ PreparedKernelPtr im2col_prepare(const OpDef& def, const PrepareContext& pc) {
   Node n = prepared_node(def.op_type, pc);
   if (!pc.prepare_sub || pc.ctx == nullptr || pc.ctx->inputs.size() < 2 ||
       pc.ctx->outputs.empty()) {
-    // Outside a plan compile: the GEMM a compiler recorded on the node, else the best.
-    std::string name = node_gemm_kernel(n);
+    // Outside a plan compile (no dispatcher to ask): the best available GEMM.
+    std::string name = gemm_kernel_names().front();
     return std::make_shared<Im2colPrepared>(std::move(n), nullptr, std::move(name));
   }
   const OpContext& ctx = *pc.ctx;
@@ -614,7 +614,7 @@ void register_conv_ops(std::vector<OpDef>& defs) {
   i.priority = 10;
   i.description = "im2col + GEMM through the chosen matmul kernel (any Conv, 1-3 spatial dims)";
   i.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    conv_im2col_run(node_gemm_kernel(n), ConvStep::from_node(n), n, in, out);
+    conv_im2col_run(gemm_kernel_names().front(), ConvStep::from_node(n), n, in, out);
   };
   i.prepare = im2col_prepare;
   defs.push_back(i);

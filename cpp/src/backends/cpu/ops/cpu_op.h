@@ -5,11 +5,15 @@
 // KernelLaunch), so the Dispatcher chooses among them under a KernelPolicy and
 // records why; a plan step runs the PreparedKernel.
 //
-// How to add an op: its semantics (shape inference, key, dtypes) go into an
-// ops::OpSchema (cpp/src/ops/); its CPU body is a `run` in the family file here
-// (elementwise.cpp, reduce.cpp, ...) with an OpDef in that file's register_*()
-// function; then list the op in docs/ops.md by running scripts/gen_ops_doc.py. Everything here is
+// How to add an op: its semantics (shape inference, key, dtypes; a typed attribute
+// struct in xpuruntime/ops/<family>.h if it has attributes) go into an ops::OpSchema
+// (cpp/src/ops/); its CPU body is a `run` (or set_parsed_body over the attribute
+// struct) in the family file here (elementwise.cpp, reduce.cpp, ...) with an OpDef in
+// that file's register_*() function; register_cpu_kernels picks it up. Then list the
+// op in docs/ops.md by running scripts/gen_ops_doc.py. Everything here is
 // thread-safe: OpDefs are immutable after registration and run() has no state.
+// MatMul and Gemm have no OpDef: the matmul kernels (cpu_blas, cpu_blocked) prepare
+// them (gemm_call.h).
 #pragma once
 
 #include <cstdint>
@@ -57,7 +61,6 @@ struct TensorView {
   std::vector<int64_t> ints() const;
 };
 
-using ops::InferFn;
 using RunFn =
     std::function<void(const Node&, const std::vector<TensorView>&, std::vector<TensorView>&)>;
 using SupportsFn = std::function<Support(const Node&, const std::vector<Meta>&)>;
@@ -85,21 +88,12 @@ struct OpDef {
   // Optional: Kernel::prepare of this op's kernel. Default: a prepared kernel that
   // runs `run` on a copy of the step's node (pc.node, or one built from pc.ctx).
   PrepareFn prepare;
-  // The op key is dispatched among *other* kernels (MatMul/Gemm -> the matmul
-  // kernels, whose prepare binds the ONNX node to the chosen GEMM).
-  bool uses_gemm = false;
-
-  // Copied from the op's ops::OpSchema when the table is built (the semantics live
-  // there; these copies serve the executor until it reads the schemas itself).
+  // The op's dispatcher key, from its ops::OpSchema when the table is built.
   std::string key;
-  InferFn infer;
-  bool alias = false;
-  bool foldable = true;
 };
 
 // All OpDefs by ONNX op type (domain "" or "xrt"), built once.
 const std::vector<const OpDef*>& op_defs(const std::string& op_type);
-bool op_supported(const std::string& op_type);
 std::vector<std::string> supported_op_types();
 // The OpDef of (op_type, kernel), or nullptr.
 const OpDef* find_op_def(const std::string& op_type, const std::string& kernel);
@@ -108,7 +102,6 @@ void register_cpu_op_kernels(KernelRegistry& registry);
 // The node a prepared op kernel runs on: *pc.node, or (callers outside a plan) a
 // node of `op_type` named pc.ctx->node with pc.ctx's attributes as strings.
 Node prepared_node(const std::string& op_type, const PrepareContext& pc);
-void ensure_cpu_op_kernels_registered();
 
 // Family registration (one per file).
 void register_elementwise_ops(std::vector<OpDef>& defs);
@@ -116,7 +109,6 @@ void register_unary_ops(std::vector<OpDef>& defs);
 void register_reduce_ops(std::vector<OpDef>& defs);
 void register_nn_ops(std::vector<OpDef>& defs);
 void register_conv_ops(std::vector<OpDef>& defs);
-void register_gemm_ops(std::vector<OpDef>& defs);
 void register_shape_ops(std::vector<OpDef>& defs);
 void register_data_ops(std::vector<OpDef>& defs);
 void register_fused_ops(std::vector<OpDef>& defs);

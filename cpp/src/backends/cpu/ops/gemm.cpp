@@ -310,11 +310,6 @@ void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
   }
 }
 
-std::string node_gemm_kernel(const Node& n) {
-  std::string k = n.attr_str("_gemm", "");
-  return k.empty() ? gemm_kernel_names().front() : k;
-}
-
 namespace {
 
 // An ONNX MatMul/Gemm node bound to one GEMM kernel (the one the dispatcher chose
@@ -372,24 +367,5 @@ void* thread_scratch(std::size_t bytes, int slot) {
 }
 
 std::size_t scratch_peak_bytes() { return g_scratch_peak.load(); }
-
-void register_gemm_ops(std::vector<OpDef>& defs) {
-  OpDef mm;
-  mm.op_type = "MatMul";
-  mm.kernel = "gemm";
-  mm.uses_gemm = true;
-  mm.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    onnx_matmul_run(node_gemm_kernel(n), MatmulStep::from_node(n), n, in, out);
-  };
-  defs.push_back(std::move(mm));
-  OpDef g;
-  g.op_type = "Gemm";
-  g.kernel = "gemm";
-  g.uses_gemm = true;
-  g.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    onnx_gemm_run(node_gemm_kernel(n), MatmulStep::from_node(n), n, in, out);
-  };
-  defs.push_back(std::move(g));
-}
 
 }  // namespace xpuruntime::cpu

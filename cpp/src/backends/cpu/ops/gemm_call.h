@@ -20,9 +20,6 @@ const std::vector<std::string>& gemm_kernel_names();
 // Runs the problem with the named kernel; throws UnsupportedOperationError for an
 // unknown name or a kernel that is unavailable in this build.
 void run_gemm(const std::string& kernel, const matmul::GemmProblem& p);
-// The GEMM kernel recorded on a node by a compiler that still writes "_gemm"
-// (falls back to the best available).
-std::string node_gemm_kernel(const Node& n);
 
 // ONNX MatMul (numpy batch broadcast, 1-D promotion, fused bias and activation) and
 // Gemm (transA/B, alpha, beta, C, fused activation) run with the named GEMM kernel;

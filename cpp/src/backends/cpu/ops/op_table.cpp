@@ -21,7 +21,6 @@ const Table& table() {
     register_reduce_ops(tb->defs);
     register_nn_ops(tb->defs);
     register_conv_ops(tb->defs);
-    register_gemm_ops(tb->defs);
     register_shape_ops(tb->defs);
     register_data_ops(tb->defs);
     register_fused_ops(tb->defs);
@@ -31,9 +30,6 @@ const Table& table() {
       XRT_CHECK(schema != nullptr, InvalidArgumentError, "CPU kernel '", d.kernel, "' for op '",
                 d.op_type, "' has no ops::OpSchema; add one in cpp/src/ops/");
       d.key = schema->key;
-      d.infer = schema->infer;
-      d.alias = schema->alias;
-      d.foldable = schema->foldable;
       if (d.dtypes.empty()) d.dtypes = schema->dtypes;
       if (d.description.empty()) d.description = schema->description;
     }
@@ -133,7 +129,6 @@ const std::vector<const OpDef*>& op_defs(const std::string& op_type) {
   return it == m.end() ? kEmpty : it->second;
 }
 
-bool op_supported(const std::string& op_type) { return !op_defs(op_type).empty(); }
 
 std::vector<std::string> supported_op_types() {
   std::vector<std::string> v;
@@ -160,7 +155,6 @@ Node prepared_node(const std::string& op_type, const PrepareContext& pc) {
 
 void register_cpu_op_kernels(KernelRegistry& registry) {
   for (const OpDef& d : table().defs) {
-    if (d.uses_gemm) continue;  // dispatched among the matmul kernels
     if (registry.find(d.key, d.kernel)) continue;
     KernelDef def;
     def.op = d.key;
@@ -171,11 +165,6 @@ void register_cpu_op_kernels(KernelRegistry& registry) {
     def.description = d.description;
     registry.register_kernel(std::make_shared<CpuOpKernel>(std::move(def), &d));
   }
-}
-
-void ensure_cpu_op_kernels_registered() {
-  static std::once_flag once;
-  std::call_once(once, [] { register_cpu_op_kernels(KernelRegistry::instance()); });
 }
 
 }  // namespace xpuruntime::cpu
