@@ -73,6 +73,11 @@ TEST_F(CudaOpTest, SoftmaxMasksAndNaN) {
   const double e = std::exp(1.0);
   expect_close(out[0], {1 / (1 + e), 0, e / (1 + e), 0, kNaN, kNaN, kNaN, kNaN, 0, 0, 0, 1},
                "Softmax -inf and NaN");
+  // The same along axis 0 (the column kernel): a NaN anywhere in a column poisons it,
+  // -inf gives 0.
+  HostArray xc = make_array(DType::kFloat32, {4, 2}, {-kInf, 1, 0, 2, 0, kNaN, 0, 3});
+  auto oc = run({"Softmax", {{"axis", Attr::of_int(0)}}, {xc}, {}, {{DType::kFloat32, {4, 2}}}});
+  expect_close(oc[0], {0, kNaN, 1.0 / 3, kNaN, 1.0 / 3, kNaN, 1.0 / 3, kNaN}, "Softmax axis 0 NaN");
 }
 
 struct ReduceCase {
@@ -249,6 +254,16 @@ TEST_F(CudaOpTest, ReductionAttributesIntegersAndNaN) {
                  {},
                  {{DType::kFloat32, {2}}}});
   expect_close(mx[0], {kNaN, 6}, "ReduceMax NaN propagates");
+  for (const char* op : {"ReduceLogSumExp", "ReduceSum", "ReduceMin"}) {
+    auto o = run({op,
+                  {{"axes", Attr::of_ints({1})}, {"keepdims", Attr::of_int(0)}},
+                  {xn},
+                  {},
+                  {{DType::kFloat32, {2}}}});
+    ASSERT_FALSE(o.empty());
+    EXPECT_TRUE(std::isnan(o[0].v[0])) << op << " lost the NaN of row 0: " << o[0].v[0];
+    EXPECT_FALSE(std::isnan(o[0].v[1])) << op << " row 1 has no NaN";
+  }
   // Global pools: a mean / max per (n, c).
   HostArray p = random_array(rng, DType::kFloat16, {2, 3, 5, 7}, -2, 2);
   for (const auto& [op, red] : std::vector<std::pair<std::string, std::string>>{

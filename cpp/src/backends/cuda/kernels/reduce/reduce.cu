@@ -1,7 +1,8 @@
 // Reductions over the middle axis of [outer, reduce, inner] and CumSum. Rows
 // (inner == 1): one warp per row below 2048 elements, one 256-thread block per
-// longer row. Columns (inner > 1): one thread per output, reading coalesced across
-// inner. Every output is the same fixed-order combination run to run (no atomics).
+// longer row. Columns (inner > 1): 8 threads per output, 32 outputs per block,
+// reading coalesced across inner. Every output is the same fixed-order combination
+// run to run (no atomics).
 #include <cmath>
 
 #include "backends/cuda/kernels/common/device_types.cuh"
@@ -56,6 +57,8 @@ __device__ __forceinline__ State<A> combine(State<A> x, State<A> y) {
   } else if constexpr (K == ReduceOp::kProd) {
     return {x.a * y.a, A(0)};
   } else if constexpr (K == ReduceOp::kLogSumExp) {
+    if (x.a != x.a) return x;  // NaN poisons the pair whichever thread saw it
+    if (y.a != y.a) return y;
     const A m = x.a > y.a ? x.a : y.a;
     const A ninf = -static_cast<A>(INFINITY);
     if (m == ninf) return {m, x.b + y.b};
@@ -72,6 +75,7 @@ __device__ __forceinline__ State<A> lift(A v) {
   if constexpr (K == ReduceOp::kL2 || K == ReduceOp::kSumSquare) return {v * v, A(0)};
   if constexpr (K == ReduceOp::kLogSumExp) {
     if (v == -static_cast<A>(INFINITY)) return {v, A(0)};
+    if (v != v) return {v, v};
     return {v, A(1)};
   }
   return {v, A(0)};
@@ -136,19 +140,37 @@ __global__ void reduce_block_rows(const T* __restrict__ x, T* __restrict__ y, in
   }
 }
 
+// Columns (inner > 1): a block covers 32 adjacent (outer, inner) outputs (coalesced
+// reads across inner) with 8 threads per output, each over every 8th element of
+// the reduced axis; the 8 partial states combine in a fixed order.
+constexpr int kColSlices = 8;
+
 template <ReduceOp K, typename T>
 __global__ void reduce_columns(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t n,
                                int64_t inner) {
   using A = typename AccOf<K, T>::type;
+  __shared__ A sa[kColSlices][32], sb[kColSlices][32];
   const int64_t cols = outer * inner;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
-       c += stride) {
-    const int64_t o = c / inner, in = c - o * inner;
-    const T* xc = x + o * n * inner + in;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * 32; base < cols;
+       base += static_cast<int64_t>(gridDim.x) * 32) {
+    const int64_t c = base + tx;
     State<A> s = identity<K, A>();
-    for (int64_t i = 0; i < n; ++i) s = combine<K>(s, lift<K>(static_cast<A>(load(xc[i * inner]))));
-    y[c] = store<T>(finish<K>(s, n));
+    if (c < cols) {
+      const int64_t o = c / inner, in = c - o * inner;
+      const T* xc = x + o * n * inner + in;
+      for (int64_t i = ty; i < n; i += kColSlices)
+        s = combine<K>(s, lift<K>(static_cast<A>(load(xc[i * inner]))));
+    }
+    sa[ty][tx] = s.a;
+    sb[ty][tx] = s.b;
+    __syncthreads();
+    if (ty == 0 && c < cols) {
+      State<A> t{sa[0][tx], sb[0][tx]};
+      for (int k = 1; k < kColSlices; ++k) t = combine<K>(t, State<A>{sa[k][tx], sb[k][tx]});
+      y[c] = store<T>(finish<K>(t, n));
+    }
+    __syncthreads();
   }
 }
 
@@ -169,7 +191,8 @@ void reduce_typed(DType t, int64_t outer, int64_t n, int64_t inner, const void* 
                 ")");
       reduce_block_rows<K, T><<<static_cast<unsigned>(outer), 256, 0, s>>>(px, py, n);
     } else {
-      reduce_columns<K, T><<<grid_for(outer * inner, 256), 256, 0, s>>>(px, py, outer, n, inner);
+      reduce_columns<K, T>
+          <<<grid_for(outer * inner, 32), dim3(32, kColSlices), 0, s>>>(px, py, outer, n, inner);
     }
     XRT_CUDA_LAUNCH_CHECK();
   });

@@ -1,8 +1,8 @@
 // Softmax / LogSoftmax. Rows along the last axis (inner == 1): one warp per row up
 // to 1024 elements, one 256-thread block per longer row; each thread keeps an
 // online (max, sum of exp) pair, pairs merge across the warp/block, then a second
-// read writes the outputs. Other axes (inner > 1): one thread per (outer, inner)
-// column, coalesced across inner.
+// read writes the outputs. Other axes (inner > 1): 8 threads per (outer, inner)
+// column, 32 columns per block, coalesced across inner.
 #include <cmath>
 
 #include "backends/cuda/kernels/common/device_types.cuh"
@@ -22,11 +22,13 @@ __device__ __forceinline__ A neg_inf() {
   return -static_cast<A>(INFINITY);
 }
 
-// Adds one value: -inf contributes nothing; NaN makes the sum NaN (the row's
-// outputs become NaN, as numpy).
+// Adds one value: -inf contributes nothing; a NaN poisons the pair (max and sum
+// NaN), so the row's outputs become NaN as numpy's, whichever thread saw it.
 template <typename A>
 __device__ __forceinline__ void ms_add(MaxSum<A>& st, A v) {
-  if (v > st.m) {
+  if (v != v || st.m != st.m) {
+    st.m = st.s = v != v ? v : st.m;
+  } else if (v > st.m) {
     st.s = (st.m == neg_inf<A>() ? A(0) : st.s * exp(st.m - v)) + A(1);
     st.m = v;
   } else if (v != neg_inf<A>()) {
@@ -36,6 +38,8 @@ __device__ __forceinline__ void ms_add(MaxSum<A>& st, A v) {
 
 template <typename A>
 __device__ __forceinline__ MaxSum<A> ms_merge(MaxSum<A> a, MaxSum<A> b) {
+  if (a.m != a.m) return a;
+  if (b.m != b.m) return b;
   const A m = a.m > b.m ? a.m : b.m;
   if (m == neg_inf<A>()) return {m, a.s + b.s};
   return {m, (a.m == neg_inf<A>() ? A(0) : a.s * exp(a.m - m)) +
@@ -97,22 +101,37 @@ __global__ void softmax_block_rows(const T* __restrict__ x, T* __restrict__ y, i
     yr[i] = finish<T>(static_cast<A>(load(xr[i])), st, log);
 }
 
-// One thread per (outer, inner) column of a non-last axis.
+// Non-last axis: a block covers 32 adjacent (outer, inner) columns (coalesced
+// reads across inner) with 8 threads per column, each over every 8th element of
+// the axis; the 8 partial pairs merge in a fixed order.
+constexpr int kColSlices = 8;
+
 template <typename T>
 __global__ void softmax_columns(const T* __restrict__ x, T* __restrict__ y, int64_t outer,
                                 int64_t n, int64_t inner, bool log) {
   using A = compute_t<T>;
+  __shared__ A sm[kColSlices][32], ss[kColSlices][32];
   const int64_t cols = outer * inner;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
-       c += stride) {
-    const int64_t o = c / inner, in = c - o * inner;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * 32; base < cols;
+       base += static_cast<int64_t>(gridDim.x) * 32) {
+    const int64_t c = base + tx;
+    const bool active = c < cols;
+    const int64_t o = active ? c / inner : 0, in = active ? c - o * inner : 0;
     const T* xc = x + o * n * inner + in;
     T* yc = y + o * n * inner + in;
     MaxSum<A> st{neg_inf<A>(), A(0)};
-    for (int64_t i = 0; i < n; ++i) ms_add(st, static_cast<A>(load(xc[i * inner])));
-    for (int64_t i = 0; i < n; ++i)
-      yc[i * inner] = finish<T>(static_cast<A>(load(xc[i * inner])), st, log);
+    if (active)
+      for (int64_t i = ty; i < n; i += kColSlices) ms_add(st, static_cast<A>(load(xc[i * inner])));
+    sm[ty][tx] = st.m;
+    ss[ty][tx] = st.s;
+    __syncthreads();
+    MaxSum<A> tot{sm[0][tx], ss[0][tx]};
+    for (int k = 1; k < kColSlices; ++k) tot = ms_merge(tot, MaxSum<A>{sm[k][tx], ss[k][tx]});
+    if (active)
+      for (int64_t i = ty; i < n; i += kColSlices)
+        yc[i * inner] = finish<T>(static_cast<A>(load(xc[i * inner])), tot, log);
+    __syncthreads();
   }
 }
 
@@ -137,8 +156,8 @@ void launch_softmax(DType t, bool log, int64_t outer, int64_t axis_len, int64_t 
                 " rows is too many");
       softmax_block_rows<T><<<static_cast<unsigned>(outer), 256, 0, s>>>(px, py, axis_len, log);
     } else {
-      softmax_columns<T>
-          <<<grid_for(outer * inner, 256), 256, 0, s>>>(px, py, outer, axis_len, inner, log);
+      softmax_columns<T><<<grid_for(outer * inner, 32), dim3(32, kColSlices), 0, s>>>(
+          px, py, outer, axis_len, inner, log);
     }
     XRT_CUDA_LAUNCH_CHECK();
   });
