@@ -6,22 +6,12 @@
 #include <random>
 #include <thread>
 
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/cpu_provider.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/graph/provider.h"
 
 namespace xpuruntime::graph {
 namespace {
-
-// The CPU kernels and provider (the core adds them when it starts; adding them again
-// is a no-op).
-void ensure_cpu() {
-  register_cpu_kernels(KernelRegistry::instance());
-  ProviderRegistry::instance().add(cpu::make_cpu_provider());
-}
 
 HostTensor tensor(Shape s, unsigned seed) {
   HostTensor t = HostTensor::alloc(DType::kFloat32, std::move(s));
@@ -72,7 +62,6 @@ Graph mlp(HostTensor& w, HostTensor& b) {
 }
 
 TEST(Graph, CompileAndRunMatchesReference) {
-  ensure_cpu();
   HostTensor w = tensor({3, 4}, 1), b = tensor({4}, 2), x = tensor({5, 3}, 3);
   ExecutionPlan plan = compile(mlp(w, b), CompileOptions{});
   ASSERT_EQ(plan.steps.size(), 1u) << plan.summary();  // bias and relu fused into the MatMul
@@ -104,7 +93,6 @@ TEST(Graph, CycleIsAnInvalidModel) {
 }
 
 TEST(Graph, MissingValueAndUnknownOpAreNamed) {
-  ensure_cpu();
   Graph g;
   input(g, "x", {2});
   node(g, "Add", {"x", "weights"}, {"y"}, "adder");
@@ -125,7 +113,6 @@ TEST(Graph, MissingValueAndUnknownOpAreNamed) {
 }
 
 TEST(Graph, MemoryPlanReusesAndNeverOverlapsLiveBuffers) {
-  ensure_cpu();
   Graph g;
   input(g, "x", {1000});
   std::string prev = "x";
@@ -163,7 +150,6 @@ TEST(Graph, MemoryPlanReusesAndNeverOverlapsLiveBuffers) {
 }
 
 TEST(Graph, PlanRoundTripsAndRefusesDamage) {
-  ensure_cpu();
   HostTensor w = tensor({3, 4}, 1), b = tensor({4}, 2), x = tensor({5, 3}, 3);
   CompileOptions o;
   o.model_hash = "abc";
@@ -184,7 +170,6 @@ TEST(Graph, PlanRoundTripsAndRefusesDamage) {
 }
 
 TEST(Graph, ExecutorRejectsBadInputsAndIsThreadSafe) {
-  ensure_cpu();
   HostTensor w = tensor({3, 4}, 1), b = tensor({4}, 2), x = tensor({5, 3}, 3);
   auto plan = std::make_shared<ExecutionPlan>(compile(mlp(w, b), CompileOptions{}));
   Executor ex(plan);

@@ -16,8 +16,6 @@
 #include <random>
 #include <vector>
 
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/cpu_provider.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
@@ -26,28 +24,21 @@
 namespace xpuruntime::graph {
 namespace {
 
-// The process has the CPU kernels and provider (the core adds them when it
-// starts; adding them again is a no-op).
-void ensure_cpu() {
-  register_cpu_kernels(KernelRegistry::instance());
-  ProviderRegistry::instance().add(cpu::make_cpu_provider());
-}
-
 struct Counters {
-  std::atomic<int> uploads{0};        // upload_constants calls
-  std::atomic<int> constant_bytes{0}; // bytes uploaded
-  std::atomic<int> runs{0};           // begin_run calls
+  std::atomic<int> uploads{0};         // upload_constants calls
+  std::atomic<int> constant_bytes{0};  // bytes uploaded
+  std::atomic<int> runs{0};            // begin_run calls
   std::atomic<int> to_device{0}, to_host{0};
-  std::atomic<int> allocations{0}; // arena, workspace and dynamic buffers
-  std::atomic<int> live{0};        // buffers not yet freed
+  std::atomic<int> allocations{0};  // arena, workspace and dynamic buffers
+  std::atomic<int> live{0};         // buffers not yet freed
 };
 
 struct FreeDeleter {
-  void operator()(void *p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
 using Buffer = std::unique_ptr<void, FreeDeleter>;
 
-Buffer device_alloc(std::size_t bytes, Counters &c) {
+Buffer device_alloc(std::size_t bytes, Counters& c) {
   ++c.allocations;
   ++c.live;
   const std::size_t n = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
@@ -55,92 +46,82 @@ Buffer device_alloc(std::size_t bytes, Counters &c) {
 }
 
 class CountingConstants final : public DeviceConstants {
-public:
-  CountingConstants(const std::vector<HostTensor> &host, Counters &c) : c_(c) {
-    for (const HostTensor &t : host) {
+ public:
+  CountingConstants(const std::vector<HostTensor>& host, Counters& c) : c_(c) {
+    for (const HostTensor& t : host) {
       copies_.push_back(device_alloc(t.nbytes(), c));
-      if (t.nbytes())
-        std::memcpy(copies_.back().get(), t.data, t.nbytes());
+      if (t.nbytes()) std::memcpy(copies_.back().get(), t.data, t.nbytes());
       c.constant_bytes += static_cast<int>(t.nbytes());
     }
   }
   ~CountingConstants() override { c_.live -= static_cast<int>(copies_.size()); }
-  void *data(int i) const override {
-    return copies_.at(static_cast<std::size_t>(i)).get();
-  }
+  void* data(int i) const override { return copies_.at(static_cast<std::size_t>(i)).get(); }
 
-private:
-  Counters &c_;
+ private:
+  Counters& c_;
   std::vector<Buffer> copies_;
 };
 
 class CountingRun final : public RunResources {
-public:
-  CountingRun(Counters &c, std::size_t arena, std::size_t workspace) : c_(c) {
+ public:
+  CountingRun(Counters& c, std::size_t arena, std::size_t workspace) : c_(c) {
     arena_ = device_alloc(arena, c);
-    if (workspace)
-      workspace_ = device_alloc(workspace, c);
+    if (workspace) workspace_ = device_alloc(workspace, c);
   }
   ~CountingRun() override {
     c_.live -= static_cast<int>(dynamic_.size()) + 1 + (workspace_ ? 1 : 0);
   }
   NativeStream stream() const override { return nullptr; }
-  void *arena() const override { return arena_.get(); }
-  void *workspace() const override { return workspace_.get(); }
-  void *allocate(std::size_t bytes) override {
+  void* arena() const override { return arena_.get(); }
+  void* workspace() const override { return workspace_.get(); }
+  void* allocate(std::size_t bytes) override {
     dynamic_.push_back(device_alloc(bytes, c_));
     return dynamic_.back().get();
   }
-  void release(void *p) override {
+  void release(void* p) override {
     auto it = std::find_if(dynamic_.begin(), dynamic_.end(),
-                           [&](const Buffer &b) { return b.get() == p; });
-    ASSERT_NE(it, dynamic_.end())
-        << "release of a pointer this run did not allocate";
+                           [&](const Buffer& b) { return b.get() == p; });
+    ASSERT_NE(it, dynamic_.end()) << "release of a pointer this run did not allocate";
     dynamic_.erase(it);
     --c_.live;
   }
-  void copy_to_device(void *dst, const void *src, std::size_t n) override {
+  void copy_to_device(void* dst, const void* src, std::size_t n) override {
     ++c_.to_device;
     std::memcpy(dst, src, n);
   }
-  void copy_to_host(void *dst, const void *src, std::size_t n) override {
+  void copy_to_host(void* dst, const void* src, std::size_t n) override {
     ++c_.to_host;
     std::memcpy(dst, src, n);
   }
   void synchronize() override {}
 
-private:
-  Counters &c_;
+ private:
+  Counters& c_;
   Buffer arena_, workspace_;
   std::vector<Buffer> dynamic_;
 };
 
 class CountingProvider final : public ExecutionProvider {
-public:
+ public:
   explicit CountingProvider(FusionSupport f = {}) : fusions_(f) {}
-  const std::string &name() const override { return name_; }
-  DeviceType kernel_device() const override {
-    return DeviceType::kCPU;
-  } // runs the CPU kernels
+  const std::string& name() const override { return name_; }
+  DeviceType kernel_device() const override { return DeviceType::kCPU; }  // runs the CPU kernels
   Device device() const override { return Device::cpu(); }
   FusionSupport fusions() const override { return fusions_; }
-  bool host_memory() const override {
-    return false;
-  } // its own memory: copies at the edges
-  std::shared_ptr<const DeviceConstants>
-  upload_constants(const std::vector<HostTensor> &constants) const override {
+  bool host_memory() const override { return false; }  // its own memory: copies at the edges
+  std::shared_ptr<const DeviceConstants> upload_constants(
+      const std::vector<HostTensor>& constants) const override {
     ++counters.uploads;
     return std::make_shared<CountingConstants>(constants, counters);
   }
-  std::unique_ptr<RunResources>
-  begin_run(std::size_t arena, std::size_t workspace) const override {
+  std::unique_ptr<RunResources> begin_run(std::size_t arena, std::size_t workspace) const override {
     ++counters.runs;
     return std::make_unique<CountingRun>(counters, arena, workspace);
   }
 
   mutable Counters counters;
 
-private:
+ private:
   std::string name_ = "counting";
   FusionSupport fusions_;
 };
@@ -149,47 +130,41 @@ HostTensor randn(Shape s, unsigned seed) {
   HostTensor t = HostTensor::alloc(DType::kFloat32, std::move(s));
   std::mt19937 rng(seed);
   std::normal_distribution<float> d;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    t.ptr<float>()[i] = d(rng);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = d(rng);
   return t;
 }
 
 HostTensor ints(std::vector<int64_t> v) {
-  HostTensor t =
-      HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(v.size())});
+  HostTensor t = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(v.size())});
   std::copy(v.begin(), v.end(), t.ptr<int64_t>());
   return t;
 }
 
-int input(Graph &g, const std::string &name, DType dt, Shape s) {
+int input(Graph& g, const std::string& name, DType dt, Shape s) {
   int id = g.value_id(name);
   g.values[id].dtype = dt;
   g.values[id].dtype_known = true;
   std::vector<Dim> dims;
-  for (int64_t d : s)
-    dims.push_back(Dim{d, ""});
+  for (int64_t d : s) dims.push_back(Dim{d, ""});
   g.values[id].declared = dims;
   g.inputs.push_back(id);
   return id;
 }
 
-void node(Graph &g, const std::string &op, std::vector<std::string> in,
-          std::vector<std::string> out,
-          std::map<std::string, Attr> attrs = {}) {
+void node(Graph& g, const std::string& op, std::vector<std::string> in,
+          std::vector<std::string> out, std::map<std::string, Attr> attrs = {}) {
   Node n;
   n.name = op + "_" + std::to_string(g.nodes.size());
   n.op_type = op;
-  for (auto &s : in)
-    n.inputs.push_back(g.value_id(s));
-  for (auto &s : out)
-    n.outputs.push_back(g.value_id(s));
+  for (auto& s : in) n.inputs.push_back(g.value_id(s));
+  for (auto& s : out) n.outputs.push_back(g.value_id(s));
   n.attrs = std::move(attrs);
   g.add_node(std::move(n));
 }
 
 // h = relu(x @ w + b); t = Tile(exp(h) * 0.5, reps) (shaped only at run time,
 // from an input's value); y = softmax(t); outputs y and h.
-Graph small_model(const HostTensor &w, const HostTensor &b) {
+Graph small_model(const HostTensor& w, const HostTensor& b) {
   Graph g;
   input(g, "x", DType::kFloat32, {4, 3});
   input(g, "reps", DType::kInt64, {2});
@@ -211,17 +186,16 @@ Graph small_model(const HostTensor &w, const HostTensor &b) {
   return g;
 }
 
+// Nothing registers the CPU here: the registry starts the core (the built-in CPU
+// plugin adds its kernels and provider) when asked for a kind it does not hold.
 struct SeamTest : ::testing::Test {
-  void SetUp() override { ensure_cpu(); }
   void TearDown() override { ProviderRegistry::instance().remove("counting"); }
 };
 
 TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
-  auto counting =
-      std::make_shared<CountingProvider>(FusionSupport{true, true, false});
+  auto counting = std::make_shared<CountingProvider>(FusionSupport{true, true, false});
   ASSERT_TRUE(ProviderRegistry::instance().add(counting));
-  EXPECT_FALSE(
-      ProviderRegistry::instance().add(std::make_shared<CountingProvider>()))
+  EXPECT_FALSE(ProviderRegistry::instance().add(std::make_shared<CountingProvider>()))
       << "a second provider of a kind is refused unless replace=true";
   const HostTensor w = randn({3, 5}, 1), b = randn({5}, 2);
 
@@ -231,15 +205,14 @@ TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
   opt.device = "counting";
   ExecutionPlan plan = compile(small_model(w, b), opt);
   EXPECT_EQ(plan.header.device, "counting");
-  for (const std::string &d : plan.decisions)
+  for (const std::string& d : plan.decisions)
     EXPECT_EQ(nlohmann::json::parse(d).at("device"), "cpu")
         << "kernels are dispatched for the provider's device";
   // The provider said elementwise chains do not pay on it: none fused (the CPU
   // fuses Exp*0.5).
-  auto fused = [](const ExecutionPlan &p) {
-    return std::count_if(p.steps.begin(), p.steps.end(), [](const PlanStep &s) {
-      return s.node.op_type == "FusedElementwise";
-    });
+  auto fused = [](const ExecutionPlan& p) {
+    return std::count_if(p.steps.begin(), p.steps.end(),
+                         [](const PlanStep& s) { return s.node.op_type == "FusedElementwise"; });
   };
   EXPECT_EQ(fused(plan), 0) << plan.summary();
   EXPECT_GE(fused(cpu_plan), 1) << cpu_plan.summary();
@@ -247,8 +220,7 @@ TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
   Executor cpu_ex(std::make_shared<ExecutionPlan>(cpu_plan));
   Executor ex(std::make_shared<ExecutionPlan>(plan));
   EXPECT_EQ(counting->counters.uploads, 1);
-  EXPECT_EQ(counting->counters.constant_bytes,
-            static_cast<int>(w.nbytes() + b.nbytes() + 4));
+  EXPECT_EQ(counting->counters.constant_bytes, static_cast<int>(w.nbytes() + b.nbytes() + 4));
 
   const HostTensor x = randn({4, 3}, 3), reps = ints({2, 3});
   RunStats cs, st;
@@ -258,8 +230,7 @@ TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
   for (std::size_t i = 0; i < 2; ++i) {
     ASSERT_EQ(got[i].shape, want[i].shape);
     for (int64_t k = 0; k < got[i].numel(); ++k)
-      ASSERT_NEAR(got[i].ptr<float>()[k], want[i].ptr<float>()[k], 1e-6)
-          << "output " << i;
+      ASSERT_NEAR(got[i].ptr<float>()[k], want[i].ptr<float>()[k], 1e-6) << "output " << i;
   }
   EXPECT_EQ(got[0].shape, (Shape{8, 15}));
   // Independent reference for h = relu(x @ w + b) and y's rows summing to one.
@@ -272,8 +243,7 @@ TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
     }
   for (int r = 0; r < 8; ++r) {
     double sum = 0;
-    for (int c = 0; c < 15; ++c)
-      sum += got[0].ptr<float>()[r * 15 + c];
+    for (int c = 0; c < 15; ++c) sum += got[0].ptr<float>()[r * 15 + c];
     EXPECT_NEAR(sum, 1.0, 1e-5);
   }
   // The counters: one run; two inputs copied in, two outputs copied out; every
@@ -284,19 +254,16 @@ TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
   EXPECT_EQ(st.copies_to_device, 2);
   EXPECT_EQ(st.copies_to_host, 2);
   EXPECT_EQ(st.copy_bytes,
-            static_cast<int64_t>(x.nbytes() + reps.nbytes() + got[0].nbytes() +
-                                 got[1].nbytes()));
+            static_cast<int64_t>(x.nbytes() + reps.nbytes() + got[0].nbytes() + got[1].nbytes()));
   EXPECT_EQ(st.steps_run, static_cast<int64_t>(plan.steps.size()));
-  EXPECT_EQ(cs.copies_to_device + cs.copies_to_host, 0)
-      << "the CPU provider binds zero-copy";
+  EXPECT_EQ(cs.copies_to_device + cs.copies_to_host, 0) << "the CPU provider binds zero-copy";
   EXPECT_GT(st.dynamic_bytes_peak, 0) << "Tile's output is shaped at run time";
   // Every buffer of the run went back (the constants stay with the executor).
   EXPECT_EQ(counting->counters.live, static_cast<int>(plan.constants.size()));
   // allocations: constants, arena, 2 inputs, dynamic intermediates, the dynamic
   // output y (h is static but an output: device memory too), and no workspace
   // on these kernels.
-  EXPECT_GE(counting->counters.allocations,
-            static_cast<int>(plan.constants.size()) + 1 + 2 + 2);
+  EXPECT_GE(counting->counters.allocations, static_cast<int>(plan.constants.size()) + 1 + 2 + 2);
 }
 
 TEST_F(SeamTest, PlanSavedForTheProviderReloadsAndRunsOnIt) {
@@ -306,30 +273,25 @@ TEST_F(SeamTest, PlanSavedForTheProviderReloadsAndRunsOnIt) {
   CompileOptions opt;
   opt.device = "counting";
   ExecutionPlan plan = compile(small_model(w, b), opt);
-  ExecutionPlan loaded = ExecutionPlan::deserialize(
-      plan.serialize(), PlanExpectation{"counting", ""});
+  ExecutionPlan loaded =
+      ExecutionPlan::deserialize(plan.serialize(), PlanExpectation{"counting", ""});
   ASSERT_EQ(loaded.steps.size(), plan.steps.size());
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
     EXPECT_EQ(loaded.steps[i].kernel, plan.steps[i].kernel);
-    EXPECT_NE(loaded.steps[i].prepared, nullptr)
-        << "loading prepares every step again";
+    EXPECT_NE(loaded.steps[i].prepared, nullptr) << "loading prepares every step again";
     EXPECT_NE(loaded.steps[i].prepared, plan.steps[i].prepared);
   }
   const HostTensor x = randn({4, 3}, 6), reps = ints({1, 2});
-  auto a = Executor(std::make_shared<ExecutionPlan>(plan))
-               .run({"x", "reps"}, {x, reps});
-  auto c = Executor(std::make_shared<ExecutionPlan>(loaded))
-               .run({"x", "reps"}, {x, reps});
+  auto a = Executor(std::make_shared<ExecutionPlan>(plan)).run({"x", "reps"}, {x, reps});
+  auto c = Executor(std::make_shared<ExecutionPlan>(loaded)).run({"x", "reps"}, {x, reps});
   for (std::size_t i = 0; i < a.size(); ++i)
-    ASSERT_EQ(std::memcmp(a[i].data, c[i].data, a[i].nbytes()), 0)
-        << "same kernels, same bits";
+    ASSERT_EQ(std::memcmp(a[i].data, c[i].data, a[i].nbytes()), 0) << "same kernels, same bits";
 
   // Without the provider, neither the plan nor an executor can be had.
   ProviderRegistry::instance().remove("counting");
   const std::string bytes = plan.serialize();
   EXPECT_THROW(ExecutionPlan::deserialize(bytes), UnsupportedOperationError);
-  EXPECT_THROW(Executor(std::make_shared<ExecutionPlan>(plan)),
-               UnsupportedOperationError);
+  EXPECT_THROW(Executor(std::make_shared<ExecutionPlan>(plan)), UnsupportedOperationError);
 }
 
 TEST_F(SeamTest, UnknownDeviceNamesItAndTheRegisteredOnes) {
@@ -340,14 +302,12 @@ TEST_F(SeamTest, UnknownDeviceNamesItAndTheRegisteredOnes) {
     try {
       compile(small_model(w, b), opt);
       FAIL() << "compiled for unknown device " << dev;
-    } catch (const UnsupportedOperationError &e) {
+    } catch (const UnsupportedOperationError& e) {
       const std::string m = e.what();
       EXPECT_NE(m.find("'" + dev + "'"), std::string::npos) << m;
       EXPECT_NE(m.find("registered: cpu"), std::string::npos) << m;
       if (dev == "cuda")
-        EXPECT_NE(m.find("CUDA execution provider is not available"),
-                  std::string::npos)
-            << m;
+        EXPECT_NE(m.find("CUDA execution provider is not available"), std::string::npos) << m;
     }
   }
 }
@@ -360,18 +320,15 @@ TEST_F(SeamTest, LoadedPlanNeedingAKernelThisBuildLacksNamesNodeAndKernel) {
   const std::string from = "\"kernel\":\"" + plan.steps[0].kernel + "\"";
   const auto at = bytes.find(from);
   ASSERT_NE(at, std::string::npos);
-  const std::string to =
-      "\"kernel\":\"" + std::string(plan.steps[0].kernel.size(), 'z') + "\"";
+  const std::string to = "\"kernel\":\"" + std::string(plan.steps[0].kernel.size(), 'z') + "\"";
   bytes.replace(at, from.size(), to);
   try {
     ExecutionPlan::deserialize(bytes);
     FAIL() << "a plan naming a missing kernel loaded";
-  } catch (const UnsupportedOperationError &e) {
+  } catch (const UnsupportedOperationError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find(plan.steps[0].node.name), std::string::npos) << m;
-    EXPECT_NE(m.find(std::string(plan.steps[0].kernel.size(), 'z')),
-              std::string::npos)
-        << m;
+    EXPECT_NE(m.find(std::string(plan.steps[0].kernel.size(), 'z')), std::string::npos) << m;
   }
 }
 
@@ -387,8 +344,7 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
   ExecutionPlan plan = compile(g, opt);
   ASSERT_EQ(plan.steps.size(), 1u);
   EXPECT_EQ(plan.steps[0].kernel, "cpu_im2col");
-  EXPECT_FALSE(plan.steps[0].node.has("_gemm"))
-      << "the GEMM is a sub-kernel, not an attribute";
+  EXPECT_FALSE(plan.steps[0].node.has("_gemm")) << "the GEMM is a sub-kernel, not an attribute";
   ASSERT_EQ(plan.decisions.size(), 2u);
   auto sub = nlohmann::json::parse(plan.decisions[1]);
   EXPECT_EQ(sub.at("op"), "matmul");
@@ -397,7 +353,7 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
 
   // Reference: direct convolution in double.
   const HostTensor x = randn({1, 2, 6, 6}, 12);
-  const HostTensor &w = plan.constants[0];
+  const HostTensor& w = plan.constants[0];
   auto y = Executor(std::make_shared<ExecutionPlan>(plan)).run({"x"}, {x});
   ASSERT_EQ(y[0].shape, (Shape{1, 4, 6, 6}));
   for (int o = 0; o < 4; ++o)
@@ -408,8 +364,7 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
           for (int u = 0; u < 3; ++u)
             for (int v = 0; v < 3; ++v) {
               const int r = i + u - 1, s = j + v - 1;
-              if (r < 0 || r >= 6 || s < 0 || s >= 6)
-                continue;
+              if (r < 0 || r >= 6 || s < 0 || s >= 6) continue;
               acc += double(x.ptr<float>()[(c * 6 + r) * 6 + s]) *
                      w.ptr<float>()[((o * 2 + c) * 3 + u) * 3 + v];
             }
@@ -424,9 +379,29 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
   // ... and a plan whose sub-decision is gone is refused.
   ExecutionPlan damaged = plan;
   damaged.decisions.pop_back();
-  EXPECT_THROW(ExecutionPlan::deserialize(damaged.serialize()),
-               InvalidModelError);
+  EXPECT_THROW(ExecutionPlan::deserialize(damaged.serialize()), InvalidModelError);
 }
 
-} // namespace
-} // namespace xpuruntime::graph
+TEST_F(SeamTest, RegistryRefusesBadProvidersAndReplacesOnlyWhenAsked) {
+  ProviderRegistry reg;  // a private registry: starts no core
+  EXPECT_THROW(reg.add(nullptr), InvalidArgumentError);
+  auto a = std::make_shared<CountingProvider>();
+  auto b = std::make_shared<CountingProvider>();
+  EXPECT_TRUE(reg.add(a));
+  EXPECT_FALSE(reg.add(b));
+  EXPECT_EQ(reg.find("counting"), a);
+  EXPECT_TRUE(reg.add(b, /*replace=*/true));
+  EXPECT_EQ(reg.find("counting"), b);
+  EXPECT_EQ(reg.names(), std::vector<std::string>{"counting"});
+  EXPECT_EQ(reg.find("cpu"), nullptr);
+  EXPECT_THROW(reg.get("cpu"), UnsupportedOperationError);
+  EXPECT_TRUE(reg.remove("counting"));
+  EXPECT_FALSE(reg.remove("counting"));
+  // The process registry has the CPU provider without anyone here adding it.
+  ASSERT_NE(ProviderRegistry::instance().find("cpu"), nullptr);
+  EXPECT_EQ(ProviderRegistry::instance().find("cpu")->kernel_device(), DeviceType::kCPU);
+  EXPECT_TRUE(ProviderRegistry::instance().find("cpu")->host_memory());
+}
+
+}  // namespace
+}  // namespace xpuruntime::graph

@@ -16,49 +16,44 @@ namespace {
 
 // Text for the decision log: bytes outside printable ASCII become '?' (a
 // model's names need not be valid UTF-8, and the log is JSON).
-std::string printable(const std::string &s) {
+std::string printable(const std::string& s) {
   std::string o = s;
-  for (char &c : o)
-    if (static_cast<unsigned char>(c) < 0x20 ||
-        static_cast<unsigned char>(c) >= 0x7f)
-      c = '?';
+  for (char& c : o)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
   return o;
 }
 
 // Attributes as text for the dispatcher's OpContext (internal "_" ones too:
 // they describe the fused epilogue, which is part of the case).
-std::map<std::string, std::string> attr_text(const Node &n) {
+std::map<std::string, std::string> attr_text(const Node& n) {
   std::map<std::string, std::string> m;
-  for (const auto &[k, a] : n.attrs) {
-    if (a.kind == Attr::Kind::kTensor)
-      continue;
+  for (const auto& [k, a] : n.attrs) {
+    if (a.kind == Attr::Kind::kTensor) continue;
     m[printable(k)] = printable(a.text());
   }
   return m;
 }
 
 // dtype and shape of a plan value (shape empty when known only at run time).
-TensorSpec spec_of(const PlanValue &v) {
+TensorSpec spec_of(const PlanValue& v) {
   TensorSpec s;
   s.dtype = v.dtype;
-  if (v.shape)
-    s.shape = *v.shape;
+  if (v.shape) s.shape = *v.shape;
   return s;
 }
 
-bool is_onnx_matmul(const Node &n) {
+bool is_onnx_matmul(const Node& n) {
   return n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm");
 }
 
 // The case a step is dispatched as, on the provider's device, with the plan
 // header's execution-policy fields.
-OpContext step_context(const ExecutionPlan &plan, const PlanStep &st,
-                       std::size_t index, const ExecutionProvider &provider) {
-  const Node &n = st.node;
+OpContext step_context(const ExecutionPlan& plan, const PlanStep& st, std::size_t index,
+                       const ExecutionProvider& provider) {
+  const Node& n = st.node;
   OpContext ctx;
   ctx.op = st.op_key;
-  ctx.node = printable(n.name.empty() ? n.op_type + "_" + std::to_string(index)
-                                      : n.name);
+  ctx.node = printable(n.name.empty() ? n.op_type + "_" + std::to_string(index) : n.name);
   ctx.device = provider.device();
   ctx.capability = provider.capability();
   if (is_onnx_matmul(n)) {
@@ -73,11 +68,9 @@ OpContext step_context(const ExecutionPlan &plan, const PlanStep &st,
     }
     matmul::onnx_matmul_context(n, in, ctx);
   } else {
-    for (int i : n.inputs)
-      ctx.inputs.push_back(i >= 0 ? spec_of(plan.values[i]) : TensorSpec{});
+    for (int i : n.inputs) ctx.inputs.push_back(i >= 0 ? spec_of(plan.values[i]) : TensorSpec{});
     for (int o : n.outputs)
-      if (o >= 0)
-        ctx.outputs.push_back(spec_of(plan.values[o]));
+      if (o >= 0) ctx.outputs.push_back(spec_of(plan.values[o]));
     ctx.attrs = attr_text(n);
   }
   ctx.workspace_limit_bytes = plan.header.workspace_limit_bytes;
@@ -87,22 +80,19 @@ OpContext step_context(const ExecutionPlan &plan, const PlanStep &st,
 }
 
 // Per input of a step: its value when it is a plan constant.
-std::vector<HostTensor> step_constants(const ExecutionPlan &plan,
-                                       const Node &n) {
+std::vector<HostTensor> step_constants(const ExecutionPlan& plan, const Node& n) {
   std::vector<HostTensor> c(n.inputs.size());
   for (std::size_t k = 0; k < n.inputs.size(); ++k) {
     const int i = n.inputs[k];
-    if (i >= 0 && plan.values[i].constant >= 0)
-      c[k] = plan.constants[plan.values[i].constant];
+    if (i >= 0 && plan.values[i].constant >= 0) c[k] = plan.constants[plan.values[i].constant];
   }
   return c;
 }
 
-std::string rejected_reasons(const Decision &d) {
+std::string rejected_reasons(const Decision& d) {
   std::string s;
-  for (const Candidate &c : d.candidates) {
-    if (c.reason_code.empty())
-      continue;
+  for (const Candidate& c : d.candidates) {
+    if (c.reason_code.empty()) continue;
     s += (s.empty() ? "" : "; ") + c.kernel + ": " + c.reason_code +
          (c.detail.empty() ? "" : " (" + c.detail + ")");
   }
@@ -111,17 +101,17 @@ std::string rejected_reasons(const Decision &d) {
 
 // Binds steps to kernels; one per plan (compile or load).
 class Preparer {
-public:
-  Preparer(ExecutionPlan &plan, const ExecutionProvider &provider)
+ public:
+  Preparer(ExecutionPlan& plan, const ExecutionProvider& provider)
       : plan_(plan), provider_(provider) {}
 
   // Compile: dispatch under the policies.
-  void dispatch(const KernelPolicy &kp, const ExecutionPolicy &ep) {
+  void dispatch(const KernelPolicy& kp, const ExecutionPolicy& ep) {
     kp_ = &kp;
     ep_ = &ep;
-    Dispatcher &disp = Dispatcher::instance();
+    Dispatcher& disp = Dispatcher::instance();
     for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
-      PlanStep &st = plan_.steps[s];
+      PlanStep& st = plan_.steps[s];
       OpContext ctx = step_context(plan_, st, s, provider_);
       ctx.apply(ep);
       Decision d = disp.select(ctx, kp);
@@ -139,74 +129,67 @@ public:
   // Load: the recorded kernels, no dispatch.
   void reload() {
     for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
-      PlanStep &st = plan_.steps[s];
+      PlanStep& st = plan_.steps[s];
       // A kernel is bound to a node of its op: refuse a step whose op key is
       // not its op type's (a damaged or hand-edited file).
-      const ops::OpSchema *schema = ops::find_schema(st.node.op_type);
-      XRT_CHECK(schema != nullptr && schema->key == st.op_key,
-                InvalidModelError, "plan file is corrupt: step ", s, " (",
-                st.node.where(), ") has op key '", st.op_key, "', but op '",
-                st.node.op_type, "' ",
-                schema ? "has key '" + schema->key + "'"
-                       : std::string("is unknown to this build"));
+      const ops::OpSchema* schema = ops::find_schema(st.node.op_type);
+      XRT_CHECK(schema != nullptr && schema->key == st.op_key, InvalidModelError,
+                "plan file is corrupt: step ", s, " (", st.node.where(), ") has op key '",
+                st.op_key, "', but op '", st.node.op_type, "' ",
+                schema ? "has key '" + schema->key + "'" : std::string("is unknown to this build"));
       OpContext ctx = step_context(plan_, st, s, provider_);
       bind(st, ctx);
     }
   }
 
-private:
-  KernelPtr resolve(const OpContext &ctx, const std::string &kernel,
-                    const std::string &where) const {
+ private:
+  KernelPtr resolve(const OpContext& ctx, const std::string& kernel,
+                    const std::string& where) const {
     KernelPtr k = KernelRegistry::instance().find(ctx.op, kernel);
-    if (k && k->def().device == provider_.kernel_device())
-      return k;
+    if (k && k->def().device == provider_.kernel_device()) return k;
     std::string have;
-    for (const KernelDef &d :
-         KernelRegistry::instance().list(ctx.op, provider_.kernel_device()))
+    for (const KernelDef& d : KernelRegistry::instance().list(ctx.op, provider_.kernel_device()))
       have += (have.empty() ? "" : ", ") + d.name;
-    XRT_THROW(
-        UnsupportedOperationError, where, ": kernel '", kernel, "' for op '",
-        ctx.op, "' cannot run inside a native plan on device '",
-        provider_.name(), "' (",
-        k ? "it runs on " + std::string(device_type_name(k->def().device))
-          : std::string("this build has no such kernel"),
-        "; kernels of op '", ctx.op, "' here: ", have.empty() ? "none" : have,
-        "); choose one of those in the KernelPolicy, or recompile the plan "
-        "with this build");
+    XRT_THROW(UnsupportedOperationError, where, ": kernel '", kernel, "' for op '", ctx.op,
+              "' cannot run inside a native plan on device '", provider_.name(), "' (",
+              k ? "it runs on " + std::string(device_type_name(k->def().device))
+                : std::string("this build has no such kernel"),
+              "; kernels of op '", ctx.op, "' here: ", have.empty() ? "none" : have,
+              "); choose one of those in the KernelPolicy, or recompile the plan "
+              "with this build");
   }
 
-  PrepareContext prepare_context(const OpContext &ctx, const Node &node,
-                                 std::string algorithm) {
+  PrepareContext prepare_context(const OpContext& ctx, const Node& node, std::string algorithm) {
     PrepareContext pc;
     pc.ctx = &ctx;
     pc.node = &node;
     pc.algorithm = std::move(algorithm);
-    pc.prepare_sub = [this](OpContext &sub_ctx, const Node &sub_node) {
+    pc.prepare_sub = [this](OpContext& sub_ctx, const Node& sub_node) {
       return sub(sub_ctx, sub_node);
     };
     return pc;
   }
 
-  void bind(PlanStep &st, const OpContext &ctx) {
+  void bind(PlanStep& st, const OpContext& ctx) {
     st.kernel_ptr = resolve(ctx, st.kernel, st.node.where());
     if (!kp_) {
       // A loaded plan: the kernel must still take the case it was chosen for.
       Support s = KernelRegistry::check(*st.kernel_ptr, ctx);
-      XRT_CHECK(s.ok, UnsupportedOperationError, st.node.where(),
-                ": the plan's kernel '", st.kernel, "' for op '", ctx.op,
-                "' does not support this case in this build: ", s.reason_code,
-                " (", s.detail, "); recompile the plan with this build");
+      XRT_CHECK(s.ok, UnsupportedOperationError, st.node.where(), ": the plan's kernel '",
+                st.kernel, "' for op '", ctx.op,
+                "' does not support this case in this build: ", s.reason_code, " (", s.detail,
+                "); recompile the plan with this build");
     }
     PrepareContext pc = prepare_context(ctx, st.node, st.algorithm);
     pc.constants = step_constants(plan_, st.node);
     st.prepared = st.kernel_ptr->prepare(pc);
-    XRT_CHECK(st.prepared != nullptr, InvalidArgumentError, st.node.where(),
-              ": kernel '", st.kernel, "' returned no prepared kernel");
+    XRT_CHECK(st.prepared != nullptr, InvalidArgumentError, st.node.where(), ": kernel '",
+              st.kernel, "' returned no prepared kernel");
   }
 
   // A sub-kernel (a conv's GEMM): dispatched and recorded at compile time,
   // pinned to its recorded Decision when a plan is loaded.
-  PreparedKernelPtr sub(OpContext &sc, const Node &sn) {
+  PreparedKernelPtr sub(OpContext& sc, const Node& sn) {
     sc.device = provider_.device();
     sc.capability = provider_.capability();
     std::string kernel, algorithm;
@@ -214,9 +197,8 @@ private:
       sc.apply(*ep_);
       Decision d = Dispatcher::instance().select(sc, *kp_);
       plan_.decisions.push_back(d.to_json());
-      XRT_CHECK(!d.chosen.empty(), UnsupportedOperationError, "sub-op '",
-                sc.node, "' (", sc.op, "): no kernel on ", sc.device.str(),
-                " can run this case: ", rejected_reasons(d));
+      XRT_CHECK(!d.chosen.empty(), UnsupportedOperationError, "sub-op '", sc.node, "' (", sc.op,
+                "): no kernel on ", sc.device.str(), " can run this case: ", rejected_reasons(d));
       kernel = d.chosen;
       algorithm = d.algorithm;
     } else {
@@ -232,43 +214,36 @@ private:
   }
 
   // The kernel a loaded plan recorded for sub-op (sc.op, sc.node).
-  void recorded(const OpContext &sc, std::string &kernel,
-                std::string &algorithm) const {
-    for (const std::string &text : plan_.decisions) {
+  void recorded(const OpContext& sc, std::string& kernel, std::string& algorithm) const {
+    for (const std::string& text : plan_.decisions) {
       nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_discarded() || !j.is_object())
-        continue;
-      if (j.value("op", "") != sc.op || j.value("node", "") != sc.node)
-        continue;
+      if (j.is_discarded() || !j.is_object()) continue;
+      if (j.value("op", "") != sc.op || j.value("node", "") != sc.node) continue;
       kernel = j.value("chosen", "");
       algorithm = j.value("algorithm", "");
-      if (!kernel.empty())
-        return;
+      if (!kernel.empty()) return;
     }
-    XRT_THROW(
-        InvalidModelError,
-        "plan file is corrupt or from an incompatible build: it records no ",
-        "decision for sub-op '", sc.node, "' (", sc.op,
-        "); recompile the plan");
+    XRT_THROW(InvalidModelError,
+              "plan file is corrupt or from an incompatible build: it records no ",
+              "decision for sub-op '", sc.node, "' (", sc.op, "); recompile the plan");
   }
 
-  ExecutionPlan &plan_;
-  const ExecutionProvider &provider_;
-  const KernelPolicy *kp_ = nullptr;
-  const ExecutionPolicy *ep_ = nullptr;
+  ExecutionPlan& plan_;
+  const ExecutionProvider& provider_;
+  const KernelPolicy* kp_ = nullptr;
+  const ExecutionPolicy* ep_ = nullptr;
 };
 
-} // namespace
+}  // namespace
 
-void dispatch_steps(ExecutionPlan &plan, const ExecutionProvider &provider,
-                    const KernelPolicy &kernel_policy,
-                    const ExecutionPolicy &exec_policy) {
+void dispatch_steps(ExecutionPlan& plan, const ExecutionProvider& provider,
+                    const KernelPolicy& kernel_policy, const ExecutionPolicy& exec_policy) {
   Preparer(plan, provider).dispatch(kernel_policy, exec_policy);
 }
 
-void prepare_loaded_steps(ExecutionPlan &plan) {
+void prepare_loaded_steps(ExecutionPlan& plan) {
   ProviderPtr provider = ProviderRegistry::instance().get(plan.header.device);
   Preparer(plan, *provider).reload();
 }
 
-} // namespace xpuruntime::graph
+}  // namespace xpuruntime::graph

@@ -16,15 +16,14 @@ namespace xpuruntime::graph {
 // kernel, algorithm, rule, kernel_ptr and prepared. Throws
 // UnsupportedOperationError naming the node when the chosen kernel cannot run
 // inside a plan on this provider.
-void dispatch_steps(ExecutionPlan &plan, const ExecutionProvider &provider,
-                    const KernelPolicy &kernel_policy,
-                    const ExecutionPolicy &exec_policy);
+void dispatch_steps(ExecutionPlan& plan, const ExecutionProvider& provider,
+                    const KernelPolicy& kernel_policy, const ExecutionPolicy& exec_policy);
 
 // Prepares every step of a deserialized plan again, pinned to its recorded
 // kernel, algorithm and sub-decisions (no new dispatch). Throws
 // UnsupportedOperationError naming node and kernel when this build lacks the
 // kernel or it no longer supports the step, and for a device without an
 // execution provider.
-void prepare_loaded_steps(ExecutionPlan &plan);
+void prepare_loaded_steps(ExecutionPlan& plan);
 
-} // namespace xpuruntime::graph
+}  // namespace xpuruntime::graph

@@ -7,11 +7,11 @@
 
 namespace xpuruntime::graph {
 
-ProviderRegistry &ProviderRegistry::instance() {
+ProviderRegistry& ProviderRegistry::instance() {
   // Leaked on purpose: providers from plugins must not be destroyed after their
   // library is unloaded at exit.
-  static ProviderRegistry *registry = [] {
-    auto *r = new ProviderRegistry(); // NOLINT(cppcoreguidelines-owning-memory)
+  static ProviderRegistry* registry = [] {
+    auto* r = new ProviderRegistry();  // NOLINT(cppcoreguidelines-owning-memory)
     r->process_wide_ = true;
     return r;
   }();
@@ -19,18 +19,15 @@ ProviderRegistry &ProviderRegistry::instance() {
 }
 
 bool ProviderRegistry::add(ProviderPtr provider, bool replace) {
-  XRT_CHECK(provider != nullptr, InvalidArgumentError,
-            "ProviderRegistry::add: provider is null");
-  const std::string &name = provider->name();
+  XRT_CHECK(provider != nullptr, InvalidArgumentError, "ProviderRegistry::add: provider is null");
+  const std::string& name = provider->name();
   XRT_CHECK(!name.empty(), InvalidArgumentError,
             "ProviderRegistry::add: a provider needs a device-kind name "
             "(\"cpu\", \"cuda\", ...)");
   std::unique_lock lock(mu_);
-  for (ProviderPtr &p : providers_) {
-    if (p->name() != name)
-      continue;
-    if (!replace)
-      return false;
+  for (ProviderPtr& p : providers_) {
+    if (p->name() != name) continue;
+    if (!replace) return false;
     p = std::move(provider);
     return true;
   }
@@ -38,49 +35,40 @@ bool ProviderRegistry::add(ProviderPtr provider, bool replace) {
   return true;
 }
 
-bool ProviderRegistry::remove(const std::string &device_kind) {
+bool ProviderRegistry::remove(const std::string& device_kind) {
   std::unique_lock lock(mu_);
-  auto it = std::find_if(
-      providers_.begin(), providers_.end(),
-      [&](const ProviderPtr &p) { return p->name() == device_kind; });
-  if (it == providers_.end())
-    return false;
+  auto it = std::find_if(providers_.begin(), providers_.end(),
+                         [&](const ProviderPtr& p) { return p->name() == device_kind; });
+  if (it == providers_.end()) return false;
   providers_.erase(it);
   return true;
 }
 
-ProviderPtr ProviderRegistry::lookup(const std::string &device_kind) const {
+ProviderPtr ProviderRegistry::lookup(const std::string& device_kind) const {
   std::shared_lock lock(mu_);
-  for (const ProviderPtr &p : providers_)
-    if (p->name() == device_kind)
-      return p;
+  for (const ProviderPtr& p : providers_)
+    if (p->name() == device_kind) return p;
   return nullptr;
 }
 
 void ProviderRegistry::start_core() const {
   // Starting the device manager runs the built-in plugin entries, which add
   // their providers here; graph/ names no device to make that happen.
-  if (process_wide_)
-    DeviceManager::instance();
+  if (process_wide_) DeviceManager::instance();
 }
 
-ProviderPtr ProviderRegistry::find(const std::string &device_kind) const {
-  if (ProviderPtr p = lookup(device_kind))
-    return p;
+ProviderPtr ProviderRegistry::find(const std::string& device_kind) const {
+  if (ProviderPtr p = lookup(device_kind)) return p;
   start_core();
   return lookup(device_kind);
 }
 
-ProviderPtr ProviderRegistry::get(const std::string &device_kind) const {
-  if (ProviderPtr p = find(device_kind))
-    return p;
+ProviderPtr ProviderRegistry::get(const std::string& device_kind) const {
+  if (ProviderPtr p = find(device_kind)) return p;
   std::string known;
-  for (const std::string &n : names())
-    known += (known.empty() ? "" : ", ") + n;
-  if (known.empty())
-    known = "none";
-  XRT_THROW(UnsupportedOperationError,
-            "the native engine has no execution provider for device '",
+  for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
+  if (known.empty()) known = "none";
+  XRT_THROW(UnsupportedOperationError, "the native engine has no execution provider for device '",
             device_kind, "' (registered: ", known, ")",
             device_kind == "cuda" || device_kind.rfind("cuda:", 0) == 0
                 ? "; the CUDA execution provider is not available in this "
@@ -98,11 +86,10 @@ std::vector<std::string> ProviderRegistry::names() const {
   std::vector<std::string> out;
   {
     std::shared_lock lock(mu_);
-    for (const ProviderPtr &p : providers_)
-      out.push_back(p->name());
+    for (const ProviderPtr& p : providers_) out.push_back(p->name());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-} // namespace xpuruntime::graph
+}  // namespace xpuruntime::graph

@@ -32,58 +32,55 @@ namespace xpuruntime::graph {
 // CompileOptions alone: a pass runs when both the options and the provider
 // allow it).
 struct FusionSupport {
-  bool fold_batchnorm = true; // BatchNormalization into Conv/Gemm weights
-  bool epilogues = true; // bias, residual and activation into Conv/MatMul/Gemm
-  bool elementwise_chains =
-      true; // chains of elementwise ops into one FusedElementwise
+  bool fold_batchnorm = true;      // BatchNormalization into Conv/Gemm weights
+  bool epilogues = true;           // bias, residual and activation into Conv/MatMul/Gemm
+  bool elementwise_chains = true;  // chains of elementwise ops into one FusedElementwise
 };
 
 // The plan constants in the provider's device memory, uploaded once per
 // executor. Owns the device copies (a host provider shares the host bytes
 // instead).
 class DeviceConstants {
-public:
+ public:
   virtual ~DeviceConstants() = default;
   // Device pointer of plan constant i (never null, even for an empty constant).
-  virtual void *data(int constant) const = 0;
+  virtual void* data(int constant) const = 0;
 };
 
 // One run's device resources. The executor creates one per run (begin_run) and
 // destroys it when the run ends, on every path: the destructor returns the
 // arena and every dynamic buffer still held.
 class RunResources {
-public:
+ public:
   virtual ~RunResources() = default;
   // The stream every kernel of this run is launched on (nullptr on the CPU).
   virtual NativeStream stream() const = 0;
   // At least the arena bytes begin_run was asked for (64-byte aligned).
-  virtual void *arena() const = 0;
+  virtual void* arena() const = 0;
   // At least the workspace bytes begin_run was asked for, or nullptr when 0.
-  virtual void *workspace() const = 0;
+  virtual void* workspace() const = 0;
   // Device memory for a value shaped only at run time (and, on a device that
   // does not share host memory, for the plan's inputs and outputs); freed by
   // release() or when the run ends.
-  virtual void *allocate(std::size_t bytes) = 0;
-  virtual void release(void *ptr) = 0;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* ptr) = 0;
   // The copies at the plan's edges (inputs in, outputs out). Only called when
   // the provider's host_memory() is false. Each is recorded as a profiler copy
   // event.
-  virtual void copy_to_device(void *dst, const void *host_src,
-                              std::size_t bytes) = 0;
-  virtual void copy_to_host(void *host_dst, const void *src,
-                            std::size_t bytes) = 0;
+  virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   // Waits until everything issued on stream() has finished (before outputs are
   // handed to the caller).
   virtual void synchronize() = 0;
 };
 
 class ExecutionProvider {
-public:
+ public:
   virtual ~ExecutionProvider() = default;
 
   // The device kind plans name in PlanHeader.device and CompileOptions.device
   // ("cpu").
-  virtual const std::string &name() const = 0;
+  virtual const std::string& name() const = 0;
   // The DeviceType the provider's kernels are registered and dispatched for.
   virtual DeviceType kernel_device() const = 0;
   // The device a plan runs on (OpContext.device of every dispatched node).
@@ -97,17 +94,17 @@ public:
 
   // Copies (or shares) the plan constants into device memory, once per
   // executor.
-  virtual std::shared_ptr<const DeviceConstants>
-  upload_constants(const std::vector<HostTensor> &constants) const = 0;
+  virtual std::shared_ptr<const DeviceConstants> upload_constants(
+      const std::vector<HostTensor>& constants) const = 0;
   // A run's resources: stream, an arena of arena_bytes and a workspace of
   // workspace_bytes. Called on the thread that runs the plan (thread settings
   // such as the CPU's OpenMP team size are applied here).
-  virtual std::unique_ptr<RunResources>
-  begin_run(std::size_t arena_bytes, std::size_t workspace_bytes) const = 0;
+  virtual std::unique_ptr<RunResources> begin_run(std::size_t arena_bytes,
+                                                  std::size_t workspace_bytes) const = 0;
   // Whole-plan capture and replay through the device backend; nullptr when the
   // device cannot capture (the CPU). The executor runs step by step when this
   // is null.
-  virtual DeviceBackend::GraphOps *graph_ops() const { return nullptr; }
+  virtual DeviceBackend::GraphOps* graph_ops() const { return nullptr; }
 };
 
 using ProviderPtr = std::shared_ptr<const ExecutionProvider>;
@@ -115,28 +112,28 @@ using ProviderPtr = std::shared_ptr<const ExecutionProvider>;
 // Providers by device kind, process-wide. Plugins add theirs when they load;
 // the CPU provider is added when the core starts. Thread-safe.
 class ProviderRegistry {
-public:
-  static ProviderRegistry &instance();
+ public:
+  static ProviderRegistry& instance();
   ProviderRegistry() = default;
 
   // Adds a provider under provider->name(). Returns false (keeping the
   // registered one) when the name is taken and replace is false. Throws
   // InvalidArgumentError for a null provider or an empty name.
   bool add(ProviderPtr provider, bool replace = false);
-  bool remove(const std::string &device_kind);
+  bool remove(const std::string& device_kind);
   // The provider of a device kind, or nullptr. The process registry starts the
   // core's device plugins (DeviceManager) before answering a kind it does not
   // hold yet.
-  ProviderPtr find(const std::string &device_kind) const;
+  ProviderPtr find(const std::string& device_kind) const;
   // The provider of a device kind; throws UnsupportedOperationError naming the
   // kind and the registered ones (and, for "cuda", that this build has no CUDA
   // provider).
-  ProviderPtr get(const std::string &device_kind) const;
+  ProviderPtr get(const std::string& device_kind) const;
   // Registered device kinds, sorted.
   std::vector<std::string> names() const;
 
-private:
-  ProviderPtr lookup(const std::string &device_kind) const;
+ private:
+  ProviderPtr lookup(const std::string& device_kind) const;
   void start_core() const;
 
   mutable std::shared_mutex mu_;
@@ -144,4 +141,4 @@ private:
   bool process_wide_ = false;
 };
 
-} // namespace xpuruntime::graph
+}  // namespace xpuruntime::graph

@@ -22,106 +22,96 @@ alignas(64) char g_empty[64];
 
 // The plan's own host bytes (shared, not copied).
 class HostConstants final : public graph::DeviceConstants {
-public:
+ public:
   explicit HostConstants(std::vector<graph::HostTensor> constants)
       : constants_(std::move(constants)) {}
-  void *data(int constant) const override {
-    XRT_CHECK(constant >= 0 && constant < static_cast<int>(constants_.size()),
-              InvalidArgumentError, "constant index ", constant,
-              " is out of range (the plan has ", constants_.size(), ")");
-    void *p = constants_[constant].data;
+  void* data(int constant) const override {
+    XRT_CHECK(constant >= 0 && constant < static_cast<int>(constants_.size()), InvalidArgumentError,
+              "constant index ", constant, " is out of range (the plan has ", constants_.size(),
+              ")");
+    void* p = constants_[constant].data;
     return p ? p : g_empty;
   }
 
-private:
+ private:
   std::vector<graph::HostTensor> constants_;
 };
 
 class CpuRun final : public graph::RunResources {
-public:
-  CpuRun(CachingAllocator &alloc, std::size_t arena_bytes,
-         std::size_t workspace_bytes)
+ public:
+  CpuRun(CachingAllocator& alloc, std::size_t arena_bytes, std::size_t workspace_bytes)
       : alloc_(alloc) {
     arena_ = alloc_.allocate(std::max<std::size_t>(arena_bytes, 64));
-    if (workspace_bytes > 0)
-      workspace_ = alloc_.allocate(workspace_bytes);
+    if (workspace_bytes > 0) workspace_ = alloc_.allocate(workspace_bytes);
   }
   ~CpuRun() override {
-    for (void *p : live_)
-      alloc_.free(p);
-    if (workspace_)
-      alloc_.free(workspace_);
+    for (void* p : live_) alloc_.free(p);
+    if (workspace_) alloc_.free(workspace_);
     alloc_.free(arena_);
   }
-  CpuRun(const CpuRun &) = delete;
-  CpuRun &operator=(const CpuRun &) = delete;
+  CpuRun(const CpuRun&) = delete;
+  CpuRun& operator=(const CpuRun&) = delete;
 
   NativeStream stream() const override { return nullptr; }
-  void *arena() const override { return arena_; }
-  void *workspace() const override { return workspace_; }
-  void *allocate(std::size_t bytes) override {
-    void *p = alloc_.allocate(std::max<std::size_t>(bytes, 1));
+  void* arena() const override { return arena_; }
+  void* workspace() const override { return workspace_; }
+  void* allocate(std::size_t bytes) override {
+    void* p = alloc_.allocate(std::max<std::size_t>(bytes, 1));
     live_.push_back(p);
     return p;
   }
-  void release(void *ptr) override {
+  void release(void* ptr) override {
     auto it = std::find(live_.begin(), live_.end(), ptr);
-    if (it == live_.end())
-      return;
+    if (it == live_.end()) return;
     live_.erase(it);
     alloc_.free(ptr);
   }
   // Host memory on both sides: the executor never asks (host_memory() is true),
   // but a caller that does gets a correct copy.
-  void copy_to_device(void *dst, const void *src, std::size_t bytes) override {
-    if (bytes)
-      std::memcpy(dst, src, bytes);
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
   }
-  void copy_to_host(void *dst, const void *src, std::size_t bytes) override {
-    if (bytes)
-      std::memcpy(dst, src, bytes);
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
   }
   void synchronize() override {}
 
-private:
-  CachingAllocator &alloc_;
-  void *arena_ = nullptr;
-  void *workspace_ = nullptr;
-  std::vector<void *> live_;
+ private:
+  CachingAllocator& alloc_;
+  void* arena_ = nullptr;
+  void* workspace_ = nullptr;
+  std::vector<void*> live_;
 };
 
 class CpuProvider final : public graph::ExecutionProvider {
-public:
-  const std::string &name() const override { return name_; }
+ public:
+  const std::string& name() const override { return name_; }
   DeviceType kernel_device() const override { return DeviceType::kCPU; }
   Device device() const override { return Device::cpu(); }
   bool host_memory() const override { return true; }
   std::shared_ptr<const graph::DeviceConstants> upload_constants(
-      const std::vector<graph::HostTensor> &constants) const override {
+      const std::vector<graph::HostTensor>& constants) const override {
     return std::make_shared<HostConstants>(constants);
   }
-  std::unique_ptr<graph::RunResources>
-  begin_run(std::size_t arena_bytes,
-            std::size_t workspace_bytes) const override {
+  std::unique_ptr<graph::RunResources> begin_run(std::size_t arena_bytes,
+                                                 std::size_t workspace_bytes) const override {
 #ifdef _OPENMP
     // The team size is an ICV of the calling thread: each run sets its own.
-    const char *env = std::getenv("XRT_NUM_THREADS");
-    if (env && std::atoi(env) > 0)
-      omp_set_num_threads(std::atoi(env));
+    const char* env = std::getenv("XRT_NUM_THREADS");
+    if (env && std::atoi(env) > 0) omp_set_num_threads(std::atoi(env));
 #endif
-    return std::make_unique<CpuRun>(
-        MemoryManager::instance().allocator(Device::cpu()), arena_bytes,
-        workspace_bytes);
+    return std::make_unique<CpuRun>(MemoryManager::instance().allocator(Device::cpu()), arena_bytes,
+                                    workspace_bytes);
   }
 
-private:
+ private:
   std::string name_ = "cpu";
 };
 
-} // namespace
+}  // namespace
 
 std::shared_ptr<graph::ExecutionProvider> make_cpu_provider() {
   return std::make_shared<CpuProvider>();
 }
 
-} // namespace xpuruntime::cpu
+}  // namespace xpuruntime::cpu

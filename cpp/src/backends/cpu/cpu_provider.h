@@ -14,4 +14,4 @@ namespace xpuruntime::cpu {
 // when it starts; tests may build their own.
 std::shared_ptr<graph::ExecutionProvider> make_cpu_provider();
 
-} // namespace xpuruntime::cpu
+}  // namespace xpuruntime::cpu

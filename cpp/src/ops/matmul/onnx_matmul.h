@@ -18,8 +18,7 @@ namespace xpuruntime::matmul {
 // specs (nullopt: a shape known only at run time). Throws
 // UnsupportedOperationError naming the node when an operand's shape is not
 // known at compile time.
-void onnx_matmul_context(const graph::Node &n,
-                         const std::vector<std::optional<TensorSpec>> &inputs,
-                         OpContext &ctx);
+void onnx_matmul_context(const graph::Node& n, const std::vector<std::optional<TensorSpec>>& inputs,
+                         OpContext& ctx);
 
-} // namespace xpuruntime::matmul
+}  // namespace xpuruntime::matmul
