@@ -340,6 +340,10 @@ double cast_ref(DType from, DType to, double v) {
     if (std::isnan(v)) return 0;
     return std::clamp(std::trunc(v), lo, hi);
   }
+  // Integer to integer: values in range are kept; others wrap modulo 2^bits. (The
+  // inputs here are small, so only targets narrower than 32 bits wrap; computing
+  // v - lo in double for an int64 target would lose v below 2^63's spacing.)
+  if (v >= lo && v <= hi) return v;
   const double span = hi - lo + 1;
   double w = std::fmod(v - lo, span);
   if (w < 0) w += span;
