@@ -20,6 +20,7 @@
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
 #include "xpuruntime/graph/provider.h"
+#include "xpuruntime/profiler.h"
 
 namespace xpuruntime::graph {
 namespace {
@@ -88,10 +89,12 @@ class CountingRun final : public RunResources {
   void copy_to_device(void* dst, const void* src, std::size_t n) override {
     ++c_.to_device;
     std::memcpy(dst, src, n);
+    if (Profiler::instance().enabled()) Profiler::instance().record_copy("h2d", n);
   }
   void copy_to_host(void* dst, const void* src, std::size_t n) override {
     ++c_.to_host;
     std::memcpy(dst, src, n);
+    if (Profiler::instance().enabled()) Profiler::instance().record_copy("d2h", n);
   }
   void synchronize() override {}
 
@@ -225,7 +228,12 @@ TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
   const HostTensor x = randn({4, 3}, 3), reps = ints({2, 3});
   RunStats cs, st;
   auto want = cpu_ex.run({"x", "reps"}, {x, reps}, {}, &cs);
+  Profiler::instance().enable();
   auto got = ex.run({"reps", "x"}, {reps, x}, {}, &st);
+  const ProfilerCounters pc = Profiler::instance().counters();
+  Profiler::instance().disable();
+  EXPECT_EQ(pc.copies_h2d, 2u) << "the edge copies are profiler copy events";
+  EXPECT_EQ(pc.copies_d2h, 2u);
   ASSERT_EQ(got.size(), 2u);
   for (std::size_t i = 0; i < 2; ++i) {
     ASSERT_EQ(got[i].shape, want[i].shape);

@@ -64,9 +64,10 @@ class RunResources {
   // release() or when the run ends.
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void release(void* ptr) = 0;
-  // The copies at the plan's edges (inputs in, outputs out). Only called when
-  // the provider's host_memory() is false. Each is recorded as a profiler copy
-  // event.
+  // The copies at the plan's edges (inputs in, outputs out). Only called when the
+  // provider's host_memory() is false; the executor counts them (RunStats) and the
+  // provider records each as a profiler copy event (Profiler::record_copy, "h2d" /
+  // "d2h"; a DeviceBackend::copy does so already).
   virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   // Waits until everything issued on stream() has finished (before outputs are
