@@ -102,9 +102,9 @@ class ExecutionProvider {
   // such as the CPU's OpenMP team size are applied here).
   virtual std::unique_ptr<RunResources> begin_run(std::size_t arena_bytes,
                                                   std::size_t workspace_bytes) const = 0;
-  // Whole-plan capture and replay through the device backend; nullptr when the
-  // device cannot capture (the CPU). The executor runs step by step when this
-  // is null.
+  // The device backend's graph capture, for replaying a whole static plan as one
+  // graph; nullptr when the device cannot capture (the CPU). The executor does not
+  // replay plans yet (no provider in this build can capture): it runs step by step.
   virtual DeviceBackend::GraphOps* graph_ops() const { return nullptr; }
 };
 
