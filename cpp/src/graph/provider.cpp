@@ -58,7 +58,8 @@ void ProviderRegistry::start_core() const {
 }
 
 ProviderPtr ProviderRegistry::find(const std::string& device_kind) const {
-  if (ProviderPtr p = lookup(device_kind)) return p;
+  // Always: a provider added at run time may run kernels a built-in plugin registers
+  // (a test provider running the CPU kernels). Cheap once the core has started.
   start_core();
   return lookup(device_kind);
 }

@@ -122,9 +122,9 @@ class ProviderRegistry {
   // InvalidArgumentError for a null provider or an empty name.
   bool add(ProviderPtr provider, bool replace = false);
   bool remove(const std::string& device_kind);
-  // The provider of a device kind, or nullptr. The process registry starts the
-  // core's device plugins (DeviceManager) before answering a kind it does not
-  // hold yet.
+  // The provider of a device kind, or nullptr. The process registry first makes
+  // sure the core has started (DeviceManager: the built-in plugins have added their
+  // kernels and providers).
   ProviderPtr find(const std::string& device_kind) const;
   // The provider of a device kind; throws UnsupportedOperationError naming the
   // kind and the registered ones (and, for "cuda", that this build has no CUDA
