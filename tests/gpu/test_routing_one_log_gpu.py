@@ -36,10 +36,12 @@ def _clean():
 
 
 def test_best_performance_times_the_pool_and_the_dispatcher_keeps_the_fastest():
-    xrt_torch.set_kernel_policy(attention="auto", auto_strategy="best_performance")
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, 8, 512, 64, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    # The float64 reference runs before the policy is set: under it, it would be a routed call
+    # (and a decision) of its own.
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    xrt_torch.set_kernel_policy(attention="auto", auto_strategy="best_performance")
     for _ in range(2):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert (out.double() - ref).abs().max().item() < 2e-2
@@ -58,13 +60,16 @@ def test_routed_linear_and_its_matmul_share_the_one_log():
     lin = torch.nn.Linear(256, 128).cuda().half()
     x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
     y = lin(x)
+    xrt_torch.clear_kernel_policy()  # the float64 reference below is not a routed call
     ref = x.double() @ lin.weight.double().T + lin.bias.double()
     assert (y.double() - ref).abs().max().item() < 5e-2
     (routed,) = [d for d in xrt_torch.decision_log() if d.node == "linear"]
     assert (routed.chosen, routed.rule, routed.device) == ("cublasLt", "policy.prefer", "cuda:0")
+    # The training-side decision is a row of the one process log that explain() reads (the
+    # native engine's decisions land there too: tests/python/test_dispatch_one_log.py).
     everything = xrt.dispatch.explain()
     assert routed.seq in {d.seq for d in everything}
-    assert any(d.op == "matmul" and d.chosen == "cublasLt" and d.seq != routed.seq for d in everything)
+    assert all(d.op == "matmul" for d in everything if d.seq == routed.seq)
 
 
 def test_routing_chooses_between_the_plugins_kernel_defs():
