@@ -85,7 +85,7 @@ GemmRejection cublas_rejection(const GemmProblem& p) {
 }
 
 void cublas_gemm(const GemmProblem& p, void* stream, int device, void* workspace,
-                 std::size_t workspace_bytes) {
+                 std::size_t workspace_bytes, double alpha_in, double beta_in) {
   const GemmRejection why = cublas_rejection(p);
   XRT_CHECK(!why, InvalidArgumentError, "cublas matmul: ", why.detail);
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
@@ -108,8 +108,9 @@ void cublas_gemm(const GemmProblem& p, void* stream, int device, void* workspace
   const cublasComputeType_t compute = p.dtype == DType::kFloat64 ? CUBLAS_COMPUTE_64F
                                       : tf32                     ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                  : CUBLAS_COMPUTE_32F;
-  const float alpha_f = 1.0f, beta_f = 0.0f;
-  const double alpha_d = 1.0, beta_d = 0.0;
+  // fp32 scale factors for every dtype but float64 (the compute type is fp32).
+  const float alpha_f = static_cast<float>(alpha_in), beta_f = static_cast<float>(beta_in);
+  const double alpha_d = alpha_in, beta_d = beta_in;
   const void* alpha = p.dtype == DType::kFloat64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = p.dtype == DType::kFloat64 ? static_cast<const void*>(&beta_d) : &beta_f;
   if (p.batch == 1) {

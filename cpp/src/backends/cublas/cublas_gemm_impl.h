@@ -20,13 +20,13 @@ inline constexpr std::size_t kCublasMinWorkspace = std::size_t{16} << 10;
 // Why cublas_gemm cannot run p (empty when it can): dtype, layout, epilogue.
 GemmRejection cublas_rejection(const GemmProblem& p);
 
-// Enqueues C = A·B on `stream` (a cudaStream_t; nullptr = legacy default stream) of
+// Enqueues C = alpha·A·B + beta·C (C read in place when beta != 0) on `stream` (a cudaStream_t; nullptr = legacy default stream) of
 // CUDA device `device`. `workspace` (256-byte aligned device memory of at least
 // kCublasMinWorkspace bytes) becomes the handle's workspace for this call; null
 // uses the handle's own default pool. Throws InvalidArgumentError for a problem
 // cublas_rejection rejects, CudaError when cuBLAS fails.
 void cublas_gemm(const GemmProblem& p, void* stream, int device, void* workspace,
-                 std::size_t workspace_bytes);
+                 std::size_t workspace_bytes, double alpha = 1.0, double beta = 0.0);
 
 // "cuBLAS 13.0.2" of the library loaded at run time.
 std::string cublas_version();

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
-#include "ops/matmul/matmul_op.h"
 #include "backends/cublas/cublas_gemm_impl.h"
 #include "backends/cublaslt/cublaslt_gemm_impl.h"
+#include "backends/cublaslt/onnx_matmul_cuda.h"
+#include "ops/matmul/matmul_op.h"
 
 namespace xpuruntime {
 namespace {
@@ -44,6 +46,22 @@ class CublasMatmul final : public Kernel {
   std::size_t workspace_bytes(const OpContext& ctx) const override {
     const std::size_t want = matmul::kCublasLtDefaultWorkspace;
     return ctx.workspace_limit_bytes ? std::min(want, ctx.workspace_limit_bytes) : want;
+  }
+
+  // An ONNX MatMul/Gemm node of a native plan runs its own batching and C logic
+  // on cuBLAS (no epilogues: a node with a fused bias/activation is refused);
+  // anything else (a direct dispatch) the default KernelLaunch adapter.
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    if (!matmul::is_onnx_matmul(pc)) return Kernel::prepare(pc);
+    matmul::CudaGemmLibrary lib;
+    lib.name = "cublas";
+    lib.epilogues = false;
+    lib.gemm = [](const matmul::GemmProblem& p, double alpha, double beta, void* stream, int device,
+                  void* ws, std::size_t ws_bytes) {
+      matmul::cublas_gemm(p, stream, device, ws, ws_bytes, alpha, beta);
+    };
+    lib.rejection = &matmul::cublas_rejection;
+    return matmul::prepare_onnx_matmul(pc, std::move(lib), workspace_bytes(*pc.ctx));
   }
 
  private:

@@ -289,7 +289,8 @@ std::vector<std::string> cublaslt_heuristic_algorithms(const GemmProblem& p, int
 }
 
 void cublaslt_gemm(const GemmProblem& p, void* stream, int device, void* workspace,
-                   std::size_t workspace_bytes, const std::string& algorithm) {
+                   std::size_t workspace_bytes, const std::string& algorithm, double alpha_in,
+                   double beta_in) {
   const GemmRejection why = cublaslt_rejection(p);
   XRT_CHECK(!why, InvalidArgumentError, "cublasLt matmul: ", why.detail);
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
@@ -324,8 +325,9 @@ void cublaslt_gemm(const GemmProblem& p, void* stream, int device, void* workspa
   if (p.a_row_sums != nullptr) {
     set_attr(plan->desc(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(p.a_row_sums));
   }
-  const float alpha_f = 1.0f, beta_f = 0.0f;
-  const double alpha_d = 1.0, beta_d = 0.0;
+  // fp32 scale factors for every dtype but float64 (the compute type is fp32).
+  const float alpha_f = static_cast<float>(alpha_in), beta_f = static_cast<float>(beta_in);
+  const double alpha_d = alpha_in, beta_d = beta_in;
   const bool f64 = p.dtype == DType::kFloat64;
   const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;

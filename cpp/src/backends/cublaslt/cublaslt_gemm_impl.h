@@ -40,9 +40,11 @@ std::vector<std::string> cublaslt_heuristic_algorithms(const GemmProblem& p, int
 // empty `algorithm` the heuristic's best for the workspace given is used; otherwise
 // the id must be valid for this problem (cublasLtMatmulAlgoCheck), fit in the
 // workspace and suit the operands' alignment, else UnsupportedOperationError says
-// which. `workspace` may be null (then workspace_bytes is treated as 0).
+// which. `workspace` may be null (then workspace_bytes is treated as 0). With
+// alpha/beta: C = alpha·op(A)·op(B) + beta·C (C read in place), then the epilogue.
 void cublaslt_gemm(const GemmProblem& p, void* stream, int device, void* workspace,
-                   std::size_t workspace_bytes, const std::string& algorithm);
+                   std::size_t workspace_bytes, const std::string& algorithm, double alpha = 1.0,
+                   double beta = 0.0);
 
 // Algorithm ids: "lt1:" followed by the 8 64-bit words as 16 hex digits each.
 // parse throws InvalidArgumentError on a malformed id.

@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
+#include <utility>
 
-#include "ops/matmul/matmul_op.h"
 #include "backends/cublaslt/cublaslt_gemm_impl.h"
+#include "backends/cublaslt/onnx_matmul_cuda.h"
+#include "ops/matmul/matmul_op.h"
 #include "xpuruntime/error.h"
 
 namespace xpuruntime {
@@ -57,6 +60,23 @@ class CublasLtMatmul final : public Kernel {
   }
 
   std::size_t workspace_bytes(const OpContext& ctx) const override { return lt_workspace(ctx); }
+
+  // An ONNX MatMul/Gemm node of a native plan runs its own batching, C and
+  // epilogue logic on cuBLASLt; anything else (a direct dispatch) the default
+  // KernelLaunch adapter.
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    if (!matmul::is_onnx_matmul(pc)) return Kernel::prepare(pc);
+    matmul::CudaGemmLibrary lib;
+    lib.name = "cublasLt";
+    lib.epilogues = true;
+    const std::string algorithm = pc.algorithm;
+    lib.gemm = [algorithm](const matmul::GemmProblem& p, double alpha, double beta, void* stream,
+                           int device, void* ws, std::size_t ws_bytes) {
+      matmul::cublaslt_gemm(p, stream, device, ws, ws_bytes, algorithm, alpha, beta);
+    };
+    lib.rejection = &matmul::cublaslt_rejection;
+    return matmul::prepare_onnx_matmul(pc, std::move(lib), lt_workspace(*pc.ctx));
+  }
 
  private:
   static KernelDef make_def() {

@@ -1,8 +1,9 @@
 // The one exported symbol of libxpuruntime_cuda.so, xpuruntime_plugin_init
-// (xpuruntime/plugin.h): the CUDA DeviceBackend, the kernel registration and the
-// lookup of the entry points other parts call (cuda_kernels_abi.h names). The link
-// exports nothing else (plugin.map). No exception or abort escapes: a machine
-// without a driver or a GPU gets a backend that reports 0 devices and the reason.
+// (xpuruntime/plugin.h): the CUDA DeviceBackend, its execution provider, the kernel
+// registration and the lookup of the entry points other parts call
+// (cuda_kernels_abi.h names). The link exports nothing else (plugin.map). No
+// exception or abort escapes: a machine without a driver or a GPU gets a backend
+// that reports 0 devices and the reason.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -13,6 +14,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_entries.h"
 #include "backends/cuda/cuda_nvtx.h"
+#include "backends/cuda/cuda_provider.h"
 #include "backends/cuda/kernels/cuda_op_kernels.h"
 #include "backends/cuda_kernels/column_sums/column_sums_impl.h"
 #include "backends/cuda_kernels/flash_v2/flash_v2_impl.h"
@@ -120,8 +122,12 @@ extern "C" __attribute__((visibility("default"))) int xpuruntime_plugin_init(int
   out->lookup = &xpuruntime::cuda::lookup;
   out->register_kernels = &xpuruntime::cuda::register_kernels;
   try {
-    out->backend = xpuruntime::cuda::backend_instance();
-    out->unavailable_reason = out->backend->unavailable_reason();
+    xpuruntime::cuda::CudaBackend* backend = xpuruntime::cuda::backend_instance();
+    out->backend = backend;
+    out->unavailable_reason = backend->unavailable_reason();
+    // Registered even without a usable device: compiling for "cuda" then says why
+    // CUDA is unavailable instead of that no provider exists.
+    out->provider = xpuruntime::cuda::make_cuda_provider(*backend);
     return 0;
   } catch (const std::exception& e) {
     out->unavailable_reason = std::string("CUDA backend failed to initialize: ") + e.what();
