@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_nvtx.h"
 #include "backends/cuda/cuda_provider.h"
 #include "backends/cuda/kernels/cuda_op_kernels.h"
+#include "backends/cuda/kernels/conv_cudnn/conv_cudnn_kernels.h"
 #include "backends/cuda_kernels/column_sums/column_sums_impl.h"
 #include "backends/cuda_kernels/flash_v2/flash_v2_impl.h"
 #include "backends/cuda_kernels/kernel_defs.h"
@@ -78,6 +79,7 @@ constexpr KernelFamily kFamilies[] = {
     {"skinny", &register_skinny_kernels},
     {"flash_v2, fused layernorm, column_sums", &ck::register_cuda_kernel_defs},
     {"cuda_ops", &register_cuda_op_kernels},
+    {"cudnn conv", &register_cudnn_conv_kernels},
 };
 
 // Each family registers independently: one that fails is reported on stderr and the
