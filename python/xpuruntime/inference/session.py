@@ -80,10 +80,28 @@ class InferenceSession:
     ) -> InferenceSession:
         """A session over a plan saved by :meth:`save_plan` (no onnx needed).
 
-        The plan must come from this plan format version, the CPU, and the same
-        policies; otherwise ``InvalidModelError`` says which differs.
+        The plan runs on the device its header names ("cpu", or "cuda" on the current
+        CUDA device). It must come from this plan format version and the same policies,
+        otherwise ``InvalidModelError`` says which differs; a plan for a device that is
+        unavailable here raises ``BackendUnavailableError`` naming the device and why.
         """
-        return cls(path, device="cpu", engine="native", kernel_policy=kernel_policy, exec_policy=exec_policy)
+        from .._core import BackendUnavailableError
+        from ..engines.native.engine import _DRIVEN, plan_device
+
+        kind = plan_device(path)
+        # A header naming no device the engine drives is refused by the plan loader
+        # (on the CPU session), which names the plan's device.
+        device = kind if kind in _DRIVEN else "cpu"
+        try:
+            return cls(
+                path, device=device, engine="native", kernel_policy=kernel_policy, exec_policy=exec_policy
+            )
+        except BackendUnavailableError as exc:
+            if device == "cpu":
+                raise
+            raise BackendUnavailableError(
+                f"the plan was compiled for device '{device}', which is unavailable here: {exc}"
+            ) from exc
 
     # ------------------------------------------------------------------ running
     def run(self, inputs: Mapping[str, Any], output_names: Sequence[str] | None = None) -> dict[str, Any]:

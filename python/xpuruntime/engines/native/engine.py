@@ -7,6 +7,12 @@ KernelPolicy, memory planning) and runs the resulting ``ExecutionPlan``. A plan 
 with :meth:`save_plan` loads back without the onnx package (``model`` may be a plan
 file path or plan bytes). ``run`` is thread-safe and releases the GIL.
 
+Devices: the plan is compiled for the session's device kind through the C++
+``CompileOptions.device`` ("cpu", or "cuda" where the CUDA execution provider is
+registered and a CUDA device is usable); inputs are host arrays and the executor copies
+them to the device, and the outputs back, at the plan's edges. A saved plan runs on the
+device its header names.
+
 Engine-specific options (``EngineOptions.extra``): ``input_shapes`` (name → shape,
 a specialization of symbolic dimensions), ``fold`` and ``fuse`` (compiler passes,
 default on).
@@ -17,14 +23,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ... import _core
-from ..._core import InvalidArgumentError
+from ..._core import BackendUnavailableError, InvalidArgumentError, InvalidModelError
 from ...policies import coerce
 from ..base import Availability, Engine, EngineOptions, TensorInfo
 from . import frontend
@@ -42,17 +49,62 @@ def core_exec_policy(policy: Any) -> Any:
     return coerce.core_exec_policy(policy) or _core.ExecutionPolicy()
 
 
-#: Device kinds this class drives: it compiles with the default device and feeds the
-#: executor host arrays (as_numpy), so a provider for another kind is not enough.
-_DRIVEN = ("cpu",)
+#: Device kinds this class drives: it compiles for the kind (CompileOptions.device) and
+#: feeds the executor host arrays (as_numpy), which copies them to the device and the
+#: outputs back at the plan's edges through the kind's execution provider.
+_DRIVEN = ("cpu", "cuda")
+
+
+def _providers() -> tuple[str, ...]:
+    providers = getattr(_core.graph, "providers", None)
+    return tuple(str(p) for p in providers()) if callable(providers) else ("cpu",)
+
+
+def unavailable_reason(kind: str) -> str:
+    """Why the native engine cannot run on device kind ``kind`` here ("" when it can).
+
+    A kind needs an execution provider in the core (``_core.graph.providers()``) and,
+    for "cuda", a usable CUDA device (the CUDA provider is registered by the CUDA
+    plugin even on a machine without a GPU; the DeviceManager says why it has none).
+    """
+    if kind not in _DRIVEN:
+        return f"the native engine runs on {', '.join(_DRIVEN)} only, not on {kind!r}"
+    dm = _core.DeviceManager.instance()
+    if kind not in _providers():
+        why = f": {dm.cuda_unavailable_reason()}" if kind == "cuda" and dm.cuda_unavailable_reason() else ""
+        return (
+            f"no {kind} execution provider is registered in this build (registered: "
+            f"{', '.join(_providers()) or 'none'}){why}"
+        )
+    if kind == "cuda" and dm.get_device_count() <= 0:
+        return dm.cuda_unavailable_reason() or "no CUDA device was found"
+    return ""
 
 
 def devices() -> tuple[str, ...]:
     """Device kinds the native engine runs on here: those it drives that have an
-    execution provider in the core (``_core.graph.providers()`` where bound)."""
-    providers = getattr(_core.graph, "providers", None)
-    kinds = tuple(str(p) for p in providers()) if callable(providers) else ("cpu",)
-    return tuple(k for k in _DRIVEN if k in kinds)
+    execution provider in the core and, for "cuda", a usable CUDA device."""
+    return tuple(k for k in _DRIVEN if not unavailable_reason(k))
+
+
+def plan_device(model: Any) -> str | None:
+    """The device kind a saved plan was compiled for (its header's ``device``), or None
+    when ``model`` is no readable plan (loading it then reports what is wrong)."""
+    try:
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            data = bytes(model)
+            head, rest = data[:16], data[16:]
+        else:
+            with open(Path(model), "rb") as f:
+                head = f.read(16)
+                rest = f.read(int.from_bytes(head[8:16], "little")) if len(head) == 16 else b""
+        if head[:7] != PLAN_MAGIC or len(head) < 16:
+            return None
+        size = int.from_bytes(head[8:16], "little")
+        device = json.loads(rest[:size]).get("device")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return device if isinstance(device, str) else None
 
 
 def is_plan(model: Any) -> bool:
@@ -107,23 +159,20 @@ class NativeEngine(Engine):
 
     @classmethod
     def availability(cls) -> Availability:
-        return Availability(True, "", "", devices())
+        # Available everywhere (the CPU); the reason notes why a driven device is not.
+        notes = "; ".join(f"{k}: {why}" for k in _DRIVEN if (why := unavailable_reason(k)))
+        return Availability(True, notes, "", devices())
 
     @classmethod
     def supports(cls, device: str, exec_policy: Any) -> tuple[str, str] | None:
         kind = str(device).split(":")[0]
-        if kind not in devices():
-            return (
-                "device_unavailable",
-                (
-                    f"the native engine has no execution provider for {kind} in this build "
-                    f"(it compiles for: {', '.join(devices())})"
-                ),
-            )
+        why = unavailable_reason(kind)
+        if why:
+            return ("device_unavailable", f"the native engine cannot run on {kind} here: {why}")
         prec = _precision(exec_policy)
         if prec not in ("fp32", "float32"):
             detail = (
-                f"the native CPU engine runs fp32 models as exported; precision={prec!r} "
+                f"the native engine runs fp32 models as exported; precision={prec!r} "
                 "is not implemented (use engine='onnxruntime' for int8, or precision='fp32')"
             )
             return (_core.reason.DTYPE_UNSUPPORTED, detail)
@@ -131,6 +180,7 @@ class NativeEngine(Engine):
 
     def __init__(self, model: Any, options: EngineOptions) -> None:
         self._options = options
+        self._kind, self._index = _device_of(options.device)
         self._kp = core_kernel_policy(options.kernel_policy)
         self._ep = core_exec_policy(options.exec_policy)
         self._fingerprint = _core.graph.policy_fingerprint(self._kp, self._ep)
@@ -142,6 +192,11 @@ class NativeEngine(Engine):
         self._plan = None
         self._executor = None
         if isinstance(model, _core.graph.ExecutionPlan):
+            if model.device != self._kind:
+                raise InvalidModelError(
+                    f"plan was compiled for device '{model.device}' but this session runs on "
+                    f"'{self._kind}'; recompile the plan for this device"
+                )
             self._use(model)
         elif is_plan(model):
             self._use(self._load_plan(model, extra.get("check_policy", True)))
@@ -160,19 +215,43 @@ class NativeEngine(Engine):
 
     def _compile(self, shapes: dict[str, list[int]]) -> Any:
         assert self._desc is not None
-        return _core.graph.compile(
-            self._desc,
-            self._kp,
-            self._ep,
-            model_hash=self._model_hash,
-            input_shapes=shapes,
-            fold=bool(self._extra.get("fold", True)),
-            fuse=bool(self._extra.get("fuse", True)),
-        )
+        with self._on_device():
+            return _core.graph.compile(
+                self._desc,
+                self._kp,
+                self._ep,
+                model_hash=self._model_hash,
+                input_shapes=shapes,
+                fold=bool(self._extra.get("fold", True)),
+                fuse=bool(self._extra.get("fuse", True)),
+                device=self._kind,
+            )
+
+    @contextmanager
+    def _on_device(self) -> Iterator[None]:
+        """Makes the session's CUDA device current on this thread (the provider compiles,
+        uploads constants and runs on the current device), restoring the previous one."""
+        if self._index is None:
+            yield
+            return
+        dm = _core.DeviceManager.instance()
+        prev = dm.get_current_device()
+        if prev == f"cuda:{self._index}":
+            yield
+            return
+        dm.set_current_device(self._index)
+        try:
+            yield
+        finally:
+            dm.set_current_device_spec(prev)
+
+    def _new_executor(self, plan: Any) -> Any:
+        with self._on_device():
+            return _core.graph.Executor(plan)
 
     def _use(self, plan: Any) -> None:
         self._plan = plan
-        self._executor = _core.graph.Executor(plan)
+        self._executor = self._new_executor(plan)
         self._inputs = [TensorInfo(n, tuple(d), t) for n, t, d in plan.inputs]
         self._outputs = [TensorInfo(n, tuple(d), t) for n, t, d in plan.outputs]
         key = tuple(tuple(d) for _, _, d in plan.inputs)
@@ -189,7 +268,7 @@ class NativeEngine(Engine):
                 plan = self._compile({i.name: list(arrays[i.name].shape) for i in infos})
                 if len(self._plans) >= 8:  # keep a few specializations
                     self._plans.pop(next(iter(self._plans)))
-                hit = (plan, _core.graph.Executor(plan))
+                hit = (plan, self._new_executor(plan))
                 self._plans[key] = hit
             self._plan = hit[0]
             return hit[1]
@@ -234,10 +313,13 @@ class NativeEngine(Engine):
         return [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["inputs"]]
 
     def _load_plan(self, model: Any, check_policy: bool) -> Any:
+        # The plan must be for this session's device kind (the C++ check names both).
         fp = self._fingerprint if check_policy else ""
         if isinstance(model, (bytes, bytearray, memoryview)):
-            return _core.graph.ExecutionPlan.deserialize(bytes(model), device="cpu", policy_fingerprint=fp)
-        return _core.graph.ExecutionPlan.load(str(model), device="cpu", policy_fingerprint=fp)
+            return _core.graph.ExecutionPlan.deserialize(
+                bytes(model), device=self._kind, policy_fingerprint=fp
+            )
+        return _core.graph.ExecutionPlan.load(str(model), device=self._kind, policy_fingerprint=fp)
 
     # ----------------------------------------------------------------- Engine API
     def inputs(self) -> Sequence[TensorInfo]:
@@ -254,7 +336,9 @@ class NativeEngine(Engine):
             )
         arrays = {str(k): as_numpy(str(k), v) for k, v in inputs.items()}
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
-        outs = self._executor_for(arrays).run(arrays, names if output_names is not None else None)
+        executor = self._executor_for(arrays)
+        with self._on_device():
+            outs = executor.run(arrays, names if output_names is not None else None)
         return dict(zip(names, outs))
 
     def decisions(self) -> list[Any]:
@@ -292,4 +376,29 @@ class NativeEngine(Engine):
 
     def __repr__(self) -> str:
         steps = len(self._plan.steps) if self._plan is not None else "?"
-        return f"NativeEngine({steps} steps, device=cpu)"
+        return f"NativeEngine({steps} steps, device={self._options.device})"
+
+    @property
+    def device(self) -> str:
+        """The device the plans run on ("cpu", "cuda:0", ...)."""
+        return str(self._options.device)
+
+
+def _device_of(device: str) -> tuple[str, int | None]:
+    """(kind, CUDA index or None) of a session device; a CUDA index must exist here."""
+    kind, _, idx = str(device).strip().lower().partition(":")
+    if kind != "cuda":
+        return kind, None
+    why = unavailable_reason("cuda")
+    if why:
+        raise BackendUnavailableError(
+            f"the native engine cannot run on {device}: {why}; use device='cpu', or run on a machine "
+            "with an NVIDIA GPU, its driver and xpuruntime's CUDA plugin"
+        )
+    index = int(idx) if idx.isdigit() else 0
+    count = _core.DeviceManager.instance().get_device_count()
+    if index >= count:
+        raise InvalidArgumentError(
+            f"device {device} does not exist: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})"
+        )
+    return kind, index

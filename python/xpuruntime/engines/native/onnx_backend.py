@@ -4,7 +4,8 @@
     from xpuruntime.engines.native.onnx_backend import NativeBackend
     tests = onnx.backend.test.BackendTest(NativeBackend, __name__)
 
-``prepare`` compiles the model (CPU) and returns a rep whose ``run`` takes inputs in
+``prepare`` compiles the model for ``device`` ("CPU", or "CUDA[:N]" where the native
+engine runs on CUDA here: :func:`xpuruntime.engines.native.devices`) and returns a rep whose ``run`` takes inputs in
 model order and returns outputs in model order, as the ONNX test runner expects.
 """
 
@@ -18,7 +19,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from ..base import EngineOptions
-from .engine import NativeEngine
+from .engine import NativeEngine, devices
 
 
 class NativeBackendRep(BackendRep):
@@ -41,7 +42,7 @@ class NativeBackendRep(BackendRep):
 
 
 class NativeBackend(Backend):
-    """ONNX backend API over the native engine on the CPU."""
+    """ONNX backend API over the native engine on the CPU or, where usable, CUDA."""
 
     @classmethod
     def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
@@ -49,12 +50,12 @@ class NativeBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return device.upper() == "CPU"
+        return _session_device(device).split(":")[0] in devices()
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> NativeBackendRep:
         super().prepare(model, device, **kwargs)
-        return NativeBackendRep(NativeEngine(model, EngineOptions("cpu")))
+        return NativeBackendRep(NativeEngine(model, EngineOptions(_session_device(device))))
 
     @classmethod
     def run_model(
@@ -72,3 +73,11 @@ class NativeBackend(Backend):
         **kwargs: Any,
     ) -> tuple[Any, ...]:
         raise NotImplementedError("the native engine runs whole models; use run_model")
+
+
+def _session_device(device: str) -> str:
+    """ONNX's device string ("CPU", "CUDA", "CUDA:1") as a session device ("cpu", "cuda:0")."""
+    kind, _, index = str(device).strip().lower().partition(":")
+    if kind == "cuda":
+        return f"cuda:{index or 0}"
+    return kind
