@@ -7,8 +7,10 @@
 
 #include <memory>
 
-#include "ops/matmul/matmul_op.h"
+#include "backends/cublaslt/onnx_matmul_cuda.h"
 #include "backends/cuda_kernels/skinny_gemm/skinny_gemm_impl.h"
+#include "ops/matmul/matmul_op.h"
+#include "xpuruntime/error.h"
 
 namespace xpuruntime {
 namespace {
@@ -26,6 +28,30 @@ class SkinnyMatmul final : public Kernel {
 
   void run(KernelLaunch& launch) const override {
     matmul::skinny_gemm(matmul::gemm_problem(launch), launch.stream, launch.ctx->device.index);
+  }
+
+  // An ONNX MatMul/Gemm node of a plan runs through the same node runner as cuBLASLt
+  // (batch broadcast, 1-D promotion, transposes, the fused bias/activation), with this
+  // kernel as the GEMM. It has no alpha/beta: a Gemm that scales is refused here, at
+  // plan build, naming the node; a C that is not a bias row (it needs beta) is refused
+  // by the GEMM call with the same error type.
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    if (!matmul::is_onnx_matmul(pc)) return Kernel::prepare(pc);
+    const graph::Node& n = *pc.node;
+    XRT_CHECK(n.op_type != "Gemm" || n.attr_float("alpha", 1.0) == 1.0, UnsupportedOperationError,
+              n.where(), ": the skinny kernel has no alpha; choose cublasLt for this Gemm");
+    matmul::CudaGemmLibrary lib;
+    lib.name = "skinny";
+    lib.epilogues = true;  // bias and relu/gelu are fused
+    lib.gemm = [where = n.where()](const matmul::GemmProblem& p, double alpha, double beta, void* stream,
+                                   int device, void*, std::size_t) {
+      XRT_CHECK(alpha == 1.0 && beta == 0.0, UnsupportedOperationError, where,
+                ": the skinny kernel cannot scale (alpha ", alpha, ", beta ", beta,
+                "); choose cublasLt for this node");
+      matmul::skinny_gemm(p, stream, device);
+    };
+    lib.rejection = [](const matmul::GemmProblem& p) { return matmul::skinny_rejection(p); };
+    return matmul::prepare_onnx_matmul(pc, std::move(lib), 0);
   }
 
  private:
