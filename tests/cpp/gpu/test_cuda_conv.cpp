@@ -225,14 +225,94 @@ TEST_F(CudnnConvTest, HalfAndBfloat16AccumulateInFloat32) {
 
 TEST_F(CudnnConvTest, FusedBiasReluAndResidual) {
   for (const ConvCase& c : cases()) {
-    check(c, DType::kFloat32, true, false, true,
-          1e-4);                                        // cudnnConvolutionBiasActivationForward
-    check(c, DType::kFloat32, true, true, true, 1e-4);  // + residual through z
-    check(c, DType::kFloat32, true, true, false,
-          1e-4);  // bias + residual, no activation
+    // bias + Relu: cudnnConvolutionBiasActivationForward; + residual through its z.
+    check(c, DType::kFloat32, true, false, true, 1e-4);
+    check(c, DType::kFloat32, true, true, true, 1e-4);
+    // The unfused paths: bias + residual without activation, Relu or residual
+    // without a bias.
+    check(c, DType::kFloat32, true, true, false, 1e-4);
+    check(c, DType::kFloat32, false, false, true, 1e-4);
+    check(c, DType::kFloat32, false, true, true, 1e-4);
   }
   check(cases()[3], DType::kFloat16, true, true, true, 1e-2);
   check(cases()[3], DType::kBFloat16, true, false, true, 1e-2);
+}
+
+// The unprepared path (Kernel::run with a KernelLaunch, as the dispatch API and
+// tuning call it), once per tunable algorithm.
+TEST_F(CudnnConvTest, LaunchPathRunsEveryTunableAlgorithm) {
+  KernelPtr k = kernel();
+  ASSERT_TRUE(k);
+  const ConvCase& c = cases()[3];
+  HostArray x = random_array(rng, DType::kFloat32, c.x, -1, 1);
+  HostArray w = random_array(rng, DType::kFloat32, c.w, -0.1, 0.1);
+  HostArray b = random_array(rng, DType::kFloat32, {c.w[0]}, -0.5, 0.5);
+  OpCall call{"Conv", attrs_of(c), {x, w, b}, {}, {{DType::kFloat32, out_shape(c)}}};
+  call.attrs["_act"] = Attr::of_string("Relu");
+  OpContext ctx = context_of(call, Device::cuda(0), capability_);
+  ctx.op = "conv";
+  const std::vector<std::string> algos = k->algorithms(ctx);
+  ASSERT_FALSE(algos.empty());
+  const std::size_t ws = k->workspace_bytes(ctx);
+  const std::vector<double> want = conv_ref(c, x, w, &b, nullptr, true);
+  for (const std::string& algo : algos) {
+    KernelLaunch l;
+    l.ctx = &ctx;
+    l.algorithm = algo;
+    for (const auto& in : call.inputs) l.inputs.push_back(to_host_tensor(*in).to(Device::cuda(0)));
+    l.outputs.push_back(Tensor::empty(out_shape(c), DType::kFloat32, Device::cuda(0)));
+    Tensor wt;
+    if (ws > 0) {
+      wt = Tensor::empty({static_cast<int64_t>(ws)}, DType::kUInt8, Device::cuda(0));
+      l.workspace = wt.data_ptr();
+      l.workspace_bytes = ws;
+    }
+    DeviceManager::instance().synchronize(0);
+    k->run(l);
+    DeviceManager::instance().synchronize(0);
+    Tensor h = l.outputs[0].to(Device::cpu());
+    DeviceManager::instance().synchronize(0);
+    expect_close(from_host_tensor(h), want, "algorithm " + algo, 1e-4);
+  }
+}
+
+// A run whose shapes differ from the prepared ones (a dynamic batch) plans them
+// at run time within the workspace it is given.
+TEST_F(CudnnConvTest, RunAtOtherShapesThanPrepared) {
+  KernelPtr k = kernel();
+  ASSERT_TRUE(k);
+  ConvCase c = cases()[1];  // asymmetric pads: needs workspace for the padded copy
+  HostArray x = random_array(rng, DType::kFloat32, c.x, -1, 1);
+  HostArray w = random_array(rng, DType::kFloat32, c.w, -0.3, 0.3);
+  OpCall call{"Conv", attrs_of(c), {x, w}, {}, {{DType::kFloat32, out_shape(c)}}};
+  OpContext ctx = context_of(call, Device::cuda(0), capability_);
+  ctx.op = "conv";
+  graph::Node node = node_of(call);
+  PrepareContext pc;
+  pc.ctx = &ctx;
+  pc.node = &node;
+  PreparedKernelPtr p = k->prepare(pc);
+  ConvCase small = c;
+  small.x[0] = 1;
+  small.x[2] = 7;  // batch 1, height 7
+  HostArray xs = random_array(rng, DType::kFloat32, small.x, -1, 1);
+  Tensor xd = to_host_tensor(xs).to(Device::cuda(0));
+  Tensor wd = to_host_tensor(w).to(Device::cuda(0));
+  Tensor yd = Tensor::empty(out_shape(small), DType::kFloat32, Device::cuda(0));
+  const std::size_t ws = std::max<std::size_t>(p->workspace_bytes(), 1 << 20);
+  Tensor wt = Tensor::empty({static_cast<int64_t>(ws)}, DType::kUInt8, Device::cuda(0));
+  KernelArgs args;
+  args.inputs = {{DType::kFloat32, small.x, xd.data_ptr()}, {DType::kFloat32, c.w, wd.data_ptr()}};
+  args.outputs = {{DType::kFloat32, out_shape(small), yd.data_ptr()}};
+  args.workspace = wt.data_ptr();
+  args.workspace_bytes = ws;
+  DeviceManager::instance().synchronize(0);
+  p->run(args);
+  DeviceManager::instance().synchronize(0);
+  Tensor h = yd.to(Device::cpu());
+  DeviceManager::instance().synchronize(0);
+  expect_close(from_host_tensor(h), conv_ref(small, xs, w, nullptr, nullptr, false),
+               "batch 1, height 7 after preparing batch 2, height 11", 1e-4);
 }
 
 TEST_F(CudnnConvTest, WorkspaceLimitAndPinnedAlgorithmHonoured) {

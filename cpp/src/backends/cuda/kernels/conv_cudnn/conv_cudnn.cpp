@@ -273,6 +273,9 @@ std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const 
     XRT_CHECK(!cands.empty(), UnsupportedOperationError, s.where,
               ": cuDNN has no deterministic algorithm for this convolution",
               limit ? " within the workspace limit of " + std::to_string(limit) + " bytes" : "",
+              p->pad_bytes ? " (the zero-padded input copy of its asymmetric pads alone takes " +
+                                 std::to_string(p->pad_bytes) + " bytes)"
+                           : "",
               "; raise the limit or choose another conv kernel");
     p->algo = cands.front().algo;
     set_math(*p, s, cands.front().mathType);
