@@ -128,7 +128,8 @@ class CudnnConvTest : public CudaOpTest {
 
   // Prepares (conv, cudnn) for `call` with the context settings and runs it.
   std::optional<Result> run_conv(const OpCall& call, std::size_t ws_limit = 0,
-                                 const std::string& algorithm = "", bool give_workspace = true) {
+                                 const std::string& algorithm = "", bool give_workspace = true,
+                                 bool graph_replay = false) {
     KernelPtr k = kernel();
     if (!k) return std::nullopt;
     OpContext ctx = context_of(call, Device::cuda(0), capability_);
@@ -177,6 +178,22 @@ class CudnnConvTest : public CudaOpTest {
     Tensor h = y.to(Device::cpu());
     DeviceManager::instance().synchronize(0);
     r.outputs.push_back(from_host_tensor(h));
+    if (graph_replay) {
+      // The same prepared run captured once into a CUDA graph, replayed twice over
+      // a cleared output: outputs[1].
+      HostArray cleared{y.dtype(), y.shape(), std::vector<double>(y.numel(), 0.0)};
+      y.copy_from(to_host_tensor(cleared));
+      DeviceManager::instance().synchronize(0);
+      GraphCapture capture(stream);
+      capture.begin();
+      p->run(args);
+      std::shared_ptr<Graph> graph = capture.end();
+      for (int rep = 0; rep < 2; ++rep) graph->replay(*stream);
+      stream->synchronize();
+      Tensor g = y.to(Device::cpu());
+      DeviceManager::instance().synchronize(0);
+      r.outputs.push_back(from_host_tensor(g));
+    }
     return r;
   }
 
@@ -340,6 +357,29 @@ TEST_F(CudnnConvTest, WorkspaceLimitAndPinnedAlgorithmHonoured) {
   ASSERT_TRUE(r);
   EXPECT_GE(r->workspace, static_cast<std::size_t>(xa.numel()) * 4);
   EXPECT_THROW(run_conv(ca, 0, "", /*give_workspace=*/false), InvalidArgumentError);
+}
+
+// Prepared once, captured into a CUDA graph and replayed: the bits of a direct
+// run, through the padded copy, the fused call and the unfused epilogue.
+TEST_F(CudnnConvTest, CapturedGraphReplaysGiveTheBitsOfADirectRun) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const ConvCase& c = cases()[variant == 0 ? 1 : 3];
+    HostArray x = random_array(rng, DType::kFloat16, c.x, -1, 1);
+    HostArray w = random_array(rng, DType::kFloat16, c.w, -0.2, 0.2);
+    HostArray b = random_array(rng, DType::kFloat16, {c.w[0]}, -0.5, 0.5);
+    HostArray z = random_array(rng, DType::kFloat16, out_shape(c), -0.5, 0.5);
+    OpCall call{"Conv", attrs_of(c), {x, w, b}, {}, {{DType::kFloat16, out_shape(c)}}};
+    if (variant != 2) call.attrs["_act"] = Attr::of_string("Relu");  // 2: bias only, unfused
+    if (variant == 1) {
+      call.inputs.push_back(z);
+      call.attrs["_sum"] = Attr::of_int(1);
+    }
+    std::optional<Result> r = run_conv(call, 0, "", true, /*graph_replay=*/true);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->outputs.size(), 2u);
+    EXPECT_EQ(r->outputs[1].v, r->outputs[0].v)
+        << "variant " << variant << ": the graph replay differs from a direct run";
+  }
 }
 
 // supports() needs no device: refusals carry the registry's reason codes.
