@@ -70,13 +70,16 @@ def unavailable_reason(kind: str) -> str:
     if kind not in _DRIVEN:
         return f"the native engine runs on {', '.join(_DRIVEN)} only, not on {kind!r}"
     dm = _core.DeviceManager.instance()
+    # The CUDA plugin loads on the first CUDA query, and registers its provider then:
+    # ask for the device count first, so that the provider list below includes it.
+    count = dm.get_device_count() if kind == "cuda" else 0
     if kind not in _providers():
         why = f": {dm.cuda_unavailable_reason()}" if kind == "cuda" and dm.cuda_unavailable_reason() else ""
         return (
             f"no {kind} execution provider is registered in this build (registered: "
             f"{', '.join(_providers()) or 'none'}){why}"
         )
-    if kind == "cuda" and dm.get_device_count() <= 0:
+    if kind == "cuda" and count <= 0:
         return dm.cuda_unavailable_reason() or "no CUDA device was found"
     return ""
 
