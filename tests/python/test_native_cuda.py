@@ -136,6 +136,8 @@ def test_saved_plan_runs_on_its_own_device(tmp_path) -> None:  # type: ignore[no
     # A device no provider is named after is refused by the plan loader, naming it.
     with pytest.raises(xrt.InvalidModelError, match="compiled for device 'tpu'"):
         xrt.InferenceSession.load_plan(_patch_plan(data, device="tpu"))
+    if CUDA_USABLE:
+        return  # the header-patched plan below would load (tests/gpu covers CUDA plans)
     # Reading a plan for a device without a provider fails in the loader, typed.
     with pytest.raises((xrt.BackendUnavailableError, xrt.UnsupportedOperationError), match="'cuda'"):
         xrt._core.graph.ExecutionPlan.deserialize(_patch_plan(data, device="cuda"))
