@@ -360,7 +360,11 @@ void bind_graph(py::module_& m) {
         for (const std::string& t : ops::schema_op_types()) {
           const ops::OpSchema* s = ops::find_schema(t);
           if (!s->domain.empty()) continue;  // fused ops the compiler makes
-          const auto defs = registry.list(s->key, provider->kernel_device());
+          // Kernels a plan step can hold: not the torch-side ones a caller must request by
+          // name, nor those that allocate their own outputs (Python kernels).
+          std::vector<KernelDef> defs;
+          for (KernelDef& d : registry.list(s->key, provider->kernel_device()))
+            if (!d.requested_only && !d.allocates_outputs) defs.push_back(std::move(d));
           if (defs.empty()) continue;
           py::list schema_dtypes;
           for (DType x : s->dtypes) schema_dtypes.append(std::string(dtype_name(x)));

@@ -17,29 +17,61 @@ namespace xpuruntime::graph {
 namespace {
 
 // Whether the provider's device has a kernel for an op key.
+// Whether a kernel a plan step can hold exists for the op on the provider's device
+// (torch-side kernels a caller must request by name, and kernels that allocate their
+// own outputs, cannot run inside a plan).
 bool has_kernel(const std::string& key, const ExecutionProvider& provider) {
-  return !KernelRegistry::instance().list(key, provider.kernel_device()).empty();
+  for (const KernelDef& d : KernelRegistry::instance().list(key, provider.kernel_device()))
+    if (!d.requested_only && !d.allocates_outputs) return true;
+  return false;
 }
 
-// Every node's op has a schema and at least one kernel on the provider's device.
-void check_supported(const Graph& g, const ExecutionProvider& provider) {
+// Every node's op has a schema (checked before the passes, which need the schemas).
+void check_known(const Graph& g) {
   for (const Node& n : g.nodes) {
     if (!n.domain.empty() && n.domain != "ai.onnx" && n.domain != "xrt") {
       XRT_THROW(UnsupportedOperationError, n.where(), ": op domain '", n.domain,
                 "' is not supported by the native engine (only the default ONNX domain)");
     }
+    XRT_CHECK(ops::find_schema(n.op_type) != nullptr, UnsupportedOperationError, n.where(),
+              ": op '", n.op_type, "' is not supported by the native engine. Supported ops: ",
+              [] {
+                std::string all;
+                for (const std::string& t : ops::schema_op_types())
+                  if (ops::find_schema(t)->domain.empty()) all += t + " ";
+                return all;
+              }(),
+              "- use engine='onnxruntime' for this model, or see docs/ops.md");
+  }
+}
+
+// Every node has a kernel on the provider's device, except (with skip_constant) the
+// nodes that compute only from constants: a Constant, or a shape computation, folds at
+// compile time on the CPU kernels and needs no device kernel. Checked before the passes
+// (so a model the device cannot run fails before any shape is looked at) and again,
+// for every node left, after folding and dead-code elimination.
+void check_kernels(const Graph& g, const ExecutionProvider& provider, bool skip_constant) {
+  std::vector<char> constant(g.values.size(), 0);
+  for (std::size_t v = 0; v < g.values.size(); ++v) constant[v] = g.values[v].constant.defined();
+  for (int k : g.topo_order()) {
+    const Node& n = g.nodes[k];
     const ops::OpSchema* schema = ops::find_schema(n.op_type);
-    if (schema == nullptr || !has_kernel(schema->key, provider)) {
-      std::ostringstream os;
-      for (const std::string& t : ops::schema_op_types()) {
-        const ops::OpSchema* s = ops::find_schema(t);
-        if (s->domain.empty() && has_kernel(s->key, provider)) os << t << " ";
-      }
-      XRT_THROW(UnsupportedOperationError, n.where(), ": op '", n.op_type,
-                "' is not supported by the native engine on device '", provider.name(),
-                "'. Supported ops: ", os.str(),
-                "- use engine='onnxruntime' for this model, or see docs/ops.md");
+    if (skip_constant && schema->foldable &&
+        std::all_of(n.inputs.begin(), n.inputs.end(), [&](int i) { return i < 0 || constant[i]; })) {
+      for (int o : n.outputs)
+        if (o >= 0) constant[o] = 1;
+      continue;
     }
+    if (has_kernel(schema->key, provider)) continue;
+    std::ostringstream os;
+    for (const std::string& t : ops::schema_op_types()) {
+      const ops::OpSchema* s = ops::find_schema(t);
+      if (s->domain.empty() && has_kernel(s->key, provider)) os << t << " ";
+    }
+    XRT_THROW(UnsupportedOperationError, n.where(), ": op '", n.op_type,
+              "' has no kernel on device '", provider.name(),
+              "' in the native engine. Ops it runs there: ", os.str(),
+              "- use engine='onnxruntime' for this model, or see docs/ops.md");
   }
 }
 
@@ -62,7 +94,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   plan.header.deterministic = opt.exec_policy.deterministic;
 
   g.validate();
-  check_supported(g, *provider);
+  check_known(g);
+  check_kernels(g, *provider, /*skip_constant=*/true);
   // Input shapes: declared dims, or the caller's specialization.
   for (int i : g.inputs) {
     Value& v = g.values[i];
@@ -112,6 +145,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   if (opt.fuse && pays.elementwise_chains)
     log("elementwise fusion (chains fused)", passes::fuse_elementwise(g));
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
+  check_kernels(g, *provider, /*skip_constant=*/false);
 
   // Steps in topological order, then values, then one dispatch + prepare per step
   // (each Decision recorded), then memory.

@@ -1,6 +1,10 @@
 // ProviderRegistry: execution providers by device kind (provider.h).
 #include "xpuruntime/graph/provider.h"
 
+#include <mutex>
+
+#include "xpuruntime/plugin.h"
+
 #include <algorithm>
 
 #include "xpuruntime/error.h"
@@ -52,15 +56,26 @@ ProviderPtr ProviderRegistry::lookup(const std::string& device_kind) const {
 }
 
 void ProviderRegistry::start_core() const {
-  // Starting the device manager runs the built-in plugin entries, which add
-  // their providers here; graph/ names no device to make that happen.
+  // Starting the device manager runs the built-in plugin entries, which add their
+  // providers here; graph/ names no device to make that happen.
   if (process_wide_) DeviceManager::instance();
+}
+
+void ProviderRegistry::load_plugins() const {
+  if (!process_wide_) return;
+  static std::once_flag plugins;
+  std::call_once(plugins, [] { load_device_plugins(); });
 }
 
 ProviderPtr ProviderRegistry::find(const std::string& device_kind) const {
   // Always: a provider added at run time may run kernels a built-in plugin registers
   // (a test provider running the CPU kernels). Cheap once the core has started.
   start_core();
+  if (ProviderPtr p = lookup(device_kind)) return p;
+  // The other device plugins are dlopen'ed on their first use: load them (once) so a
+  // provider is found whatever was asked first (a compile for "cuda" before any CUDA
+  // device query), without loading them for plans that only need the CPU.
+  load_plugins();
   return lookup(device_kind);
 }
 
@@ -84,6 +99,7 @@ ProviderPtr ProviderRegistry::get(const std::string& device_kind) const {
 
 std::vector<std::string> ProviderRegistry::names() const {
   start_core();
+  load_plugins();
   std::vector<std::string> out;
   {
     std::shared_lock lock(mu_);

@@ -136,6 +136,8 @@ class ProviderRegistry {
  private:
   ProviderPtr lookup(const std::string& device_kind) const;
   void start_core() const;
+  // Loads every device plugin once (the process-wide registry only).
+  void load_plugins() const;
 
   mutable std::shared_mutex mu_;
   std::vector<ProviderPtr> providers_;
