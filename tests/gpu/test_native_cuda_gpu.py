@@ -211,9 +211,18 @@ def _cuda_op_types() -> set[str]:
 
 
 def _first_unsupported(m: onnx.ModelProto) -> onnx.NodeProto | None:
-    """The first node (graph order, as the compiler checks) whose op has no CUDA kernel."""
+    """The first node (graph order, as the compiler checks) whose op has no CUDA kernel.
+    Nodes computed only from constants (Constant, shape arithmetic on initializers) are
+    folded at compile time on the CPU kernels and need none."""
     have = _cuda_op_types()
-    return next((n for n in m.graph.node if n.op_type not in have), None)
+    constant = {i.name for i in m.graph.initializer}
+    for n in m.graph.node:
+        if all(not i or i in constant for i in n.input) and n.op_type not in ("RandomNormal", "RandomUniform"):
+            constant.update(n.output)
+            continue
+        if n.op_type not in have:
+            return n
+    return None
 
 
 def _cuda_session(m: onnx.ModelProto) -> xrt.InferenceSession:
