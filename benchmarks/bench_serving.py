@@ -114,7 +114,12 @@ class ServerProcess:
 
     def __init__(self, repo: Path, threads: int = 16) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
+        # The child imports the package this process imports (installed, or the source tree).
+        import xpuruntime
+
+        env["PYTHONPATH"] = (
+            str(Path(xpuruntime.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+        )
         self.proc = subprocess.Popen(
             [
                 sys.executable,

@@ -24,6 +24,7 @@ pytest.importorskip("uvicorn", reason="the serving tests need the serve extra (u
 import onnx
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import xpuruntime as xrt
 from onnx import TensorProto, helper
 from serving_testlib import mlp_model, wait_until, write_model
 from xpuruntime.serving import ConfigError, InferenceServer, ModelConfig, ModelRepository
@@ -142,7 +143,9 @@ def test_stop_lets_queued_requests_finish(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the serve command
 def _start_cli(repo: Path) -> tuple[subprocess.Popen, int, int]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    # The child imports the package this process imported (the installed one in CI, the
+    # source tree under XRT_BUILD_DIR in a developer build).
+    env["PYTHONPATH"] = str(Path(xrt.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.Popen(
         [
             sys.executable,

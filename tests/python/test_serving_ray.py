@@ -44,7 +44,11 @@ def ray_app(tmp_path_factory: pytest.TempPathFactory):
     path = write_model(root / "mlp", mlp_model(11), batching)
     env = {k: os.environ[k] for k in ("XRT_BUILD_DIR",) if k in os.environ}
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "python"), str(ROOT / "tests" / "python"), os.environ.get("PYTHONPATH", "")]
+        [
+            str(Path(xrt.__file__).resolve().parents[1]),
+            str(ROOT / "tests" / "python"),
+            os.environ.get("PYTHONPATH", ""),
+        ]
     )
     port = _free_port()
     try:
