@@ -267,8 +267,8 @@ class KernelRegistry {
   // An empty registry that knows the project's declared names (tests, golden files).
   KernelRegistry();
 
-  // Throws InvalidArgumentError on an empty op/name, or when (op, name) exists and
-  // replace is false.
+  // Throws InvalidArgumentError on an empty op/name, or when (op, name) exists and replace is
+  // false (except a native and a requested_only kernel on disjoint devices: split by device).
   void register_kernel(KernelPtr kernel, bool replace = false);
   bool unregister_kernel(const std::string& op, const std::string& name);
   KernelPtr find(const std::string& op, const std::string& name) const;

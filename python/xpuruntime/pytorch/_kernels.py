@@ -8,9 +8,12 @@ among kernels of the one KernelRegistry. This module registers the torch side:
   in Python where only torch can answer (``torch.backends.cuda.can_use_*``);
 * our CUDA kernels reached through the torch bridge (``flash_v2``, ``fused``,
   ``cublasLt``, ``cublas``): where the CUDA plugin registered a C++ KernelDef under
-  that name, that definition (and its ``supports``) is the kernel; elsewhere this
+  that name, that definition (and its ``supports``) is the kernel on its devices;
+  on the devices it does not cover (the CPU) and where no plugin is loaded, this
   module registers the bridge's own definition, whose CPU path is the reference
-  implementation in :mod:`.ops`.
+  implementation in :mod:`.ops`. The registry keeps the two as one kernel split by
+  device, so a routed call on CPU tensors runs the reference with or without the
+  plugin.
 
 All of them are ``requested_only``: only a selection that names them as runnable
 (routing does) or a policy that names them lists them, so the native engine's auto
@@ -228,10 +231,26 @@ def register(runner: Callable[[str, str, tuple, dict], Any]) -> None:
         # they are the kernels where they exist, so they must be there before we look.
         _core.DeviceManager.instance().get_device_count()
         reg = _core.KernelRegistry.instance()
-        present = {(d["op"], d["name"]) for d in reg.list()}
+        covered: dict[tuple[str, str], set[str]] = {}  # native kernels' devices
+        bridged: set[tuple[str, str]] = set()  # names a requested_only kernel holds
+        for d in reg.list():
+            key = (d["op"], d["name"])
+            covered.setdefault(key, set())
+            if d["requested_only"]:
+                bridged.add(key)
+            else:
+                covered[key].update(d["devices"])
         for k in KERNELS:
-            if (k.op, k.name) in present:
-                continue  # the CUDA plugin's KernelDef (or a user's kernel) is the kernel
+            # The CUDA plugin's KernelDef (or a user's kernel) is the kernel on the devices
+            # it runs on; the bridge's definition of our kernels joins it on the rest (the
+            # CPU reference of flash_v2 and fused), which the registry keeps as one kernel
+            # split by device. A user's kernel under a torch-side name is the kernel.
+            present = covered.get((k.op, k.name))
+            if present is not None and (not k.ours or (k.op, k.name) in bridged):
+                continue
+            devices = tuple(dev for dev in k.devices if present is None or dev not in present)
+            if not devices:
+                continue
 
             def fn(*tensors: Any, _k: TorchSideKernel = k, **attrs: Any) -> Any:
                 return runner(_k.op, _k.name, tuple(torch.from_dlpack(t) for t in tensors), attrs)
@@ -241,8 +260,8 @@ def register(runner: Callable[[str, str, tuple, dict], Any]) -> None:
                 k.name,
                 fn,
                 _supports(k),
-                device=k.devices[0],
-                more_devices=list(k.devices[1:]),
+                device=devices[0],
+                more_devices=list(devices[1:]),
                 priority=k.priority,
                 description=k.description,
                 deterministic=k.deterministic,

@@ -47,6 +47,70 @@ bool by_priority(const KernelPtr& a, const KernelPtr& b) {
   return a->def().name < b->def().name;
 }
 
+bool devices_overlap(const KernelDef& a, const KernelDef& b) {
+  if (b.runs_on(a.device)) return true;
+  return std::any_of(a.more_devices.begin(), a.more_devices.end(),
+                     [&](DeviceType t) { return b.runs_on(t); });
+}
+
+// One (op, name) run natively on some device kinds and, on others, only through the
+// torch bridge of a routed torch call: the CUDA plugin's flash_v2 KernelDef and the
+// bridge's CPU reference of the same kernel. The registry keeps one kernel per (op,
+// name), so policies and decision logs say "flash_v2" on every device; each case goes
+// to the part that runs on its device, with that part's metadata and checks. The
+// native part decides what the Dispatcher lists (not requested_only); on the bridge's
+// devices its supports() refuses outside a routed call, so the native engine never
+// gets the bridge part.
+class DeviceSplitKernel final : public Kernel {
+ public:
+  DeviceSplitKernel(KernelPtr native, KernelPtr bridge)
+      : Kernel(merged_def(native->def(), bridge->def())),
+        native_(std::move(native)),
+        bridge_(std::move(bridge)) {}
+
+  const KernelPtr& native() const { return native_; }
+  const KernelPtr& bridge() const { return bridge_; }
+  const Kernel& part(DeviceType t) const {
+    return native_->def().runs_on(t) ? *native_ : *bridge_;
+  }
+
+  Support supports(const OpContext& ctx) const override {
+    return part(ctx.device.type).supports(ctx);
+  }
+  void run(KernelLaunch& launch) const override { part(launch.ctx->device.type).run(launch); }
+  std::vector<std::string> algorithms(const OpContext& ctx) const override {
+    return part(ctx.device.type).algorithms(ctx);
+  }
+  std::size_t workspace_bytes(const OpContext& ctx) const override {
+    return part(ctx.device.type).workspace_bytes(ctx);
+  }
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    return part(pc.ctx->device.type).prepare(pc);
+  }
+
+ private:
+  static KernelDef merged_def(const KernelDef& native, const KernelDef& bridge) {
+    KernelDef d = native;
+    auto add = [&](DeviceType t) {
+      if (!d.runs_on(t)) d.more_devices.push_back(t);
+    };
+    add(bridge.device);
+    for (DeviceType t : bridge.more_devices) add(t);
+    return d;
+  }
+
+  KernelPtr native_;
+  KernelPtr bridge_;
+};
+
+// The kernels that make up a registered entry: its two parts when it is split.
+std::vector<KernelPtr> parts_of(const KernelPtr& k) {
+  if (const auto* split = dynamic_cast<const DeviceSplitKernel*>(k.get())) {
+    return {split->native(), split->bridge()};
+  }
+  return {k};
+}
+
 }  // namespace
 
 KernelRegistry& KernelRegistry::instance() {
@@ -75,10 +139,36 @@ void KernelRegistry::register_kernel(KernelPtr kernel, bool replace) {
             d.max_capability, " below min_capability ", d.min_capability);
   std::unique_lock lock(mu_);
   auto& slot = kernels_[d.op][d.name];
-  XRT_CHECK(slot == nullptr || replace, InvalidArgumentError, "register_kernel: op '", d.op,
+  if (slot == nullptr) {
+    slot = std::move(kernel);
+    ++generation_;
+    return;
+  }
+  // A native kernel and a torch-bridge one (requested_only) of the same name on
+  // disjoint device kinds are one kernel split by device (DeviceSplitKernel); a new
+  // kernel in the role of a registered part replaces that part only with replace.
+  KernelPtr other;  // the registered part the new kernel joins, if any
+  bool same_role = false;
+  for (const KernelPtr& p : parts_of(slot)) {
+    if (p->def().requested_only == d.requested_only) {
+      same_role = true;
+    } else if (!devices_overlap(p->def(), d)) {
+      other = p;
+    }
+  }
+  XRT_CHECK(!same_role || replace, InvalidArgumentError, "register_kernel: op '", d.op,
             "' already has a kernel named '", d.name, "' (provider '", slot->def().provider,
             "'); unregister it first or pass replace=true");
-  slot = std::move(kernel);
+  XRT_CHECK(other != nullptr || replace, InvalidArgumentError, "register_kernel: op '", d.op,
+            "' already has a kernel named '", d.name, "' (provider '", slot->def().provider,
+            "') on the same devices; unregister it first or pass replace=true");
+  if (other == nullptr) {
+    slot = std::move(kernel);
+  } else if (d.requested_only) {
+    slot = std::make_shared<DeviceSplitKernel>(std::move(other), std::move(kernel));
+  } else {
+    slot = std::make_shared<DeviceSplitKernel>(std::move(kernel), std::move(other));
+  }
   ++generation_;
 }
 
@@ -119,7 +209,10 @@ std::vector<KernelDef> KernelRegistry::list(const std::optional<std::string>& op
     for (const auto& [o, by_name] : kernels_) {
       if (op && *op != o) continue;
       for (const auto& [name, k] : by_name) {
-        if (!device || k->def().runs_on(*device)) all.push_back(k);
+        // A split kernel lists as its parts: each with the devices it really runs on.
+        for (const KernelPtr& p : parts_of(k)) {
+          if (!device || p->def().runs_on(*device)) all.push_back(p);
+        }
       }
     }
   }
@@ -134,6 +227,9 @@ std::vector<KernelDef> KernelRegistry::list(const std::optional<std::string>& op
 }
 
 Support KernelRegistry::check(const Kernel& kernel, const OpContext& ctx) {
+  if (const auto* split = dynamic_cast<const DeviceSplitKernel*>(&kernel)) {
+    return check(split->part(ctx.device.type), ctx);  // that part's metadata and checks
+  }
   const KernelDef& d = kernel.def();
   if (!d.runs_on(ctx.device.type)) {
     return Support::no(reason::kDeviceMismatch,
