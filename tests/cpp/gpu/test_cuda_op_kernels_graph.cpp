@@ -60,7 +60,10 @@ TEST_F(CudaOpTest, CapturedGraphReplaysGiveTheBitsOfADirectRun) {
 TEST_F(CudaOpTest, RunTimeHostInputsAreRefusedUnderCapture) {
   HostArray x = random_array(rng, DType::kFloat32, {6, 8});
   auto ints = [](std::vector<double> v) {
-    return make_array(DType::kInt64, {static_cast<int64_t>(v.size())}, std::move(v));
+    // The size is read before v is moved: the order in which one call's arguments are
+    // evaluated is unspecified (GCC moved v first, so every array came out empty).
+    const int64_t n = static_cast<int64_t>(v.size());
+    return make_array(DType::kInt64, {n}, std::move(v));
   };
   // Slice starts/ends as run-time inputs: their values are needed on the host.
   std::optional<Staged> st =
@@ -95,7 +98,10 @@ TEST_F(CudaOpTest, RunTimeHostInputsAreRefusedUnderCapture) {
 TEST_F(CudaOpTest, RunTimeHostInputsRunOutsideCapture) {
   HostArray x = random_array(rng, DType::kFloat32, {6, 8});
   auto ints = [](std::vector<double> v) {
-    return make_array(DType::kInt64, {static_cast<int64_t>(v.size())}, std::move(v));
+    // The size is read before v is moved: the order in which one call's arguments are
+    // evaluated is unspecified (GCC moved v first, so every array came out empty).
+    const int64_t n = static_cast<int64_t>(v.size());
+    return make_array(DType::kInt64, {n}, std::move(v));
   };
   std::optional<Staged> st =
       stage({"Slice", {}, {x, ints({1}), ints({5}), ints({0})}, {}, {{DType::kFloat32, {4, 8}}}});
