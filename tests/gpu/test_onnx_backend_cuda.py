@@ -1,0 +1,78 @@
+"""ONNX's conformance node tests through the native engine on CUDA (issue 15's bar): every
+node test whose ops all have a CUDA kernel (``_core.graph.supported_ops("cuda")``) runs
+on ``device="CUDA"`` in float32 with TF32 off (the engine's default), with the
+tolerances each ONNX test case declares. The CPU run's exclusions
+(tests/python/test_onnx_backend.py, each with its reason) apply here too.
+``test_cuda_node_test_counts`` prints the counts next to the CPU run's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from pathlib import Path
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx.backend.test")
+import onnx.backend.test  # noqa: F811 - a submodule of the module imported above
+import xpuruntime as xrt
+from onnx.backend.test.loader import load_model_tests
+from xpuruntime.engines.native import engine as native_engine
+from xpuruntime.engines.native.onnx_backend import NativeBackend
+
+_WHY_NOT = native_engine.unavailable_reason("cuda")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_WHY_NOT), reason=f"native CUDA: {_WHY_NOT}")]
+
+
+def _cpu_module():
+    path = Path(__file__).resolve().parents[1] / "python" / "test_onnx_backend.py"
+    spec = importlib.util.spec_from_file_location("_onnx_backend_cpu", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _scope() -> tuple[list[str], list[str], dict[str, str]]:
+    if _WHY_NOT:
+        return [], [], {}
+    cpu = _cpu_module()
+    supported = {row[0] for row in xrt._core.graph.supported_ops("cuda")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = load_model_tests(kind="node")
+    inside = [
+        tc.name
+        for tc in cases
+        if all(n.op_type in supported and n.domain in ("", "ai.onnx") for n in tc.model.graph.node)
+    ]
+    cpu_run = set(cpu.RUN)
+    # In scope on CUDA: tests the CPU run also runs (the CPU exclusions hold here too).
+    run = sorted(t for t in inside if t in cpu_run)
+    return run, sorted(cpu.RUN), dict(cpu.EXCLUDED)
+
+
+RUN, CPU_RUN, EXCLUDED = _scope()
+
+_backend_test = onnx.backend.test.BackendTest(NativeBackend, __name__)
+if RUN:
+    _backend_test.include("^(" + "|".join(RUN) + ")_cuda$")
+    globals().update(_backend_test.test_cases)
+
+
+def test_cuda_node_test_counts() -> None:
+    """The counts next to the CPU run's; every CPU-passing test left out on CUDA is listed
+    with its reason (no CUDA kernel for one of its ops)."""
+    supported = {row[0] for row in xrt._core.graph.supported_ops("cuda")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = {
+            tc.name: sorted({n.op_type for n in tc.model.graph.node}) for tc in load_model_tests(kind="node")
+        }
+    left_out = {t: [o for o in ops[t] if o not in supported] for t in CPU_RUN if t not in set(RUN)}
+    print(f"\nONNX node tests on CUDA: {len(RUN)} run; on the CPU: {len(CPU_RUN)} run")
+    for t, missing in sorted(left_out.items()):
+        print(f"  CPU only {t}: no CUDA kernel for {', '.join(missing)}")
+    assert RUN
