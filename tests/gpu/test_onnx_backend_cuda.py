@@ -56,6 +56,28 @@ def _scope() -> tuple[list[str], list[str], dict[str, str]]:
 
 RUN, CPU_RUN, EXCLUDED = _scope()
 
+_REFUSED = "the CUDA kernel refuses this case at plan build with a typed error ({}); it runs on the CPU"
+#: Tests whose op has a CUDA kernel that refuses the case (found on an H100, 2026-11-25):
+#: typed build-time errors naming node, op and reason, not wrong results.
+CUDA_EXCLUDED: dict[str, str] = {
+    "test_clip_default_int8_inbounds": _REFUSED.format("Clip on int8: dtype_unsupported"),
+    "test_clip_default_int8_max": _REFUSED.format("Clip on int8: dtype_unsupported"),
+    "test_maxpool_with_argmax_2d_precomputed_pads": _REFUSED.format(
+        "MaxPool Indices output: attribute_unsupported"
+    ),
+    "test_maxpool_with_argmax_2d_precomputed_strides": _REFUSED.format(
+        "MaxPool Indices output: attribute_unsupported"
+    ),
+    "test_pow_types_float32_int32": _REFUSED.format("Pow with mixed dtypes: dtype_unsupported"),
+    "test_pow_types_float32_int64": _REFUSED.format("Pow with mixed dtypes: dtype_unsupported"),
+    "test_pow_types_int32_float32": _REFUSED.format("Pow with mixed dtypes: dtype_unsupported"),
+    "test_pow_types_int64_float32": _REFUSED.format("Pow with mixed dtypes: dtype_unsupported"),
+    "test_reduce_max_bool_inputs": _REFUSED.format("ReduceMax on bool: dtype_unsupported"),
+    "test_reduce_max_empty_set_bool": _REFUSED.format("ReduceMax on bool: dtype_unsupported"),
+    "test_reduce_min_bool_inputs": _REFUSED.format("ReduceMin on bool: dtype_unsupported"),
+}
+RUN = [t for t in RUN if t not in CUDA_EXCLUDED]
+
 _backend_test = onnx.backend.test.BackendTest(NativeBackend, __name__)
 if RUN:
     _backend_test.include("^(" + "|".join(RUN) + ")_cuda$")
@@ -71,8 +93,17 @@ def test_cuda_node_test_counts() -> None:
         ops = {
             tc.name: sorted({n.op_type for n in tc.model.graph.node}) for tc in load_model_tests(kind="node")
         }
-    left_out = {t: [o for o in ops[t] if o not in supported] for t in CPU_RUN if t not in set(RUN)}
-    print(f"\nONNX node tests on CUDA: {len(RUN)} run; on the CPU: {len(CPU_RUN)} run")
+    left_out = {
+        t: [o for o in ops[t] if o not in supported]
+        for t in CPU_RUN
+        if t not in set(RUN) and t not in CUDA_EXCLUDED
+    }
+    print(
+        f"\nONNX node tests on CUDA: {len(RUN)} run, {len(CUDA_EXCLUDED)} excluded; "
+        f"on the CPU: {len(CPU_RUN)} run"
+    )
+    for t, why in sorted(CUDA_EXCLUDED.items()):
+        print(f"  excluded on CUDA {t}: {why}")
     for t, missing in sorted(left_out.items()):
         print(f"  CPU only {t}: no CUDA kernel for {', '.join(missing)}")
     assert RUN

@@ -119,8 +119,11 @@ __global__ void clip_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
+    // min(max(v, lo), hi) as numpy and the ONNX reference: hi wins when lo > hi.
+    // NaN passes through (both comparisons are false).
     const C v = load(x[i]);
-    y[i] = store<T>(v < lo ? lo : (v > hi ? hi : v));  // NaN passes through
+    const C a = v < lo ? lo : v;
+    y[i] = store<T>(a > hi ? hi : a);
   }
 }
 

@@ -22,7 +22,8 @@ struct FusedArgs {
   long long strides[16][8];
 };
 __device__ __forceinline__ float xrt_clampf(float v, float lo, float hi) {
-  return v < lo ? lo : (v > hi ? hi : v);  // NaN passes through
+  const float a = v < lo ? lo : v;  // min(max(v, lo), hi): hi wins when lo > hi (numpy)
+  return a > hi ? hi : a;           // NaN passes through
 }
 __device__ __forceinline__ float xrt_pow(float a, float b) {
   if (b == 2.0f) return a * a;
