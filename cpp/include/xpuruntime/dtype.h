@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace xpuruntime {
 
@@ -34,5 +35,8 @@ std::string_view dtype_name(DType t);
 DType dtype_from_name(std::string_view name);
 bool dtype_is_floating(DType t);
 bool dtype_is_integral(DType t);  // bool excluded
+
+// A shape or stride list as text, "[2, 3]": the one spelling every message uses.
+std::string shape_str(const std::vector<int64_t>& s);
 
 }  // namespace xpuruntime

@@ -1,5 +1,7 @@
 #include "xpuruntime/dtype.h"
 
+#include <sstream>
+
 #include <array>
 #include <utility>
 
@@ -81,6 +83,14 @@ bool dtype_is_integral(DType t) {
     default:
       return false;
   }
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
 }
 
 }  // namespace xpuruntime

@@ -12,14 +12,6 @@
 namespace xpuruntime {
 namespace {
 
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 // Strided copy on the host, innermost run copied with memcpy when contiguous.
 void cpu_strided_copy(char* dst, const Shape& dst_strides, const char* src,
                       const Shape& src_strides, const Shape& shape, std::size_t esize) {

@@ -17,14 +17,6 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 HostTensor HostTensor::alloc(DType dtype, Shape shape) {
   HostTensor t;
   t.dtype = dtype;

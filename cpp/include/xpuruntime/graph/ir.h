@@ -24,7 +24,7 @@ namespace xpuruntime::graph {
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& s);
-std::string shape_str(const Shape& s);  // "[2, 3]"
+using xpuruntime::shape_str;  // "[2, 3]" (xpuruntime/dtype.h)
 
 // A dense, contiguous host tensor whose bytes are shared (immutable once built).
 struct HostTensor {

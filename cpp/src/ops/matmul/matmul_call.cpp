@@ -22,14 +22,6 @@
 namespace xpuruntime::matmul {
 namespace {
 
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 Tensor view(const Tensor& t, Shape shape, Shape strides) {
   return Tensor(t.storage(), std::move(shape), std::move(strides), t.offset(), t.dtype());
 }

@@ -11,14 +11,6 @@
 namespace xpuruntime::matmul {
 namespace {
 
-std::string shape_str(std::span<const int64_t> s) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 bool is_matmul_float(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
          t == DType::kBFloat16;
