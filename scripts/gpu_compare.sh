@@ -7,6 +7,8 @@
 #        scripts/gpu_compare.sh round N BASE_SRC    one round: each benchmark on base, then on head
 #        scripts/gpu_compare.sh report              compare every round so far -> $OUT
 # BASE_SRC is a source tree of the baseline commit (e.g. `git archive REV | tar -x -C .base`).
+# BENCHES (default: the three below) picks the benchmarks of a round; NAME (default
+# seam_compare) names the results file.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -46,7 +48,7 @@ case "${1:-}" in
   round)
     BASE_SRC=$(cd "$3" && pwd)
     # Alternate per benchmark so drifting clocks or host load hit both builds alike.
-    for b in bench_attention bench_layernorm bench_gpt2_step; do
+    for b in ${BENCHES:-bench_attention bench_layernorm bench_gpt2_step}; do
       for who in base head; do
         src=$PWD; bld=$HEAD_B
         [ $who = base ] && { src=$BASE_SRC; bld=$BASE_B; }
@@ -61,8 +63,8 @@ case "${1:-}" in
     dev=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
     bases=$(ls -d $CMP/base_* | paste -sd,); heads=$(ls -d $CMP/head_* | paste -sd,)
     python3 benchmarks/compare_builds.py --base "$bases" --head "$heads" --tolerance 0.03 \
-      --base-rev "${BASE_REV:-}" --head-rev "${HEAD_REV:-}" --out "benchmarks/results/seam_compare_${dev}.json"
-    cp "benchmarks/results/seam_compare_${dev}.json" "$OUT/"
+      --base-rev "${BASE_REV:-}" --head-rev "${HEAD_REV:-}" --out "benchmarks/results/${NAME:-seam_compare}_${dev}.json"
+    cp "benchmarks/results/${NAME:-seam_compare}_${dev}.json" "$OUT/"
     tar czf "$OUT/compare_runs.tgz" -C "$CMP" .
     ;;
   *) echo "usage: $0 build BASE_SRC | round N BASE_SRC | report"; exit 2 ;;
