@@ -17,7 +17,14 @@ Two timings per call, both with CUDA events, median of --iters:
   over copies larger than L2, so small shapes are not timed out of the cache.
 * ``*_call_ms``: one synchronised call from an idle GPU, host overhead included
   (how this file measured before 2026-11: at 32768x4096 that added ~20 us to
-  our op, ~5 us to torch's).
+  our op, ~5 us to torch's). Its median moves by tens of percent from one process
+  to the next on the same build (GPU and CPU idle states), so it is shown, not
+  compared across builds.
+
+And one host timing, ``*_host_us``: microseconds of host time per call (wall
+time of 100 back-to-back calls behind a queued spin kernel, so no call waits
+for the GPU), median of 30 such batches. This is the call overhead a build can
+change; ``--host-only`` measures just these (seconds, for before/after runs).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import json
 import os
 import platform
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +62,46 @@ def bench_ms(fn, iters: int, warmup: int = 5, device_time: bool = True) -> float
         e.synchronize()
         times.append(s.elapsed_time(e))
     return statistics.median(times)
+
+
+HOST_SPIN_CYCLES = 40_000_000  # ~20 ms: longer than 100 calls' host time
+
+
+def host_us(fn, batches: int = 30, per_batch: int = 100) -> float:
+    """Median host microseconds per call of fn(i), the GPU kept busy so no call blocks."""
+    for i in range(10):
+        fn(i)
+    torch.cuda.synchronize()
+    samples = []
+    for b in range(batches):
+        torch.cuda._sleep(HOST_SPIN_CYCLES)
+        t0 = time.perf_counter_ns()
+        for i in range(per_batch):
+            fn(b * per_batch + i)
+        t1 = time.perf_counter_ns()
+        torch.cuda.synchronize()
+        samples.append((t1 - t0) / per_batch / 1e3)
+    return statistics.median(samples)
+
+
+def host_case(rows: int, cols: int) -> dict:
+    """Host microseconds per call of our forward/backward and torch's (a few tensors, no rotation)."""
+    torch.manual_seed(0)
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    w = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+    _, mean, rstd = layer_norm_fwd(x, [cols], w, b, 1e-5)
+    xr, wr, br = (t.detach().requires_grad_() for t in (x, w, b))
+    out = F.layer_norm(xr, (cols,), wr, br, 1e-5)
+    return {
+        "rows": rows,
+        "cols": cols,
+        "ours_fwd_host_us": host_us(lambda i: fused_layernorm(x, cols, w, b, 1e-5)),
+        "torch_fwd_host_us": host_us(lambda i: F.layer_norm(x, (cols,), w, b, 1e-5)),
+        "ours_bwd_host_us": host_us(lambda i: layer_norm_bwd(dy, x, [cols], mean, rstd, w, True, True)),
+        "torch_bwd_host_us": host_us(lambda i: torch.autograd.grad(out, (xr, wr, br), dy, retain_graph=True)),
+    }
 
 
 def env() -> dict:
@@ -142,6 +190,7 @@ def run_case(rows, cols, iters):
         for suffix in ("", "_call"):
             res[f"{who}_fwd{suffix}_GBps"] = 2 * n / res[f"{who}_fwd{suffix}_ms"] / 1e6
             res[f"{who}_bwd{suffix}_GBps"] = 3 * n / res[f"{who}_bwd{suffix}_ms"] / 1e6
+    res.update({k: v for k, v in host_case(rows, cols).items() if k.endswith("_host_us")})
     res["fwd_speedup"] = res["torch_fwd_ms"] / res["ours_fwd_ms"]
     res["bwd_speedup"] = res["torch_bwd_ms"] / res["ours_bwd_ms"]
     res["fwd_call_speedup"] = res["torch_fwd_call_ms"] / res["ours_fwd_call_ms"]
@@ -152,7 +201,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--host-only", action="store_true", help="only the host microseconds per call")
     args = ap.parse_args()
+    if args.host_only:
+        cases = [host_case(32768, 4096), host_case(8192, 768)]
+        for c in cases:
+            print(json.dumps(c))
+        write_results(
+            {"benchmark": "layernorm_host", "env": env(), "cases": cases}, args.out, "layernorm_host"
+        )
+        return
     results = {
         "benchmark": "layernorm",
         "env": env(),
@@ -167,6 +225,12 @@ def main() -> None:
             f"{c['rows']}x{c['cols']:<8d} {c['ours_fwd_GBps']:14.0f} {c['torch_fwd_GBps']:10.0f} "
             f"{c['fwd_speedup']:6.2f} {c['ours_bwd_GBps']:14.0f} {c['torch_bwd_GBps']:10.0f} "
             f"{c['bwd_speedup']:6.2f} {c['copy_GBps']:10.0f}   rel err {c['rel_err']}"
+        )
+    print("host time per call (us): fwd ours / torch, bwd ours / torch")
+    for c in results["cases"]:
+        print(
+            f"{c['rows']}x{c['cols']:<8d} fwd {c['ours_fwd_host_us']:8.1f} / {c['torch_fwd_host_us']:8.1f}"
+            f"   bwd {c['ours_bwd_host_us']:8.1f} / {c['torch_bwd_host_us']:8.1f}"
         )
     print("one synchronised call, host overhead included (us): fwd ours / torch, bwd ours / torch")
     for c in results["cases"]:
