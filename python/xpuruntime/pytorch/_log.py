@@ -1,9 +1,10 @@
 """Routed torch calls in the process decision log.
 
 Routing records each distinct case once in the C++ Dispatcher's log (the one
-inference writes to) and keeps, per case, the chosen kernel, the decision's ``seq``
-and the calls since the last flush. Later calls of a case cost a dictionary lookup:
-their count reaches the log's ``hits`` when someone reads it
+inference writes to) and keeps, per case, the chosen kernel, its prepared launcher,
+the decision's ``seq`` and the calls since the last flush. Later calls of a case
+cost a dictionary lookup and a counter increment: their count reaches the log's
+``hits`` and :data:`counts` when someone reads either
 (:func:`xpuruntime.dispatch.log.flush`). :func:`decisions` is the torch view: the
 decisions routing (and our fused ops falling back) recorded since
 :func:`clear`.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,23 +31,33 @@ __all__ = [
     "clear",
     "counts",
     "decisions",
+    "flush",
     "forget_cases",
     "lookup",
+    "note",
     "record_direct_fallback",
     "remember",
 ]
 
 
 class Entry:
-    """One routed case: its kernel, its decision and the calls not yet flushed."""
+    """One routed case: its kernel, its launcher, its decision and the calls not yet flushed.
 
-    __slots__ = ("count_key", "kernel", "pending", "seq")
+    ``launch(args, kwargs)`` runs the case's kernel on the torch call's own arguments
+    (prepared once, on the miss); ``count_key`` is the :data:`counts` key its calls
+    add to ("" for entries that are not routed calls).
+    """
 
-    def __init__(self, kernel: str, seq: int, count_key: str) -> None:
+    __slots__ = ("count_key", "kernel", "launch", "pending", "seq")
+
+    def __init__(
+        self, kernel: str, seq: int, count_key: str, launch: Callable[[tuple, dict], Any] | None = None
+    ) -> None:
         self.kernel = kernel
         self.seq = seq
         self.pending = 0
         self.count_key = count_key
+        self.launch = launch
 
 
 class _View:
@@ -67,11 +79,19 @@ def _flush() -> None:
     with _view.lock:
         pending = [(e.seq, e.pending) for e in _view.cases.values() if e.pending]
         for e in _view.cases.values():
+            if e.pending and e.count_key:
+                _view.counts[e.count_key] += e.pending
             e.pending = 0
+    pending = [(seq, n) for seq, n in pending if seq]
     if pending:
         d = _log.dispatcher()
         for seq, n in pending:
             d.add_hits(seq, n)
+
+
+def flush() -> None:
+    """Hands the calls counted since the last flush to the log's hits and :data:`counts`."""
+    _flush()
 
 
 _log.add_flush_hook(_flush)
@@ -82,14 +102,32 @@ def lookup(key: tuple) -> Entry | None:
     return _view.cases.get(key)
 
 
-def remember(key: tuple, kernel: str, seq: int, op: str) -> Entry:
-    """Stores a routed case (its decision already in the log as ``seq``)."""
-    entry = Entry(kernel, seq, f"{op}:{kernel}")
+def remember(
+    key: tuple,
+    kernel: str,
+    seq: int,
+    op: str,
+    launch: Callable[[tuple, dict], Any] | None = None,
+    counted: bool = True,
+) -> Entry:
+    """Stores a case (its decision already in the log as ``seq``; its first call is the
+    decision's own hit, which the caller adds to :data:`counts`).
+
+    ``counted=False``: not a routed call (our fused ops falling back): its later calls
+    reach the decision's hits only, not :data:`counts`.
+    """
+    entry = Entry(kernel, seq, f"{op}:{kernel}" if counted else "", launch)
     with _view.lock:
         _view.cases[key] = entry
         if seq:
             _view.seqs.add(seq)
     return entry
+
+
+def note(seq: int) -> None:
+    """Adds a decision recorded without a cached case (a compile-time decision) to the torch view."""
+    with _view.lock:
+        _view.seqs.add(seq)
 
 
 def forget_cases() -> None:
@@ -149,4 +187,4 @@ def record_direct_fallback(op: str, kernel: str, why: tuple[str, str], tensors: 
             detail=f"{kernel} cannot run this case: {why[1]}",
         )
     )
-    remember(key, "torch", seq, op)
+    remember(key, "torch", seq, op, counted=False)

@@ -37,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _core
 from ..dispatch import DecisionLog
 from ..policies import coerce
-from . import _kernels, _log, _routing
+from . import _kernels, _log, _prepared, _routing
 from ._log import _tensor_key, record_direct_fallback
 
 __all__ = [
@@ -83,6 +83,8 @@ class _State:
         self.mode: _PolicyMode | None = None
         self.precision_hint = ""
         self.saved_dispatcher_policy: Any = None
+        self.generation = 0  # bumped on every set/clear: compiled graphs re-decide
+        self.profiling = 0  # > 0 inside xpuruntime.pytorch.profile(): per-call events
 
 
 _state = _State()
@@ -98,12 +100,37 @@ class _PolicyMode(TorchFunctionMode):
         op = _routing.FUNC_OPS.get(func) if view is not None else None
         if op is None or op not in view.named:
             return func(*args, **kwargs)
-        call = _routing.parse_call(func, args, kwargs)
-        if call is None:
-            return func(*args, **kwargs)
-        autocast = _routing.autocast_state(call)
-        # The cases are forgotten whenever the policy changes, so the key needs neither
-        # the policy nor its fingerprint; the precision hint is recorded, so it is in.
+        if _compiling():
+            return _compiled_call(view, op, func, args, kwargs)
+        # The hot path: one key, one lookup, the case's prepared launcher.
+        key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
+        entry = _log.cases.get(key) if key is not None else None
+        if entry is None:
+            return _miss(view, op, func, args, kwargs, key)
+        entry.pending += 1
+        try:
+            if _state.profiling:
+                with torch.profiler.record_function(f"xpuruntime.{entry.count_key}"):
+                    return entry.launch(args, kwargs)
+            return entry.launch(args, kwargs)
+        except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
+            return _run_failed(view, op, func, args, kwargs, key, entry.kernel, e)
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling() or _tracing_state() is not None
+
+
+_tracing_state = torch._C._get_tracing_state
+
+
+def _miss(view: _PolicyView, op: str, func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
+    """A case seen for the first time: the Dispatcher decides (and records), then it runs."""
+    call = _routing.parse_call(func, args, kwargs)
+    if call is None:
+        return func(*args, **kwargs)  # an unusual call form: torch's call, untouched
+    autocast = _routing.autocast_state(call)
+    if key is None:  # an argument without a cheap key: the coarser key of the parsed call
         key = (
             func,
             tuple(_tensor_key(t) for t in call.tensors),
@@ -111,37 +138,134 @@ class _PolicyMode(TorchFunctionMode):
             autocast,
             _state.precision_hint,
         )
-        compiling = torch.compiler.is_compiling()
         entry = _log.cases.get(key)
-        if entry is None:
-            try:
-                decision = _routing.select(
-                    call, view.core, view.named[op], view.best, _state.precision_hint, func, args, kwargs
-                )
-            except _core.InvalidArgumentError:
-                return func(*args, **kwargs)  # a dtype the core has no name for: torch's call, untouched
-            kernel = decision.chosen
-            if not compiling:
-                entry = _log.remember(key, kernel, decision.seq, call.op)
-        else:
-            kernel = entry.kernel
-            if not compiling:
-                entry.pending += 1
-        if entry is not None and not compiling:
-            _log.counts[entry.count_key] += 1
+        if entry is not None:
+            entry.pending += 1
+            return _run_parsed(view, op, func, args, kwargs, key, entry.kernel, call, autocast)
+    try:
+        decision = _routing.select(
+            call, view.core, view.named[op], view.best, _state.precision_hint, func, args, kwargs
+        )
+    except _core.InvalidArgumentError:
+        return func(*args, **kwargs)  # a dtype the core has no name for: torch's call, untouched
+    kernel = decision.chosen
+    launch = _prepared.prepare(kernel, call, func, args, kwargs, autocast)
+    entry = _log.remember(key, kernel, decision.seq, call.op, launch)
+    _log.counts[entry.count_key] += 1
+    return _run_parsed(view, op, func, args, kwargs, key, kernel, call, autocast)
+
+
+def _run_parsed(view, op, func, args, kwargs, key, kernel, call, autocast) -> Any:
+    try:
+        return _routing.run(kernel, call, func, args, kwargs, autocast)
+    except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
+        return _run_failed(view, op, func, args, kwargs, key, kernel, e)
+
+
+def _run_failed(view, op, func, args, kwargs, key, kernel: str, error: Exception) -> Any:
+    """A kernel may only find out when it runs (no cuBLASLt algorithm for this problem,
+    a layout it refuses): under 'prefer' that is a fallback like any other, recorded
+    with the kernel's message, and the case runs torch's kernel from now on. CUDA
+    errors propagate."""
+    if kernel == _kernels.FALLBACK or str(view.core.mode) == "require":
+        raise error
+    tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+    _log.remember(key, _kernels.FALLBACK, 0, op, _prepared.prepare_torch(func))
+    record_direct_fallback(op, kernel, (_core.reason.PYTHON_SUPPORTS_ERROR, str(error)), tensors)
+    return func(*args, **kwargs)
+
+
+# ---- torch.compile: decisions at trace time ---------------------------------------------------
+def _spec(a: Any) -> Any:
+    """A constant describing an argument (what dynamo can pass to a constant function)."""
+    if isinstance(a, torch.Tensor):
+        return (
+            "tensor",
+            str(a.dtype).replace("torch.", ""),
+            tuple(int(s) for s in a.shape),
+            tuple(int(s) for s in a.stride()),
+            str(a.device),
+            bool(a.requires_grad),
+        )
+    if isinstance(a, (tuple, list)):
+        return ("seq", tuple(_spec(x) for x in a))
+    return ("value", a)
+
+
+def _materialize(spec: tuple) -> Any:
+    kind = spec[0]
+    if kind == "tensor":
+        _, dtype, shape, stride, device, grad = spec
+        t = torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=device)
+        return t.requires_grad_(True) if grad else t
+    if kind == "seq":
+        return tuple(_materialize(x) for x in spec[1])
+    return spec[1]
+
+
+_compile_choices: dict[tuple, str] = {}
+
+
+@torch.compiler.assume_constant_result
+def _compile_time_kernel(
+    func_index: int, arg_specs: tuple, kw_specs: tuple, hint: str, generation: int
+) -> str:
+    """The kernel a routed call runs in a graph being compiled, decided (and recorded)
+    when the graph is traced: dynamo runs this function then and bakes its answer in.
+
+    The Dispatcher and the Python support checks need tensors: empty tensors with the
+    traced ones' dtypes, shapes, strides and devices stand for them. One decision per
+    case and policy (dynamo may trace a frame more than once).
+    """
+    key = (func_index, arg_specs, kw_specs, hint, generation)
+    kernel = _compile_choices.get(key)
+    if kernel is not None:
+        return kernel
+    func = _routing.routed_functions()[func_index]
+    view = _state.view
+    args = tuple(_materialize(s) for s in arg_specs)
+    kwargs = {k: _materialize(s) for k, s in kw_specs}
+    call = _routing.parse_call(func, args, kwargs)
+    kernel = _kernels.FALLBACK
+    if call is not None and view is not None and call.op in view.named:
         try:
-            return _routing.run(kernel, call, func, args, kwargs, autocast)
-        except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
-            # A kernel may only find out when it runs (no cuBLASLt algorithm for this
-            # problem, a layout it refuses): under 'prefer' that is a fallback like
-            # any other, recorded with the kernel's message. CUDA errors propagate.
-            if kernel == _kernels.FALLBACK or str(view.core.mode) == "require" or compiling:
-                raise
-            _log.remember(key, _kernels.FALLBACK, 0, call.op)
-            record_direct_fallback(
-                call.op, kernel, (_core.reason.PYTHON_SUPPORTS_ERROR, str(e)), call.tensors
+            decision = _routing.select(
+                call, view.core, view.named[call.op], view.best, hint, func, args, kwargs
             )
+            kernel = decision.chosen
+            _log.note(decision.seq)
+        except _core.InvalidArgumentError:
+            pass  # a dtype the core has no name for: torch's call, untouched
+    _compile_choices[key] = kernel
+    return kernel
+
+
+_FUNC_INDEX = {f: i for i, f in enumerate(_routing.routed_functions())}
+
+
+def _compiled_call(view: _PolicyView, op: str, func, args: tuple, kwargs: dict) -> Any:
+    """A routed call while torch.compile traces (or torch.jit traces): the kernel is
+    decided at trace time and the call runs through our custom ops, which the graph
+    records (the eager cache and its direct launches are not used)."""
+    call = _routing.parse_call(func, args, kwargs)
+    if call is None:
+        return func(*args, **kwargs)
+    if torch.compiler.is_compiling():
+        kernel = _compile_time_kernel(
+            _FUNC_INDEX[func],
+            tuple(_spec(a) for a in args),
+            tuple((k, _spec(v)) for k, v in kwargs.items()),
+            _state.precision_hint,
+            _state.generation,
+        )
+    else:  # torch.jit.trace: decided like an eager miss, not cached
+        try:
+            kernel = _routing.select(
+                call, view.core, view.named[op], view.best, _state.precision_hint, func, args, kwargs
+            ).chosen
+        except _core.InvalidArgumentError:
             return func(*args, **kwargs)
+    return _routing.run(kernel, call, func, args, kwargs, _routing.autocast_state(call))
 
 
 def _make_policy(kwargs: dict[str, Any]) -> Any:
@@ -191,7 +315,9 @@ def set_kernel_policy(policy: Any = None, **kwargs: Any) -> None:
             _state.saved_dispatcher_policy = dispatcher.get_policy()
         dispatcher.set_policy(policy)  # the C++ side (inference, _core.ops) sees the same policy
         _state.policy, _state.view = policy, view
+        _state.generation += 1
         _log.forget_cases()
+        _compile_choices.clear()
         if _state.mode is None:
             _state.mode = _PolicyMode()
             _state.mode.__enter__()
@@ -212,7 +338,9 @@ def clear_kernel_policy() -> None:
             _core.Dispatcher.instance().set_policy(_state.saved_dispatcher_policy)
             _state.saved_dispatcher_policy = None
         _state.policy, _state.view = None, None
+        _state.generation += 1
         _log.forget_cases()
+        _compile_choices.clear()
 
 
 def decision_log() -> DecisionLog:
@@ -225,6 +353,7 @@ def decision_log() -> DecisionLog:
 def clear_decision_log() -> None:
     """Forgets routing's decisions, the per-case choices and the call counts."""
     _log.clear()
+    _compile_choices.clear()
 
 
 def explain() -> str:
@@ -234,6 +363,7 @@ def explain() -> str:
 
 def routing_counts() -> dict[str, int]:
     """Calls routed per ``"op:kernel"`` since the last :func:`clear_decision_log`."""
+    _log.flush()
     return dict(_log.counts)
 
 

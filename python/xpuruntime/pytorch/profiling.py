@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .. import _core
-from .policy import decision_log
+from .policy import _state, decision_log
 
 __all__ = ["profile"]
 
@@ -34,7 +34,9 @@ def profile(
     On exit with ``export_chrome_trace="trace.json"`` torch's Chrome trace goes to
     ``trace.json`` and ours (ranges, copies, allocations) to ``trace_xrt.json``;
     the kernel-routing decisions made in the block are added to ours as
-    ``xpuruntime_decisions``. Yields torch's profiler object.
+    ``xpuruntime_decisions``. Inside the block every routed call (a cache hit included)
+    is also a ``xpuruntime.<op>:<kernel>`` range in torch's trace; outside it routed
+    calls emit no per-call events. Yields torch's profiler object.
     """
     if activities is None:
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -44,6 +46,7 @@ def profile(
     was_enabled = ours.enabled
     first_decision = len(decision_log())
     ours.enable()
+    _state.profiling += 1
     try:
         with torch.profiler.profile(
             activities=list(activities),
@@ -53,6 +56,7 @@ def profile(
         ) as prof:
             yield prof
     finally:
+        _state.profiling -= 1
         if not was_enabled:
             ours.disable()
     if export_chrome_trace:

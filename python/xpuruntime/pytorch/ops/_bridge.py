@@ -63,6 +63,8 @@ def eager_direct_ok(*tensors: torch.Tensor | None) -> bool:
         return False
     if _dispatch_depth() != 0 or _functorch_active() or torch.compiler.is_compiling():
         return False
+    if torch._C._get_tracing_state() is not None:  # torch.jit.trace records only the custom op
+        return False
     return all(t is None or type(t) in _PLAIN_TENSOR_TYPES for t in tensors)
 
 

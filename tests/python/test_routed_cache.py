@@ -1,0 +1,217 @@
+"""A routed eager call is a cache hit (issue 17 §1-§3), on CPU torch.
+
+Each case is decided once (the Dispatcher is asked on the miss only) and later calls
+run the case's prepared launcher, which must give what the general path gives for
+every call form; the key tells apart what the decision or the launch depends on
+(strides, scalar arguments, autocast); a policy change or clear forgets the cases;
+torch.compile decides at trace time without graph breaks; profile() sees each
+routed call; best_performance ranks device times with ties within noise broken by
+the candidates' order (fake timer).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import xpuruntime.pytorch as xrt_torch
+from xpuruntime.pytorch import _routing, policy
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    xrt_torch.clear_kernel_policy()
+    xrt_torch.clear_decision_log()
+    yield
+    xrt_torch.clear_kernel_policy()
+    xrt_torch.clear_decision_log()
+
+
+@pytest.fixture
+def selects(monkeypatch):
+    """Counts the Dispatcher questions routing asks."""
+    n = [0]
+    real = _routing.select
+
+    def counting(*a, **k):
+        n[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(_routing, "select", counting)
+    return n
+
+
+def _rand(*shape, seed=0, dtype=torch.float64, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(grad)
+
+
+OURS = {"matmul": "cublasLt", "attention": "flash_v2", "layernorm": "fused"}
+
+
+def test_a_case_is_decided_once_and_its_calls_counted(selects):
+    xrt_torch.set_kernel_policy(**OURS)
+    x, w = _rand(6, 16), _rand(16, seed=1)
+    for _ in range(5):
+        F.layer_norm(x, (16,), w)
+    assert selects[0] == 1
+    (d,) = xrt_torch.decision_log()
+    assert (d.chosen, d.hits) == ("fused", 5)
+    assert xrt_torch.routing_counts() == {"layernorm:fused": 5}
+    F.layer_norm(x, (16,), w, eps=1e-3)  # another eps: another case
+    assert selects[0] == 2 and len(xrt_torch.decision_log()) == 2
+
+
+# Every call form routing takes, against float64 references computed without a policy.
+def _forms():
+    a, b, bias = _rand(5, 8), _rand(8, 3, seed=1), _rand(3, seed=2)
+    w = _rand(3, 8, seed=3)
+    ba, bb = _rand(2, 5, 8, seed=4), _rand(2, 8, 3, seed=5)
+    q, k, v = (_rand(2, 3, 7, 8, seed=s) for s in (6, 7, 8))
+    mask = _rand(7, 7, seed=9) > 0
+    x, lw, lb = _rand(4, 6, 10, seed=10), _rand(10, seed=11), _rand(10, seed=12)
+    return [
+        ("linear", lambda: F.linear(a, w, bias)),
+        ("linear kw", lambda: F.linear(a, weight=w)),
+        ("matmul", lambda: torch.matmul(a, b)),
+        ("@", lambda: a @ b),
+        ("rmatmul", lambda: torch.Tensor.__rmatmul__(b, a)),
+        ("mm", lambda: torch.mm(a, b)),
+        ("bmm", lambda: torch.bmm(ba, bb)),
+        ("addmm", lambda: torch.addmm(bias, a, b)),
+        ("addmm beta", lambda: torch.addmm(bias, a, b, beta=0.5)),
+        ("sdpa", lambda: F.scaled_dot_product_attention(q, k, v)),
+        ("sdpa causal kw", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)),
+        ("sdpa mask", lambda: F.scaled_dot_product_attention(q, k, v, mask)),
+        ("sdpa mask kw", lambda: F.scaled_dot_product_attention(query=q, key=k, value=v, attn_mask=mask)),
+        ("layer_norm", lambda: F.layer_norm(x, (10,), lw, lb)),
+        ("layer_norm bias only", lambda: F.layer_norm(x, [10], bias=lb, eps=1e-2)),
+        ("layer_norm 2d", lambda: F.layer_norm(x, (6, 10))),
+    ]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _forms()])
+def test_hits_give_the_bits_of_the_first_call_and_match_torch(name, selects):
+    fn = dict(_forms())[name]
+    ref = fn()  # no policy: torch
+    xrt_torch.set_kernel_policy(**OURS)
+    first = fn()  # the miss: the general path
+    hits = [fn() for _ in range(3)]  # the prepared launcher
+    assert selects[0] == 1
+    for h in hits:
+        assert torch.equal(h, first)
+    assert torch.allclose(first, ref, rtol=1e-10, atol=1e-10)
+    (d,) = xrt_torch.decision_log()
+    assert d.hits == 4
+
+
+def test_layout_and_scalars_are_in_the_key(selects):
+    xrt_torch.set_kernel_policy(**OURS)
+    q = _rand(1, 2, 5, 8)
+    kt = _rand(1, 2, 8, 5, seed=1).transpose(-1, -2)  # same shape as q, other strides
+    F.scaled_dot_product_attention(q, q, q)
+    out = F.scaled_dot_product_attention(q, kt, q)
+    assert selects[0] == 2
+    xrt_torch.clear_kernel_policy()
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, kt, q), atol=1e-12)
+    xrt_torch.set_kernel_policy(**OURS)
+    for s in (0.1, 0.2):  # the scale is parsed once per case: another value is another case
+        out = F.scaled_dot_product_attention(q, q, q, scale=s)
+        xrt_torch.clear_kernel_policy()
+        ref = F.scaled_dot_product_attention(q, q, q, scale=s)
+        xrt_torch.set_kernel_policy(**OURS)
+        assert torch.allclose(out, ref, atol=1e-12)
+
+
+def test_requires_grad_is_in_the_key_and_hits_keep_autograd():
+    xrt_torch.set_kernel_policy(**OURS)
+    x = _rand(3, 8)
+    F.layer_norm(x, (8,))
+    xg = _rand(3, 8, grad=True)
+    for _ in range(2):
+        y = F.layer_norm(xg, (8,))
+        (gx,) = torch.autograd.grad(y.square().sum(), xg)
+    assert len(xrt_torch.decision_log()) == 2
+    xrt_torch.clear_kernel_policy()
+    (ref,) = torch.autograd.grad(F.layer_norm(xg, (8,)).square().sum(), xg)
+    assert torch.allclose(gx, ref, atol=1e-10)
+
+
+def test_a_policy_change_or_clear_forgets_the_cases(selects):
+    a, b = _rand(4, 4), _rand(4, 4, seed=1)
+    xrt_torch.set_kernel_policy(attention="flash_v2", layernorm="fused")
+    F.layer_norm(a, (4,))
+    xrt_torch.set_kernel_policy(layernorm="torch")
+    F.layer_norm(a, (4,))
+    assert [d.chosen for d in xrt_torch.decision_log()] == ["fused", "torch"]
+    xrt_torch.clear_kernel_policy()
+    F.layer_norm(a, (4,))
+    assert selects[0] == 2
+    assert len(xrt_torch.decision_log()) == 2
+    xrt_torch.set_kernel_policy(layernorm="fused")
+    F.layer_norm(a, (4,))
+    assert selects[0] == 3
+    del b
+
+
+def test_autocast_is_in_the_key():
+    xrt_torch.set_kernel_policy(attention="flash_v2")
+    q = _rand(1, 2, 4, 8, dtype=torch.float32)
+    F.scaled_dot_product_attention(q, q, q)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outs = [F.scaled_dot_product_attention(q, q, q) for _ in range(2)]
+    assert all(o.dtype == torch.bfloat16 for o in outs) and torch.equal(outs[0], outs[1])
+    assert [d.dtypes[0] for d in xrt_torch.decision_log()] == ["float32", "bfloat16"]
+    plain = F.scaled_dot_product_attention(q, q, q)
+    assert plain.dtype == torch.float32
+
+
+def test_profile_sees_every_routed_call():
+    xrt_torch.set_kernel_policy(layernorm="fused")
+    x = _rand(2, 8)
+    F.layer_norm(x, (8,))  # the miss, outside the profile
+    with xrt_torch.profile() as prof:
+        for _ in range(3):
+            F.layer_norm(x, (8,))
+    names = [e.name for e in prof.events()]
+    assert names.count("xpuruntime.layernorm:fused") == 3
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(32)
+        self.qkv = torch.nn.Linear(32, 96)
+        self.o = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = self.ln(x)
+        B, S, _ = h.shape
+        q, k, v = self.qkv(h).view(B, S, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.o(a.transpose(1, 2).reshape(B, S, 32))
+
+
+def test_compile_under_a_policy_has_no_graph_break_and_records_at_trace_time():
+    torch.manual_seed(0)
+    m, x = _Tiny(), torch.randn(2, 8, 32)
+    ref = m(x)
+    xrt_torch.set_kernel_policy(**OURS)
+    torch._dynamo.reset()
+    try:
+        explained = torch._dynamo.explain(m)(x)
+        assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+        torch._dynamo.reset()
+        xrt_torch.clear_decision_log()
+        out = torch.compile(m, fullgraph=True, backend="aot_eager")(x)
+    finally:
+        torch._dynamo.reset()
+    assert torch.allclose(out, ref, atol=1e-5)
+    chosen = {(d.op, d.chosen) for d in xrt_torch.decision_log()}
+    assert {("layernorm", "fused"), ("attention", "flash_v2"), ("matmul", "torch")} <= chosen
+
+
+def test_module_state_is_private():
+    assert policy._state.profiling == 0
