@@ -33,5 +33,8 @@ void register_gemm_schemas(std::vector<OpSchema>& s);
 void register_shape_schemas(std::vector<OpSchema>& s);
 void register_data_schemas(std::vector<OpSchema>& s);
 void register_fused_schemas(std::vector<OpSchema>& s);
+void register_index_schemas(std::vector<OpSchema>& s);
+void register_classify_schemas(std::vector<OpSchema>& s);
+void register_resize_schemas(std::vector<OpSchema>& s);
 
 }  // namespace xpuruntime::ops

@@ -29,6 +29,9 @@ const Table& table() {
     register_shape_schemas(tb->schemas);
     register_data_schemas(tb->schemas);
     register_fused_schemas(tb->schemas);
+    register_index_schemas(tb->schemas);
+    register_classify_schemas(tb->schemas);
+    register_resize_schemas(tb->schemas);
     for (const OpSchema& s : tb->schemas) tb->by_type.emplace(s.op_type, &s);
     return tb;
   }();

@@ -24,6 +24,9 @@ const Table& table() {
     register_shape_ops(tb->defs);
     register_data_ops(tb->defs);
     register_fused_ops(tb->defs);
+    register_index_ops(tb->defs);
+    register_classify_ops(tb->defs);
+    register_resize_ops(tb->defs);
     for (OpDef& d : tb->defs) {
       // The op's semantics come from its schema; a kernel may narrow the dtypes.
       const ops::OpSchema* schema = ops::find_schema(d.op_type);
