@@ -36,5 +36,6 @@ void register_fused_schemas(std::vector<OpSchema>& s);
 void register_index_schemas(std::vector<OpSchema>& s);
 void register_classify_schemas(std::vector<OpSchema>& s);
 void register_resize_schemas(std::vector<OpSchema>& s);
+void register_attention_schemas(std::vector<OpSchema>& s);
 
 }  // namespace xpuruntime::ops

@@ -112,6 +112,7 @@ void register_conv_ops(std::vector<OpDef>& defs);
 void register_shape_ops(std::vector<OpDef>& defs);
 void register_data_ops(std::vector<OpDef>& defs);
 void register_fused_ops(std::vector<OpDef>& defs);
+void register_attention_ops(std::vector<OpDef>& defs);
 void register_index_ops(std::vector<OpDef>& defs);
 void register_classify_ops(std::vector<OpDef>& defs);
 void register_resize_ops(std::vector<OpDef>& defs);

@@ -24,6 +24,7 @@ const Table& table() {
     register_shape_ops(tb->defs);
     register_data_ops(tb->defs);
     register_fused_ops(tb->defs);
+    register_attention_ops(tb->defs);
     register_index_ops(tb->defs);
     register_classify_ops(tb->defs);
     register_resize_ops(tb->defs);

@@ -1,0 +1,34 @@
+// FusedAttention (domain "xrt", dispatcher key "attention"): the scaled-dot-product
+// attention subgraph the compiler recognises (graph/fusion_attention.cpp) as one op,
+//
+//   Y = softmax(scale · Q·Kᵀ + mask [, causal]) · V     over the last two axes,
+//
+// with Q [B, H, Sq, D], K [B, H, Sk, D], V [B, H, Sk, Dv] -> Y [B, H, Sq, Dv] and an
+// optional additive mask (input 3) that broadcasts to [B, H, Sq, Sk]. K is given
+// row-major per key (not transposed), the layout the flash_v2 kernel reads, so the
+// CUDA kernel runs the node as it is. Node attributes: scale (float), is_causal
+// (int: key j is hidden from query i when j > i; only with Sq == Sk) and mask_kind
+// ("none" | "additive"); the names are those flash_v2 reads from an OpContext. The
+// mask has the query's dtype or float32 (what flash_v2 reads for 16-bit queries).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "xpuruntime/graph/ir.h"
+
+namespace xpuruntime::ops {
+
+struct AttentionAttrs {
+  enum class Mask { kNone, kAdditive };
+  double scale = 1.0;
+  bool causal = false;
+  Mask mask = Mask::kNone;
+
+  // Throws InvalidModelError naming the node for a mask_kind other than the two.
+  static AttentionAttrs from_node(const graph::Node& n);
+  void to_attrs(std::map<std::string, graph::Attr>& attrs) const;
+  static const char* mask_name(Mask m) { return m == Mask::kAdditive ? "additive" : "none"; }
+};
+
+}  // namespace xpuruntime::ops

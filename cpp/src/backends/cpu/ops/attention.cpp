@@ -1,0 +1,196 @@
+// FusedAttention on the CPU (xpuruntime/ops/attention.h), float32: the scores of all
+// batch x head pairs in one batched GEMM (Q·Kᵀ, Kᵀ read through strides), then per
+// score row the scale, mask, causal cut and softmax in place (fp32, the Softmax
+// kernel's exp), then one batched GEMM with V into the output. The GEMM is a
+// sub-kernel chosen through the Dispatcher under the plan's policies and recorded as
+// node "<attention>/gemm" (cpu_blas or cpu_blocked), as a convolution's is.
+#include "xpuruntime/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/ops/fastmath.h"
+#include "backends/cpu/ops/gemm_call.h"
+#include "backends/cpu/ops/parallel.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+// The score buffer [B*H, Sq, Sk] of the calling thread (grows, never shrinks): a
+// run's scores live between its two GEMMs, which may not touch it.
+float* score_buffer(std::size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
+void attention_f32(const std::string& gemm, const ops::AttentionAttrs& a, const Node& n,
+                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  for (std::size_t i = 0; i < in.size(); ++i)
+    XRT_CHECK(in[i].data == nullptr || in[i].dtype == DType::kFloat32, UnsupportedOperationError,
+              n.where(), ": FusedAttention on the CPU takes float32, input ", i, " is ",
+              dtype_name(in[i].dtype),
+              "; compile for float32 or run on a device whose kernel "
+              "takes this dtype");
+  const TensorView &q = in[0], &k = in[1], &v = in[2];
+  XRT_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, InvalidArgumentError, n.where(),
+            ": query, key and value must be 4-D, got ", shape_str(q.shape), ", ",
+            shape_str(k.shape), ", ", shape_str(v.shape));
+  const int64_t B = q.shape[0], H = q.shape[1], Sq = q.shape[2], D = q.shape[3];
+  const int64_t Sk = k.shape[2], Dv = v.shape[3], BH = B * H;
+  if (BH == 0 || Sq == 0 || Dv == 0) return;
+  float* s = score_buffer(static_cast<std::size_t>(BH * Sq * Sk));
+
+  matmul::GemmProblem qk;
+  qk.batch = BH;
+  qk.m = Sq, qk.n = Sk, qk.k = D;
+  qk.a = {q.data, D, 1, Sq * D};
+  qk.b = {k.data, 1, D, Sk * D};  // Kᵀ: column j of the product is key j
+  qk.c = s, qk.c_rs = Sk, qk.c_cs = 1, qk.c_bs = Sq * Sk;
+  if (D > 0) {
+    run_gemm(gemm, qk);
+  } else {
+    std::fill(s, s + BH * Sq * Sk, 0.0f);
+  }
+
+  // Mask strides over [B, H, Sq, Sk] (0 along broadcast dims).
+  const bool has_mask = in.size() > 3 && in[3].data != nullptr;
+  int64_t ms[4] = {0, 0, 0, 0};
+  const float* mask = has_mask ? in[3].ptr<const float>() : nullptr;
+  if (has_mask) {
+    const Shape& m = in[3].shape;
+    int64_t stride = 1;
+    for (int64_t i = static_cast<int64_t>(m.size()) - 1; i >= 0; --i) {
+      ms[4 - m.size() + i] = m[i] == 1 ? 0 : stride;
+      stride *= m[i];
+    }
+  }
+  const float scale = static_cast<float>(a.scale);
+  const bool causal = a.causal;
+  parallel_for(BH * Sq, BH * Sq * Sk * 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bh = r / Sq, i = r % Sq;
+      float* row = s + r * Sk;
+      const int64_t keys = causal ? std::min(Sk, i + 1) : Sk;
+      const float* mrow =
+          has_mask ? mask + (bh / H) * ms[0] + (bh % H) * ms[1] + i * ms[2] : nullptr;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < keys; ++j) {
+        float x = row[j] * scale;
+        if (mrow) x += mrow[j * ms[3]];
+        row[j] = x;
+        mx = x > mx ? x : mx;
+      }
+      if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf row: 0/0 -> NaN, as the ONNX graph
+      float sum = 0.0f;
+      for (int64_t j = 0; j < keys; ++j) {
+        row[j] = fast_exp(row[j] - mx);
+        sum += row[j];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+      std::fill(row + keys, row + Sk, 0.0f);
+    }
+  });
+
+  matmul::GemmProblem pv;
+  pv.batch = BH;
+  pv.m = Sq, pv.n = Dv, pv.k = Sk;
+  pv.a = {s, Sk, 1, Sq * Sk};
+  pv.b = {v.data, Dv, 1, Sk * Dv};
+  pv.c = out[0].data, pv.c_rs = Dv, pv.c_cs = 1, pv.c_bs = Sq * Dv;
+  if (Sk > 0) {
+    run_gemm(gemm, pv);
+  } else {
+    std::fill(out[0].ptr<float>(), out[0].ptr<float>() + out[0].numel(), 0.0f);
+  }
+}
+
+class AttentionPrepared final : public PreparedKernel {
+ public:
+  AttentionPrepared(Node node, std::string gemm, PreparedKernelPtr keep)
+      : node_(std::move(node)),
+        attrs_(ops::AttentionAttrs::from_node(node_)),
+        gemm_(std::move(gemm)),
+        keep_(std::move(keep)) {}
+  void run(const KernelArgs& args) const override {
+    const std::vector<TensorView> in = views_of(args.inputs);
+    std::vector<TensorView> out = views_of(args.outputs);
+    attention_f32(gemm_, attrs_, node_, in, out);
+  }
+
+ private:
+  Node node_;
+  ops::AttentionAttrs attrs_;
+  std::string gemm_;
+  PreparedKernelPtr keep_;  // the GEMM sub-kernel the plan recorded
+};
+
+// The scores GEMM ([Sq, D] x [D, Sk] per batch-head pair) dispatched as its own
+// matmul case through pc.prepare_sub; its kernel also runs the GEMM with V.
+PreparedKernelPtr attention_prepare(const OpDef& def, const PrepareContext& pc) {
+  Node n = prepared_node(def.op_type, pc);
+  if (!pc.prepare_sub || pc.ctx == nullptr || pc.ctx->inputs.size() < 3) {
+    // Outside a plan compile (no dispatcher to ask): the best available GEMM.
+    std::string name = gemm_kernel_names().front();
+    return std::make_shared<AttentionPrepared>(std::move(n), std::move(name), nullptr);
+  }
+  const OpContext& ctx = *pc.ctx;
+  OpContext mc;
+  mc.op = "matmul";
+  mc.node = ctx.node + "/gemm";
+  mc.device = ctx.device;
+  mc.capability = ctx.capability;
+  mc.workspace_limit_bytes = ctx.workspace_limit_bytes;
+  mc.allow_tf32 = ctx.allow_tf32;
+  mc.deterministic = ctx.deterministic;
+  mc.strict_no_fallback = ctx.strict_no_fallback;
+  mc.strict_pinned_only = ctx.strict_pinned_only;
+  const TensorSpec &q = ctx.inputs[0], &k = ctx.inputs[1];
+  const int64_t sq = q.shape.size() == 4 ? q.shape[2] : 0, d = q.shape.size() == 4 ? q.shape[3] : 0;
+  const int64_t sk = k.shape.size() == 4 ? k.shape[2] : 0;
+  mc.inputs = {TensorSpec{q.dtype, {sq, d}, {}}, TensorSpec{q.dtype, {d, sk}, {1, d}}};
+  mc.outputs = {TensorSpec{q.dtype, {sq, sk}, {}}};
+  Node sub;
+  sub.name = mc.node;
+  sub.op_type = "FusedAttention";  // not MatMul/Gemm: the matmul kernels prepare a plain GEMM
+  PreparedKernelPtr p = pc.prepare_sub(mc, sub);
+  auto gemm = std::dynamic_pointer_cast<const CpuGemmPrepared>(p);
+  XRT_CHECK(gemm != nullptr, UnsupportedOperationError, n.where(),
+            ": the matmul kernel chosen for this attention's GEMM (", mc.node,
+            ") cannot run inside the CPU attention kernel; CPU GEMM kernels: cpu_blas, "
+            "cpu_blocked (pin one of them for op 'matmul')");
+  std::string name = gemm->gemm();
+  return std::make_shared<AttentionPrepared>(std::move(n), std::move(name), std::move(p));
+}
+
+}  // namespace
+
+void register_attention_ops(std::vector<OpDef>& defs) {
+  OpDef d;
+  d.op_type = "FusedAttention";
+  d.kernel = "cpu";
+  d.dtypes = {DType::kFloat32};
+  d.description =
+      "fused attention, float32: batched GEMMs for Q K^T and P V around an in-place fp32 "
+      "scale/mask/causal softmax";
+  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    attention_f32(gemm_kernel_names().front(), ops::AttentionAttrs::from_node(n), n, in, out);
+  };
+  d.supports = [](const Node& n, const std::vector<Meta>& in) {
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (in[i].present && in[i].dtype != DType::kFloat32)
+        return Support::no(reason::kDtypeUnsupported,
+                           "FusedAttention on the CPU takes float32, input " + std::to_string(i) +
+                               " is " + std::string(dtype_name(in[i].dtype)));
+    (void)n;
+    return Support::yes();
+  };
+  d.prepare = attention_prepare;
+  defs.push_back(std::move(d));
+}
+
+}  // namespace xpuruntime::cpu
