@@ -57,9 +57,42 @@ struct DynamicBuffers {
 
 }  // namespace
 
+struct Executor::Binding {
+  std::vector<void*> data;
+  std::vector<Shape> shapes;
+  // Host-readable bytes of each value, for shape inference that reads values (a
+  // Reshape's shape): host inputs and constants (device values are not read).
+  std::vector<const void*> host_data;
+  std::vector<char> on_device;        // per value: a bound input that is device memory
+  std::vector<void*> out_target;      // per value: the buffer a plan output is written into
+  std::vector<const Shape*> out_shape;  // per value: that buffer's shape
+  std::vector<int> want;              // requested outputs
+  std::vector<const EdgeTensor*> out_buf;  // per requested output: the caller's buffer or null
+  std::vector<HostTensor> produced;   // host providers: outputs written in place
+  bool host_io = false;               // some input or output is host memory
+};
+
+// The captured plan: the run resources (arena, workspace, a stream) and the input
+// and output buffers the graph was captured with live as long as the executor;
+// runs copy into and out of them. One replay at a time (mu).
+struct Executor::GraphState {
+  std::mutex mu;
+  DeviceBackend::GraphOps* ops = nullptr;
+  int device_index = 0;
+  std::unique_ptr<RunResources> res;
+  std::vector<void*> in_buf, out_buf;  // per value id
+  std::vector<void*> data;             // every value's address in the captured graph
+  NativeGraph graph = nullptr;
+  std::string failed;  // why capture failed (then runs go step by step)
+  ~GraphState() {
+    if (graph != nullptr && ops != nullptr) ops->destroy(device_index, graph);
+  }
+};
+
 Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(plan)) {
   XRT_CHECK(plan_ != nullptr, InvalidArgumentError, "Executor needs a plan");
   provider_ = ProviderRegistry::instance().get(plan_->header.device);
+  bool all_static = true;
   for (const PlanStep& s : plan_->steps) {
     XRT_CHECK(s.alias || s.prepared != nullptr, InvalidArgumentError, s.node.where(),
               ": the plan step has no prepared kernel '", s.kernel,
@@ -72,9 +105,22 @@ Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(
     XRT_CHECK(schema != nullptr || !dynamic, UnsupportedOperationError, s.node.where(),
               ": op '", s.node.op_type, "' has no schema in this build, so its run-time output "
               "shape cannot be inferred; recompile the plan with this build");
+    all_static = all_static && !dynamic;
     schemas_.push_back(schema);
   }
+  for (int v : plan_->inputs) all_static = all_static && plan_->values[v].shape.has_value();
   constants_ = provider_->upload_constants(plan_->constants);
+  DeviceBackend::GraphOps* ops = provider_->graph_ops();
+  if (ops == nullptr) {
+    graph_unavailable_ = "the '" + provider_->name() + "' execution provider cannot capture graphs";
+  } else if (!all_static) {
+    graph_unavailable_ =
+        "the plan has shapes known only at run time (compile it for fixed input shapes to capture it)";
+  } else {
+    graph_ = std::make_unique<GraphState>();
+    graph_->ops = ops;
+    graph_->device_index = provider_->device().index;
+  }
 }
 
 Executor::~Executor() = default;
@@ -88,22 +134,51 @@ std::string Executor::describe_inputs() const {
   return os.str();
 }
 
+std::string Executor::graph_unavailable_reason() const {
+  if (!graph_unavailable_.empty()) return graph_unavailable_;
+  std::lock_guard lock(graph_->mu);
+  return graph_->failed;
+}
+
+std::string Executor::graph_status() const {
+  if (!graph_unavailable_.empty()) return graph_unavailable_;
+  std::lock_guard lock(graph_->mu);
+  if (!graph_->failed.empty()) return graph_->failed;
+  return graph_->graph != nullptr ? "captured" : "not captured yet";
+}
+
 std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_names,
                                       const std::vector<HostTensor>& inputs,
                                       const std::vector<std::string>& output_names,
                                       RunStats* stats) const {
-  const ExecutionPlan& plan = *plan_;
   XRT_CHECK(input_names.size() == inputs.size(), InvalidArgumentError,
             "got ", input_names.size(), " input names but ", inputs.size(), " tensors");
-  const int nv = static_cast<int>(plan.values.size());
-  std::vector<void*> data(nv, nullptr);
-  std::vector<Shape> shapes(nv);
-  std::vector<char> bound(nv, 0);
+  RunRequest req;
+  req.input_names = input_names;
+  req.output_names = output_names;
+  req.inputs.reserve(inputs.size());
+  for (const HostTensor& t : inputs) req.inputs.push_back(EdgeTensor{t.dtype, t.shape, t.data, false});
+  return run(req, stats);
+}
 
-  // ---- bind and validate inputs ----
+Executor::Binding Executor::bind(const RunRequest& req) const {
+  const ExecutionPlan& plan = *plan_;
+  XRT_CHECK(req.input_names.size() == req.inputs.size(), InvalidArgumentError,
+            "got ", req.input_names.size(), " input names but ", req.inputs.size(), " tensors");
+  const bool host = provider_->host_memory();
+  const int nv = static_cast<int>(plan.values.size());
+  Binding b;
+  b.data.assign(nv, nullptr);
+  b.shapes.resize(nv);
+  b.host_data.assign(nv, nullptr);
+  b.on_device.assign(nv, 0);
+  b.out_target.assign(nv, nullptr);
+  b.out_shape.assign(nv, nullptr);
+  b.produced.resize(nv);
+  std::vector<char> bound(nv, 0);
   std::map<std::string, int64_t> symbols;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const std::string& name = input_names[i];
+  for (std::size_t i = 0; i < req.inputs.size(); ++i) {
+    const std::string& name = req.input_names[i];
     int id = -1;
     for (int v : plan.inputs)
       if (plan.values[v].name == name) id = v;
@@ -111,7 +186,10 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
               "'; the model's inputs are: ", describe_inputs());
     XRT_CHECK(!bound[id], InvalidArgumentError, "input '", name, "' given twice");
     const PlanValue& pv = plan.values[id];
-    const HostTensor& t = inputs[i];
+    const EdgeTensor& t = req.inputs[i];
+    XRT_CHECK(!t.on_device || !host, InvalidArgumentError, "input '", name,
+              "' is in device memory but the plan runs on '", provider_->name(),
+              "'; pass a host array, or compile the model for that device");
     XRT_CHECK(t.dtype == pv.dtype, InvalidArgumentError, "input '", name, "' has dtype ",
               dtype_name(t.dtype), " but the model expects ", decl_str(pv));
     const std::size_t rank = pv.declared ? pv.declared->size() : (pv.shape ? pv.shape->size() : t.shape.size());
@@ -133,19 +211,20 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
       }
     }
     bound[id] = 1;
-    data[id] = t.data ? t.data : g_empty;
-    shapes[id] = t.shape;
+    b.data[id] = t.data ? t.data : g_empty;
+    b.host_data[id] = t.on_device ? nullptr : b.data[id];
+    b.on_device[id] = t.on_device ? 1 : 0;
+    b.shapes[id] = t.shape;
+    b.host_io = b.host_io || !t.on_device;
   }
   for (int v : plan.inputs) {
     XRT_CHECK(bound[v], InvalidArgumentError, "missing input '", plan.values[v].name,
               "'; the model's inputs are: ", describe_inputs());
   }
-  // ---- outputs requested ----
-  std::vector<int> want;
-  if (output_names.empty()) {
-    want = plan.outputs;
+  if (req.output_names.empty()) {
+    b.want = plan.outputs;
   } else {
-    for (const std::string& n : output_names) {
+    for (const std::string& n : req.output_names) {
       int id = -1;
       for (int v : plan.outputs)
         if (plan.values[v].name == n) id = v;
@@ -154,48 +233,63 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
         for (int v : plan.outputs) all += (all.empty() ? "" : ", ") + plan.values[v].name;
         XRT_THROW(InvalidArgumentError, "unknown output name '", n, "'; the model's outputs are: ", all);
       }
-      want.push_back(id);
+      b.want.push_back(id);
     }
   }
-  // ---- resources, inputs and constants on the device ----
-  const ExecutionProvider& prov = *provider_;
-  const bool host = prov.host_memory();
-  std::unique_ptr<RunResources> res = prov.begin_run(
-      static_cast<std::size_t>(std::max<int64_t>(plan.memory.arena_bytes, 64)), workspace_bytes_);
-  char* const arena = static_cast<char*>(res->arena());
-  DynamicBuffers dyn;
-  dyn.res = res.get();
-  RunStats st_out;
-  // Host-readable bytes of each value, for shape inference that reads values (a
-  // Reshape's shape): the data itself on a host provider; inputs and constants
-  // elsewhere (device intermediates are not read on the host).
-  std::vector<const void*> host_data(nv, nullptr);
-  for (int v : plan.inputs) {
-    host_data[v] = data[v];
-    if (host) continue;
-    const std::size_t n = nbytes_of(plan.values[v].dtype, shapes[v]);
-    void* d = res->allocate(n);
-    res->copy_to_device(d, data[v], n);
-    ++st_out.copies_to_device;
-    st_out.copy_bytes += static_cast<int64_t>(n);
-    data[v] = d;
+  b.out_buf.assign(b.want.size(), nullptr);
+  if (req.outputs.empty()) {
+    b.host_io = true;
+  } else {
+    XRT_CHECK(req.outputs.size() == b.want.size(), InvalidArgumentError, "got ", req.outputs.size(),
+              " output buffers for ", b.want.size(), " requested outputs; pass one per output or none");
+  }
+  for (std::size_t i = 0; i < req.outputs.size(); ++i) {
+    const EdgeTensor& t = req.outputs[i];
+    const PlanValue& pv = plan.values[b.want[i]];
+    XRT_CHECK(!t.on_device || !host, InvalidArgumentError, "output buffer for '", pv.name,
+              "' is in device memory but the plan runs on '", provider_->name(), "'; pass a host array");
+    XRT_CHECK(t.dtype == pv.dtype, InvalidArgumentError, "output buffer for '", pv.name, "' has dtype ",
+              dtype_name(t.dtype), " but the output is ", dtype_name(pv.dtype));
+    XRT_CHECK(!pv.shape || *pv.shape == t.shape, InvalidArgumentError, "output buffer for '", pv.name,
+              "' has shape ", shape_str(t.shape), " but the output is ", shape_str(*pv.shape));
+    XRT_CHECK(t.data != nullptr || shape_numel(t.shape) == 0, InvalidArgumentError,
+              "output buffer for '", pv.name, "' has no data");
+    b.out_buf[i] = &t;
+    b.host_io = b.host_io || !t.on_device;
+    // Written by its producing kernel where the buffer lives where the kernels write
+    // (a second request of the same output gets a copy).
+    const int v = b.want[i];
+    if (t.on_device != host && b.out_target[v] == nullptr && pv.kind == PlanValue::Kind::kOutput &&
+        t.data != nullptr) {
+      b.out_target[v] = t.data;
+      b.out_shape[v] = &t.shape;
+    }
   }
   for (int v = 0; v < nv; ++v) {
     const PlanValue& pv = plan.values[v];
     if (pv.constant >= 0) {
       const HostTensor& c = plan.constants[pv.constant];
-      data[v] = constants_->data(pv.constant);
-      host_data[v] = c.data ? c.data : g_empty;
-      shapes[v] = c.shape;
+      b.data[v] = constants_->data(pv.constant);
+      b.host_data[v] = c.data ? c.data : g_empty;
+      b.shapes[v] = c.shape;
     }
   }
-  std::vector<HostTensor> produced(nv);  // plan outputs written in place (host providers)
+  return b;
+}
+
+void Executor::run_steps(Binding& b, RunResources& res, RunStats& stats) const {
+  const ExecutionPlan& plan = *plan_;
+  const bool host = provider_->host_memory();
+  char* const arena = static_cast<char*>(res.arena());
+  DynamicBuffers dyn;
+  dyn.res = &res;
   const bool profiling = Profiler::instance().enabled();
   KernelArgs args;
-  args.stream = res->stream();
-  args.workspace = res->workspace();
+  args.stream = res.stream();
+  args.workspace = res.workspace();
   args.workspace_bytes = workspace_bytes_;
-
+  auto& data = b.data;
+  auto& shapes = b.shapes;
   for (std::size_t si = 0; si < plan.steps.size(); ++si) {
     const PlanStep& st = plan.steps[si];
     const Node& n = st.node;
@@ -222,7 +316,7 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
         metas[k].present = true;
         metas[k].dtype = plan.values[i].dtype;
         metas[k].shape = shapes[i];
-        metas[k].data = host ? data[i] : host_data[i];
+        metas[k].data = host ? data[i] : b.host_data[i];
       }
       std::vector<ops::Meta> om(n.outputs.size());
       schemas_[si]->infer(n, metas, om);
@@ -248,15 +342,20 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
       const PlanValue& pv = plan.values[o];
       if (st.alias && k == 0) {
         data[o] = args.inputs[0].data;
-        host_data[o] = host_data[n.inputs[0]];
+        b.host_data[o] = b.host_data[n.inputs[0]];
+      } else if (b.out_target[o] != nullptr) {
+        XRT_CHECK(*b.out_shape[o] == shapes[o], InvalidArgumentError, "output buffer for '", pv.name,
+                  "' has shape ", shape_str(*b.out_shape[o]), " but this run's output is ",
+                  shape_str(shapes[o]));
+        data[o] = b.out_target[o];
       } else if (pv.kind == PlanValue::Kind::kOutput && host) {
-        produced[o] = HostTensor::alloc(pv.dtype, shapes[o]);
-        data[o] = produced[o].data ? produced[o].data : g_empty;
+        b.produced[o] = HostTensor::alloc(pv.dtype, shapes[o]);
+        data[o] = b.produced[o].data ? b.produced[o].data : g_empty;
       } else if (pv.arena_offset >= 0) {
         data[o] = arena + pv.arena_offset;
       } else {
         // Run-time shaped intermediates, and outputs on a device (copied out at the end).
-        data[o] = pv.kind == PlanValue::Kind::kOutput ? res->allocate(nbytes_of(pv.dtype, shapes[o]))
+        data[o] = pv.kind == PlanValue::Kind::kOutput ? res.allocate(nbytes_of(pv.dtype, shapes[o]))
                                                       : dyn.get(nbytes_of(pv.dtype, shapes[o]));
       }
       args.outputs.push_back(TensorArg{pv.dtype, shapes[o], data[o]});
@@ -268,7 +367,7 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
       } else {
         st.prepared->run(args);
       }
-      ++st_out.steps_run;
+      ++stats.steps_run;
     }
     // Free run-time shaped buffers whose last reader was this step.
     for (int i : n.inputs) {
@@ -280,30 +379,164 @@ std::vector<HostTensor> Executor::run(const std::vector<std::string>& input_name
       }
     }
   }
-  // ---- outputs to the caller ----
+  stats.dynamic_bytes_peak = std::max(stats.dynamic_bytes_peak, dyn.peak);
+}
+
+std::vector<HostTensor> Executor::finish(Binding& b, RunResources& res, RunStats& stats) const {
+  const ExecutionPlan& plan = *plan_;
+  const bool host = provider_->host_memory();
   std::vector<HostTensor> result;
-  result.reserve(want.size());
-  for (int v : want) {
+  result.reserve(b.want.size());
+  for (std::size_t i = 0; i < b.want.size(); ++i) {
+    const int v = b.want[i];
     const PlanValue& pv = plan.values[v];
-    if (produced[v].defined()) {
-      result.push_back(produced[v]);
+    const EdgeTensor* buf = b.out_buf[i];
+    if (buf != nullptr) {
+      const std::size_t n = nbytes_of(pv.dtype, b.shapes[v]);
+      XRT_CHECK(buf->shape == b.shapes[v], InvalidArgumentError, "output buffer for '", pv.name,
+                "' has shape ", shape_str(buf->shape), " but this run's output is ", shape_str(b.shapes[v]));
+      if (buf->data != b.data[v] && n > 0) {
+        if (host) {
+          std::memcpy(buf->data, b.data[v], n);
+        } else if (buf->on_device) {
+          res.copy_on_device(buf->data, b.data[v], n);
+          ++stats.copies_on_device;
+          stats.device_copy_bytes += static_cast<int64_t>(n);
+        } else {
+          res.copy_to_host(buf->data, b.data[v], n);
+          ++stats.copies_to_host;
+          stats.copy_bytes += static_cast<int64_t>(n);
+        }
+      }
+      result.emplace_back();
       continue;
     }
-    HostTensor t = HostTensor::alloc(pv.dtype, shapes[v]);
+    if (b.produced[v].defined()) {
+      result.push_back(b.produced[v]);
+      continue;
+    }
+    HostTensor t = HostTensor::alloc(pv.dtype, b.shapes[v]);
     if (t.nbytes()) {
       if (host) {
         // An output that is a graph input or a constant: hand out a copy.
-        std::memcpy(t.data, data[v], t.nbytes());
+        std::memcpy(t.data, b.data[v], t.nbytes());
       } else {
-        res->copy_to_host(t.data, data[v], t.nbytes());
-        ++st_out.copies_to_host;
-        st_out.copy_bytes += static_cast<int64_t>(t.nbytes());
+        res.copy_to_host(t.data, b.data[v], t.nbytes());
+        ++stats.copies_to_host;
+        stats.copy_bytes += static_cast<int64_t>(t.nbytes());
       }
     }
     result.push_back(std::move(t));
   }
-  res->synchronize();
-  st_out.dynamic_bytes_peak = dyn.peak;
+  return result;
+}
+
+bool Executor::run_graph(Binding& b, NativeStream caller, RunStats& stats,
+                         std::vector<HostTensor>& out) const {
+  if (!graph_) return false;
+  GraphState& gs = *graph_;
+  std::unique_lock lock(gs.mu, std::try_to_lock);
+  if (!lock.owns_lock() || !gs.failed.empty()) return false;  // busy (another thread) or failed
+  const ExecutionPlan& plan = *plan_;
+  const int nv = static_cast<int>(plan.values.size());
+  if (!gs.res) {
+    gs.res = provider_->begin_run(static_cast<std::size_t>(std::max<int64_t>(plan.memory.arena_bytes, 64)),
+                                  workspace_bytes_);
+    gs.in_buf.assign(nv, nullptr);
+    gs.out_buf.assign(nv, nullptr);
+    for (int v : plan.inputs)
+      gs.in_buf[v] = gs.res->allocate(nbytes_of(plan.values[v].dtype, *plan.values[v].shape));
+    for (int v : plan.outputs) {
+      const PlanValue& pv = plan.values[v];
+      if (pv.kind == PlanValue::Kind::kOutput && gs.out_buf[v] == nullptr)
+        gs.out_buf[v] = gs.res->allocate(nbytes_of(pv.dtype, *pv.shape));
+    }
+  }
+  RunResources& res = *gs.res;
+  if (caller != nullptr) res.wait_for(caller);
+  for (int v : plan.inputs) {
+    const std::size_t n = nbytes_of(plan.values[v].dtype, b.shapes[v]);
+    if (n > 0 && b.on_device[v]) {
+      res.copy_on_device(gs.in_buf[v], b.data[v], n);
+      ++stats.copies_on_device;
+      stats.device_copy_bytes += static_cast<int64_t>(n);
+    } else if (n > 0) {
+      res.copy_to_device(gs.in_buf[v], b.data[v], n);
+      ++stats.copies_to_device;
+      stats.copy_bytes += static_cast<int64_t>(n);
+    }
+    b.data[v] = gs.in_buf[v];
+  }
+  if (gs.graph == nullptr) {
+    // The first run goes step by step (its outputs are this run's: lazy set-up such
+    // as library handles and compiled kernels happens outside the capture), then
+    // the same steps are captured.
+    for (int v = 0; v < nv; ++v) {
+      b.out_target[v] = gs.out_buf[v];
+      b.out_shape[v] = gs.out_buf[v] != nullptr ? &*plan.values[v].shape : nullptr;
+    }
+    const std::vector<void*> bound = b.data;
+    run_steps(b, res, stats);
+    gs.data = b.data;
+    Binding cap = b;
+    cap.data = bound;
+    RunStats ignored;
+    gs.ops->begin_capture(gs.device_index, res.stream());
+    try {
+      run_steps(cap, res, ignored);
+    } catch (const std::exception& e) {
+      try {
+        gs.ops->end_capture(gs.device_index, res.stream());
+      } catch (...) {
+      }
+      gs.failed = std::string("capture failed: ") + e.what();
+    }
+    if (gs.failed.empty()) {
+      try {
+        gs.graph = gs.ops->end_capture(gs.device_index, res.stream());
+        stats.graph_captured = true;
+      } catch (const std::exception& e) {
+        gs.failed = std::string("capture failed: ") + e.what();
+      }
+    }
+  } else {
+    gs.ops->launch(gs.device_index, gs.graph, res.stream());
+    stats.graph_replayed = true;
+    b.data = gs.data;
+    for (int v = 0; v < nv; ++v) b.shapes[v] = plan.values[v].shape ? *plan.values[v].shape : b.shapes[v];
+  }
+  out = finish(b, res, stats);
+  res.synchronize();
+  return true;
+}
+
+std::vector<HostTensor> Executor::run(const RunRequest& req, RunStats* stats) const {
+  const ExecutionPlan& plan = *plan_;
+  Binding b = bind(req);
+  RunStats st_out;
+  std::vector<HostTensor> result;
+  if (req.use_graph && run_graph(b, req.stream, st_out, result)) {
+    if (stats) *stats = st_out;
+    return result;
+  }
+  const bool host = provider_->host_memory();
+  std::unique_ptr<RunResources> res = provider_->begin_run_on(
+      req.stream, static_cast<std::size_t>(std::max<int64_t>(plan.memory.arena_bytes, 64)),
+      workspace_bytes_);
+  for (int v : plan.inputs) {
+    if (host || b.on_device[v]) continue;  // read in place
+    const std::size_t n = nbytes_of(plan.values[v].dtype, b.shapes[v]);
+    void* d = res->allocate(n);
+    res->copy_to_device(d, b.data[v], n);
+    ++st_out.copies_to_device;
+    st_out.copy_bytes += static_cast<int64_t>(n);
+    b.data[v] = d;
+  }
+  run_steps(b, *res, st_out);
+  result = finish(b, *res, st_out);
+  // Device work on the caller's stream with device outputs: the caller orders on
+  // its stream; everything else returns when the outputs are ready.
+  if (req.stream == nullptr || b.host_io) res->synchronize();
   if (stats) *stats = st_out;
   return result;
 }

@@ -19,6 +19,10 @@ int fold_batchnorm(Graph& g);
 int fuse_epilogues(Graph& g);
 // Chains of float32 elementwise ops -> one FusedElementwise node.
 int fuse_elementwise(Graph& g);
+// A float32 graph compiled for fp16/bf16 (`to`): float32 values inside the graph
+// take the target type (constants converted, saturated to its range), Casts at the
+// float32 graph inputs/outputs keep the model's interface (precision.cpp).
+int lower_precision(Graph& g, DType to);
 // Removes nodes whose outputs no graph output needs.
 int eliminate_dead_code(Graph& g);
 // Drops dead nodes and recomputes producers.

@@ -11,6 +11,18 @@
 
 namespace xpuruntime::graph {
 
+void RunResources::throw_no_device_memory() {
+  XRT_THROW(UnsupportedOperationError,
+            "this execution provider has no device memory of its own: pass host arrays");
+}
+
+std::unique_ptr<RunResources> ExecutionProvider::begin_run_on(NativeStream stream, std::size_t arena_bytes,
+                                                              std::size_t workspace_bytes) const {
+  XRT_CHECK(stream == nullptr, UnsupportedOperationError, "the '", name(),
+            "' execution provider runs plans on its own streams; do not pass stream= for it");
+  return begin_run(arena_bytes, workspace_bytes);
+}
+
 ProviderRegistry& ProviderRegistry::instance() {
   // Leaked on purpose: providers from plugins must not be destroyed after their
   // library is unloaded at exit.

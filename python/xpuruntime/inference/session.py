@@ -104,11 +104,30 @@ class InferenceSession:
             ) from exc
 
     # ------------------------------------------------------------------ running
-    def run(self, inputs: Mapping[str, Any], output_names: Sequence[str] | None = None) -> dict[str, Any]:
-        """Run once. ``inputs``: name -> numpy array, xpuruntime Tensor or any ``__dlpack__`` object."""
+    def run(
+        self,
+        inputs: Mapping[str, Any],
+        output_names: Sequence[str] | None = None,
+        *,
+        outputs: Sequence[Any] | None = None,
+        stream: Any = None,
+    ) -> dict[str, Any]:
+        """Run once. ``inputs``: name -> numpy array, xpuruntime Tensor or any ``__dlpack__`` object.
+
+        The native engine on CUDA also takes device tensors (read in place), ``outputs``
+        (caller buffers, one per requested output, written in place) and ``stream`` (the
+        caller's CUDA stream: torch, cupy, ours or a raw handle).
+        """
         if isinstance(output_names, str):
             output_names = [output_names]
-        return self._engine.run(inputs, output_names)
+        if outputs is None and stream is None:
+            return self._engine.run(inputs, output_names)
+        if self._engine_name != "native":
+            raise UnsupportedOperationError(
+                f"outputs= and stream= are taken by the native engine only; this session runs on "
+                f"'{self._engine_name}' (pass engine='native', or drop them)"
+            )
+        return self._engine.run(inputs, output_names, outputs=outputs, stream=stream)
 
     def get_inputs(self) -> list[Any]:
         """Model inputs: TensorInfo(name, shape with symbolic dims, dtype)."""

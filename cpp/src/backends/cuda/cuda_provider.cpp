@@ -94,11 +94,16 @@ class CudaConstants final : public graph::DeviceConstants {
 
 class CudaRun final : public graph::RunResources {
  public:
-  CudaRun(StreamPool &pool, int device, std::size_t arena_bytes, std::size_t workspace_bytes)
+  // `external`: the caller's stream (not pooled, not waited for at the end: the
+  // run's blocks return to that stream's pool, so later work on it is ordered
+  // after this run); nullptr: a pooled stream of the run's own.
+  CudaRun(StreamPool &pool, int device, std::size_t arena_bytes, std::size_t workspace_bytes,
+          cudaStream_t external = nullptr)
       : pool_(pool),
         device_(device),
-        alloc_(MemoryManager::instance().allocator(Device::cuda(device))) {
-    stream_ = pool_.acquire(device_);
+        alloc_(MemoryManager::instance().allocator(Device::cuda(device))),
+        external_(external != nullptr) {
+    stream_ = external_ ? external : pool_.acquire(device_);
     try {
       arena_ = alloc_.allocate(std::max<std::size_t>(arena_bytes, 64), stream_);
       if (workspace_bytes > 0) workspace_ = alloc_.allocate(workspace_bytes, stream_);
@@ -142,25 +147,40 @@ class CudaRun final : public graph::RunResources {
     if (Profiler::instance().enabled()) Profiler::instance().record_copy("d2h", bytes);
   }
   void synchronize() override { XRT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void copy_on_device(void *dst, const void *src, std::size_t bytes) override {
+    if (bytes)
+      XRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    if (Profiler::instance().enabled()) Profiler::instance().record_copy("d2d", bytes);
+  }
+  void wait_for(NativeStream other) override {
+    if (other == nullptr || other == stream_) return;
+    if (event_ == nullptr) XRT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    XRT_CUDA_CHECK(cudaEventRecord(event_, static_cast<cudaStream_t>(other)));
+    XRT_CUDA_CHECK(cudaStreamWaitEvent(stream_, event_, 0));
+  }
 
  private:
   // Waits for the stream before its blocks return to the pool and the stream to
   // the next run: a run that threw mid-way may still have work in flight.
   void release_all() noexcept {
-    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    if (stream_ != nullptr && !external_) (void)cudaStreamSynchronize(stream_);
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+    event_ = nullptr;
     for (void *p : live_) alloc_.free(p);
     live_.clear();
     if (workspace_) alloc_.free(workspace_);
     if (arena_) alloc_.free(arena_);
     workspace_ = arena_ = nullptr;
-    if (stream_ != nullptr) pool_.give_back(device_, stream_);
+    if (stream_ != nullptr && !external_) pool_.give_back(device_, stream_);
     stream_ = nullptr;
   }
 
   StreamPool &pool_;
   int device_;
   CachingAllocator &alloc_;
+  bool external_ = false;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t event_ = nullptr;  // wait_for's, created on first use
   void *arena_ = nullptr;
   void *workspace_ = nullptr;
   std::vector<void *> live_;
@@ -205,6 +225,13 @@ class CudaProvider final : public graph::ExecutionProvider {
     // the run's memory lives on.
     XRT_CUDA_CHECK(cudaSetDevice(dev));
     return std::make_unique<CudaRun>(pool_, dev, arena_bytes, workspace_bytes);
+  }
+  std::unique_ptr<graph::RunResources> begin_run_on(NativeStream stream, std::size_t arena_bytes,
+                                                    std::size_t workspace_bytes) const override {
+    const int dev = current_device();
+    XRT_CUDA_CHECK(cudaSetDevice(dev));
+    return std::make_unique<CudaRun>(pool_, dev, arena_bytes, workspace_bytes,
+                                     static_cast<cudaStream_t>(stream));
   }
   DeviceBackend::GraphOps *graph_ops() const override { return backend_.graphs(); }
 

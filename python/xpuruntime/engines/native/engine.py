@@ -129,6 +129,65 @@ def _precision(exec_policy: Any) -> str:
     return str(getattr(v, "name", v)).lower().replace("precision.", "")
 
 
+_PRECISIONS = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+}
+# DLPack device types of memory the CUDA kernels read in place (CUDA, pinned, managed).
+_DL_CUDA = (2, 3, 13)
+
+
+def on_device(value: Any) -> bool:
+    """True for a tensor in CUDA memory (torch, cupy, our Tensor: anything with DLPack)."""
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack_device__"):
+        return False
+    try:
+        return int(value.__dlpack_device__()[0]) in _DL_CUDA
+    except (TypeError, ValueError, RuntimeError, AttributeError, BufferError):  # cannot say: host
+        return False
+
+
+class _DeviceMeta:
+    """Shape and dtype of a device tensor for the input checks (numpy-style names)."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        try:
+            t = _core.from_dlpack(value)
+        except Exception as exc:
+            raise InvalidArgumentError(
+                f"input '{name}': cannot view {type(value).__name__} through DLPack ({exc})"
+            ) from exc
+        self.value = value
+        self.shape = tuple(t.shape)
+        self.dtype = str(t.dtype)
+        self.ndim = len(self.shape)
+
+
+def stream_handle(stream: Any) -> int:
+    """A raw CUDA stream handle from a torch/cupy stream, our Stream, or an int (0: none).
+
+    torch's default stream is the legacy default stream, whose handle is 0; it is
+    passed as cudaStreamLegacy (1) so that the run is ordered after its work."""
+    if stream is None:
+        return 0
+    for attr in ("cuda_stream", "ptr", "handle", "native_handle"):
+        if hasattr(stream, attr):
+            h = getattr(stream, attr)
+            h = int(h() if callable(h) else h)
+            return h if h != 0 else 1
+    if isinstance(stream, int) and stream >= 0:
+        return stream
+    raise InvalidArgumentError(
+        f"stream must be a torch.cuda.Stream, a cupy Stream, an xpuruntime Stream or a raw handle, "
+        f"got {type(stream).__name__}"
+    )
+
+
 def as_numpy(name: str, value: Any) -> np.ndarray:
     """A C-contiguous numpy view of an input (numpy, xpuruntime Tensor, any __dlpack__)."""
     if isinstance(value, np.ndarray):
@@ -172,11 +231,13 @@ class NativeEngine(Engine):
         why = unavailable_reason(kind)
         if why:
             return ("device_unavailable", f"the native engine cannot run on {kind} here: {why}")
-        prec = _precision(exec_policy)
-        if prec not in ("fp32", "float32"):
+        prec = _PRECISIONS.get(_precision(exec_policy))
+        if prec is None or (prec != "fp32" and kind != "cuda"):
             detail = (
-                f"the native engine runs fp32 models as exported; precision={prec!r} "
-                "is not implemented (use engine='onnxruntime' for int8, or precision='fp32')"
+                f"the native engine runs float models in fp32 on {kind}"
+                + (" and in fp16/bf16 on cuda" if kind != "cuda" else ", fp16 or bf16")
+                + f"; precision={_precision(exec_policy)!r} is not available there "
+                "(use engine='onnxruntime' or 'openvino' for int8, or precision='fp32')"
             )
             return (_core.reason.DTYPE_UNSUPPORTED, detail)
         return None
@@ -331,18 +392,95 @@ class NativeEngine(Engine):
     def outputs(self) -> Sequence[TensorInfo]:
         return list(self._outputs)
 
-    def run(self, inputs: Mapping[str, Any], output_names: Sequence[str] | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        inputs: Mapping[str, Any],
+        output_names: Sequence[str] | None = None,
+        *,
+        outputs: Sequence[Any] | None = None,
+        stream: Any = None,
+    ) -> dict[str, Any]:
+        """Runs the model.
+
+        ``inputs`` may be numpy arrays or tensors in the plan device's memory (torch, cupy,
+        our Tensor: read in place through DLPack). ``outputs``: caller buffers, one per
+        requested output, written in place (their entries of the result are those buffers).
+        ``stream``: the caller's CUDA stream (torch/cupy/ours/raw handle); the run is issued
+        on it, after the caller's earlier work. With torch CUDA inputs and no stream, torch's
+        current stream is used. Without buffers, device inputs give torch CUDA outputs where
+        torch is the producer and shapes are static; otherwise numpy arrays.
+        """
         if not isinstance(inputs, Mapping):
             raise InvalidArgumentError(
                 f"inputs must be a dict of name -> array, got {type(inputs).__name__}; "
                 f"expected inputs: {self._executor.describe_inputs()}"
             )
+        if (
+            outputs is not None
+            or stream is not None
+            or self._use_graph()
+            or any(on_device(v) for v in inputs.values())
+        ):
+            return self._run_io(inputs, output_names, outputs, stream)
         arrays = {str(k): as_numpy(str(k), v) for k, v in inputs.items()}
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
         executor = self._executor_for(arrays)
         with self._on_device():
             outs = executor.run(arrays, names if output_names is not None else None)
         return dict(zip(names, outs))
+
+    def _use_graph(self) -> bool:
+        return bool(getattr(self._ep, "cuda_graph", False)) and self._kind == "cuda"
+
+    def _run_io(
+        self, inputs: Mapping[str, Any], output_names: Sequence[str] | None, outputs: Any, stream: Any
+    ) -> dict[str, Any]:
+        vals = {
+            str(k): (_DeviceMeta(str(k), v) if on_device(v) else as_numpy(str(k), v))
+            for k, v in inputs.items()
+        }
+        names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
+        executor = self._executor_for(vals)
+        handle = stream_handle(stream)
+        torch_inputs = [v.value for v in vals.values() if isinstance(v, _DeviceMeta) and _is_torch(v.value)]
+        if handle == 0 and torch_inputs:
+            import torch
+
+            handle = stream_handle(torch.cuda.current_stream(torch_inputs[0].device))
+        given = outputs
+        if given is None and torch_inputs:
+            given = _torch_outputs(self._plan, names, torch_inputs[0].device)
+        if given is not None:
+            given = list(given)
+            if len(given) != len(names):
+                raise InvalidArgumentError(
+                    f"got {len(given)} output buffers for {len(names)} outputs ({', '.join(names)}); "
+                    "pass one per requested output"
+                )
+        feed = {k: (v.value if isinstance(v, _DeviceMeta) else v) for k, v in vals.items()}
+        with self._on_device():
+            outs, stats = executor.run_io(
+                feed,
+                names if output_names is not None else None,
+                outputs=given,
+                stream=handle,
+                use_graph=self._use_graph(),
+            )
+        self._last_stats = dict(stats)
+        if given is not None:
+            outs = [g if o is None else o for o, g in zip(outs, given)]
+        return dict(zip(names, outs))
+
+    def last_run_stats(self) -> dict[str, Any]:
+        """Copies (count, bytes per direction), steps run and graph capture/replay of the last
+        run that took device tensors, caller buffers, a stream or a CUDA graph."""
+        return dict(getattr(self, "_last_stats", {}))
+
+    def graph_status(self) -> str:
+        """'captured', 'not captured yet', or why the plan cannot be replayed as a CUDA graph."""
+        if not self._use_graph():
+            return "off (ExecutionPolicy(cuda_graph=True) on device='cuda' turns it on)"
+        return str(self._executor.graph_status()) if self._executor is not None else "no plan yet"
 
     def decisions(self) -> list[Any]:
         from ...dispatch.decision import Decision
@@ -385,6 +523,27 @@ class NativeEngine(Engine):
     def device(self) -> str:
         """The device the plans run on ("cpu", "cuda:0", ...)."""
         return str(self._options.device)
+
+
+def _is_torch(value: Any) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def _torch_outputs(plan: Any, names: Sequence[str], device: Any) -> list[Any] | None:
+    """torch tensors for the outputs when every one has a static shape (else None)."""
+    import torch
+
+    shapes = {n: (t, d) for n, t, d in plan.outputs}
+    out = []
+    for n in names:
+        dtype, dims = shapes[n]
+        if any(not isinstance(d, int) for d in dims):
+            return None
+        td = getattr(torch, dtype, None)
+        if td is None:
+            return None
+        out.append(torch.empty(tuple(dims), dtype=td, device=device))
+    return out
 
 
 def _device_of(device: str) -> tuple[str, int | None]:

@@ -1,0 +1,147 @@
+// Precision lowering (passes.h): a float32 model compiled for fp16 or bf16. Every
+// float32 value inside the graph becomes the target type (constants converted once,
+// here), Cast nodes at the float32 graph inputs and outputs keep the model's
+// interface, and dtype attributes that name float32 follow. Kernels keep their
+// statistics and accumulators in fp32 (their contract), so only storage narrows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "core/half_float.h"
+#include "graph/passes.h"
+#include "xpuruntime/error.h"
+
+namespace xpuruntime::graph::passes {
+namespace {
+
+// ONNX TensorProto data types of the Cast "to" attribute.
+constexpr int64_t kOnnxFloat = 1;
+constexpr int64_t kOnnxFloat16 = 10;
+constexpr int64_t kOnnxBFloat16 = 16;
+
+// Inputs whose ONNX type is float32 whatever the op's T (Resize's scales, Upsample's).
+bool must_stay_float32(const Node& n, std::size_t input) {
+  return (n.op_type == "Resize" && input == 2) || (n.op_type == "Upsample" && input == 1);
+}
+
+// float32 -> target, finite values saturated to the target's range: a mask built
+// from -FLT_MAX (what torch exports for "-infinity") must stay finite in fp16, or
+// 0 * mask turns into NaN.
+HostTensor convert(const HostTensor& src, DType to) {
+  HostTensor out = HostTensor::alloc(to, src.shape);
+  const float* s = src.ptr<float>();
+  auto* d = out.ptr<uint16_t>();
+  const int64_t n = src.numel();
+  constexpr float kHalfMax = 65504.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = s[i];
+    if (to == DType::kFloat16) {
+      if (std::isfinite(v)) v = std::clamp(v, -kHalfMax, kHalfMax);
+      d[i] = matmul::float_to_half(v);
+    } else {
+      d[i] = matmul::float_to_bf16(v);
+    }
+  }
+  return out;
+}
+
+Node cast_node(const Graph& g, const std::string& hint, int in, int out, DType to) {
+  Node c;
+  c.name = fresh_name(g, hint);
+  c.op_type = "Cast";
+  c.inputs = {in};
+  c.outputs = {out};
+  const int64_t onnx_to =
+      to == DType::kFloat32 ? kOnnxFloat : (to == DType::kFloat16 ? kOnnxFloat16 : kOnnxBFloat16);
+  c.attrs["to"] = Attr::of_int(onnx_to);
+  return c;
+}
+
+int add_value(Graph& g, const Value& like, const std::string& suffix, DType dtype) {
+  const std::optional<Shape> shape = like.shape;  // `like` may move when values grow
+  const int id = g.value_id(fresh_name(g, like.name + suffix));
+  Value& v = g.values[id];
+  v.dtype = dtype;
+  v.dtype_known = true;
+  v.shape = shape;
+  return id;
+}
+
+bool is_f32(const Value& v) { return v.dtype == DType::kFloat32; }
+
+}  // namespace
+
+int lower_precision(Graph& g, DType to) {
+  XRT_CHECK(to == DType::kFloat16 || to == DType::kBFloat16, InvalidArgumentError,
+            "precision lowering targets float16 or bfloat16, got ", dtype_name(to));
+  const std::string suffix = to == DType::kFloat16 ? "_fp16" : "_bf16";
+  int changed = 0;
+  std::set<int> keep;  // values read where ONNX insists on float32
+  for (const Node& n : g.nodes)
+    for (std::size_t k = 0; k < n.inputs.size(); ++k)
+      if (n.inputs[k] >= 0 && must_stay_float32(n, k)) keep.insert(n.inputs[k]);
+
+  // Graph inputs: a Cast to the target type feeds every former reader.
+  std::vector<Node> added;
+  for (int in : g.inputs) {
+    if (!is_f32(g.values[in]) || keep.count(in)) continue;
+    const int lowered = add_value(g, g.values[in], suffix, to);
+    bool read = false;
+    for (Node& n : g.nodes)
+      for (int& i : n.inputs)
+        if (i == in) {
+          i = lowered;
+          read = true;
+        }
+    if (read) added.push_back(cast_node(g, g.values[in].name + "_to" + suffix, in, lowered, to));
+  }
+  // Graph outputs produced by a node: the node writes a lowered value, a Cast
+  // back to float32 writes the output.
+  for (int out : g.outputs) {
+    const Value& ov = g.values[out];
+    if (!is_f32(ov) || ov.producer < 0 || ov.constant.defined()) continue;
+    const int lowered = add_value(g, g.values[out], suffix, to);
+    for (Node& n : g.nodes) {
+      for (int& o : n.outputs)
+        if (o == out) o = lowered;
+      for (int& i : n.inputs)  // later readers of the output read the lowered value
+        if (i == out) i = lowered;
+    }
+    g.values[out].producer = -1;  // the Cast below produces it now
+    added.push_back(cast_node(g, g.values[out].name + "_to_fp32", lowered, out, DType::kFloat32));
+  }
+  std::set<int> io(g.inputs.begin(), g.inputs.end());
+  io.insert(g.outputs.begin(), g.outputs.end());
+  // Everything else that is float32 narrows; constants are converted here, once.
+  for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
+    Value& val = g.values[v];
+    if (!is_f32(val) || io.count(v) || keep.count(v)) continue;
+    if (val.constant.defined()) val.constant = convert(val.constant, to);
+    val.dtype = to;
+    ++changed;
+  }
+  // Attributes that name float32 for a value that is now narrower.
+  for (Node& n : g.nodes) {
+    const int out = n.outputs.empty() ? -1 : n.outputs[0];
+    if (out < 0 || g.values[out].dtype != to) continue;
+    if (n.op_type == "Cast" && n.attr_int("to", 0) == kOnnxFloat) {
+      n.attrs["to"] = Attr::of_int(to == DType::kFloat16 ? kOnnxFloat16 : kOnnxBFloat16);
+    } else if (n.op_type == "ConstantOfShape" && n.has("value") &&
+               n.attrs["value"].t.dtype == DType::kFloat32) {
+      n.attrs["value"].t = convert(n.attrs["value"].t, to);
+    } else if (n.has("dtype") && n.attr_int("dtype", 0) == kOnnxFloat) {  // EyeLike, Random*
+      n.attrs["dtype"] = Attr::of_int(to == DType::kFloat16 ? kOnnxFloat16 : kOnnxBFloat16);
+    }
+  }
+  for (Node& c : added) {
+    g.add_node(std::move(c));
+    ++changed;
+  }
+  compact(g);
+  return changed;
+}
+
+}  // namespace xpuruntime::graph::passes
