@@ -561,3 +561,56 @@ def test_out_of_range_index_is_a_typed_error() -> None:
     sess = xrt.InferenceSession(m.SerializeToString(), device="cpu", engine="native")
     with pytest.raises(xrt.InvalidArgumentError, match="index 3 is out of range for axis 0 of size 3"):
         sess.run({"data": data})
+
+
+# ---- what the engine cannot run is reported at build time, all of it at once ------
+
+
+def _unsupported_model(batch: int | str) -> Any:
+    """x -> Det -> ... with ops the engine lacks: Det (twice), Hardmax, a custom-domain op."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="ok_relu"),
+        helper.make_node("Det", ["r"], ["d1"], name="det_a"),
+        helper.make_node("Det", ["r"], ["d2"], name="det_b"),
+        helper.make_node("Hardmax", ["r"], ["h"], name="hard"),
+        helper.make_node("Frob", ["h"], ["f"], name="frob", domain="mystery"),
+        helper.make_node("Add", ["d1", "d2"], ["y"], name="ok_add"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 3])
+    outs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch]),
+        helper.make_tensor_value_info("f", TensorProto.FLOAT, [batch, 3, 3]),
+    ]
+    graph = helper.make_graph(nodes, "unsupported", [x], outs)
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("mystery", 1)]
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+@pytest.mark.parametrize("batch", [2, "batch"], ids=["static", "dynamic"])
+def test_unsupported_ops_all_reported_at_build(batch: int | str) -> None:
+    # dynamic: the session compiles at the first run, yet it refuses at build time
+    with pytest.raises(xrt.UnsupportedOperationError) as err:
+        xrt.InferenceSession(_unsupported_model(batch), device="cpu", engine="native")
+    msg = str(err.value)
+    assert "node 'det_a' (Det): op 'Det' is not supported by the native engine on device 'cpu'" in msg
+    assert "All 3 unsupported ops of the model (4 nodes)" in msg
+    assert "Det (2 nodes: 'det_a', 'det_b')" in msg
+    assert "Hardmax (1 node: 'hard')" in msg
+    assert "mystery.Frob (1 node: 'frob')" in msg
+    assert "engine='onnxruntime'" in msg and "Relu" in msg  # how to proceed; what it runs
+
+
+def test_unsupported_op_list_is_capped_per_op() -> None:
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Det", ["x"], [f"d{i}"], name=f"det{i}") for i in range(8)]
+    nodes.append(helper.make_node("Sum", [f"d{i}" for i in range(8)], ["y"], name="sum"))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 18)]
+    )
+    with pytest.raises(xrt.UnsupportedOperationError, match=r"Det \(8 nodes: 'det0', .*'det4' and 3 more\)"):
+        xrt.InferenceSession(m.SerializeToString(), device="cpu", engine="native")

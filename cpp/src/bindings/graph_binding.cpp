@@ -394,6 +394,16 @@ void bind_graph(py::module_& m) {
       py::arg("model_hash") = "", py::arg("input_shapes") = std::map<std::string, graph::Shape>{},
       py::arg("fold") = true, py::arg("fuse") = true, py::arg("device") = "cpu");
   g.def(
+      "check_supported",
+      [](const py::dict& desc, const std::string& device) {
+        graph::Graph gr = graph_from_py(desc);
+        py::gil_scoped_release nogil;
+        graph::check_supported(gr, device);
+      },
+      py::arg("graph"), py::arg("device") = "cpu",
+      "Raises UnsupportedOperationError listing every op of the graph the native engine "
+      "cannot run on `device`, all at once (what compile() checks first).");
+  g.def(
       "scratch_peak_bytes",
       [] {
         // The CPU plugin's entry (the CPU kernels' scratch lives there).

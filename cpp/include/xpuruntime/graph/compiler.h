@@ -38,6 +38,12 @@ struct CompileOptions {
 // SHA-256 over both policies' canonical JSON: what a plan is bound to.
 std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep);
 
+// Throws UnsupportedOperationError listing, at once, every op of the graph the native
+// engine cannot run on `device` (no schema, another domain, or no kernel there; nodes
+// computed only from constants fold and need none), with node counts and names. The
+// check compile() starts with, for callers that compile later (dynamic shapes).
+void check_supported(const Graph& graph, const std::string& device);
+
 // Compiles a graph (consumed). Throws UnsupportedOperationError for a device without
 // an execution provider (naming the registered ones) and naming node and op for ops
 // without a kernel on that device; InvalidModelError for malformed graphs.

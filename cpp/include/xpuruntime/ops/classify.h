@@ -10,13 +10,13 @@ namespace xpuruntime::ops {
 struct IsInfAttrs {
   bool negative = true;
   bool positive = true;
-  static IsInfAttrs from_node(const graph::Node &n);
+  static IsInfAttrs from_node(const graph::Node& n);
 };
 
 // InstanceNormalization: the variance epsilon.
 struct InstanceNormAttrs {
   double epsilon = 1e-5;
-  static InstanceNormAttrs from_node(const graph::Node &n);
+  static InstanceNormAttrs from_node(const graph::Node& n);
 };
 
-} // namespace xpuruntime::ops
+}  // namespace xpuruntime::ops

@@ -13,7 +13,7 @@ namespace xpuruntime::ops {
 // GatherND: the number of leading batch dimensions data and indices share.
 struct GatherNDAttrs {
   int64_t batch_dims = 0;
-  static GatherNDAttrs from_node(const graph::Node &n);
+  static GatherNDAttrs from_node(const graph::Node& n);
 };
 
 // How ScatterND / ScatterElements combine an update with the value already
@@ -25,7 +25,7 @@ struct ScatterAttrs {
   int64_t axis = 0;
   ScatterReduction reduction = ScatterReduction::kNone;
   // Throws InvalidModelError naming the node for an unknown reduction.
-  static ScatterAttrs from_node(const graph::Node &n);
+  static ScatterAttrs from_node(const graph::Node& n);
 };
 
-} // namespace xpuruntime::ops
+}  // namespace xpuruntime::ops

@@ -276,6 +276,10 @@ class NativeEngine(Engine):
                 # Shapes known now: compile at once. Otherwise each new set of input
                 # shapes gets its own plan at its first run (a specialization).
                 self._use(self._compile(given))
+            else:
+                # Not compiled before the first run: what the engine cannot run is
+                # reported now, all of it at once, as a compile would.
+                frontend.check_supported(self._desc, self._kind)
 
     def _compile(self, shapes: dict[str, list[int]]) -> Any:
         assert self._desc is not None

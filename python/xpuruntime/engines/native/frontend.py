@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import _core
 from ..._core import InvalidModelError, UnsupportedOperationError, XpuRuntimeError
 from ..onnx_model import ONNX_DTYPES, dims, import_onnx, load_model
 
@@ -255,6 +256,19 @@ def _attr(a: Any, where: str) -> Any:
     if isinstance(v, list):
         return [x.decode("utf-8", errors="replace") if isinstance(x, bytes) else x for x in v]
     return v
+
+
+def check_supported(desc: dict[str, Any], device: str) -> None:
+    """Raise ``UnsupportedOperationError`` listing, at once, every op of the described
+    graph the native engine cannot run on ``device`` (kind: ``"cpu"``, ``"cuda"``),
+    with node counts and names; return when it can run them all.
+
+    A model with symbolic input dimensions is compiled at its first run (one plan per
+    input shape), so the session calls this at build time: the check is the one
+    ``_core.graph.compile`` starts with (ops with no schema, from another domain, or
+    without a kernel on the device; nodes computed only from constants fold and need
+    none)."""
+    _core.graph.check_supported(desc, device=device)
 
 
 def describe(loaded: LoadedModel) -> dict[str, Any]:
