@@ -154,7 +154,7 @@ def test_explain_records_every_node_and_the_engine() -> None:
     log = sess.explain()
     ops = [d.op for d in log]
     assert ops[0] == "engine" and log[0].chosen == "native@cpu"
-    for key in ("conv", "matmul", "layernorm", "softmax"):
+    for key in ("conv", "matmul", "layernorm", "attention", "fusion"):  # softmax: fused into attention
         assert key in ops
     assert len(log) >= len(sess.plan.steps) + 1
     for d in log:

@@ -178,6 +178,13 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   // Fusions run where the options ask for them and the provider says they pay.
   const FusionSupport pays = provider->fusions();
+  // The patterns first: the epilogue and elementwise fusions would take their pieces.
+  if (opt.fuse && pays.patterns) {
+    log("layernorm pattern fusion (subgraphs fused)",
+        passes::fuse_layernorm_patterns(g, *provider, plan.decisions));
+    log("attention pattern fusion (subgraphs fused)",
+        passes::fuse_attention_patterns(g, *provider, plan.decisions));
+  }
   if (opt.fold_batchnorm && pays.fold_batchnorm)
     log("batchnorm folding (BatchNormalization folded)", passes::fold_batchnorm(g));
   if (opt.fuse && pays.epilogues)

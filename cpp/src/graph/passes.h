@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "xpuruntime/graph/ir.h"
+#include "xpuruntime/graph/provider.h"
 
 namespace xpuruntime::graph::passes {
 
@@ -19,6 +20,18 @@ int fold_batchnorm(Graph& g);
 int fuse_epilogues(Graph& g);
 // Chains of float32 elementwise ops -> one FusedElementwise node.
 int fuse_elementwise(Graph& g);
+// The decomposed LayerNorm (ReduceMean, Sub, Pow/Mul, ReduceMean, Add eps, Sqrt,
+// Div or Reciprocal+Mul, then an optional Mul gamma / Add beta) over the last axis
+// -> one LayerNormalization (fusion_layernorm.cpp). Attention subgraphs
+// (MatMul(Q, K^T), scale, mask / causal Where, Softmax(-1), MatMul(V)) -> one
+// FusedAttention (fusion_attention.cpp). Each fires only where a kernel of the
+// provider runs the fused node; every match appends a Decision (op "fusion") to
+// `decisions`. Run them before the epilogue and elementwise fusions, which would
+// otherwise take the patterns' elementwise pieces.
+int fuse_layernorm_patterns(Graph& g, const ExecutionProvider& provider,
+                            std::vector<std::string>& decisions);
+int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
+                            std::vector<std::string>& decisions);
 // A float32 graph compiled for fp16/bf16 (`to`): float32 values inside the graph
 // take the target type (constants converted, saturated to its range), Casts at the
 // float32 graph inputs/outputs keep the model's interface (precision.cpp).

@@ -35,6 +35,10 @@ struct FusionSupport {
   bool fold_batchnorm = true;      // BatchNormalization into Conv/Gemm weights
   bool epilogues = true;           // bias, residual and activation into Conv/MatMul/Gemm
   bool elementwise_chains = true;  // chains of elementwise ops into one FusedElementwise
+  // Decomposed LayerNorm and attention subgraphs into one LayerNormalization /
+  // FusedAttention node each; a match fuses only where a kernel of the device runs
+  // the fused node (the compiler asks the registry), so no device needs to opt out.
+  bool patterns = true;
 };
 
 // The plan constants in the provider's device memory, uploaded once per
