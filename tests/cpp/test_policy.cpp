@@ -2,7 +2,10 @@
 // SHA-256 against the FIPS 180-4 vectors, and validation errors with suggestions.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "xpuruntime/error.h"
 #include "xpuruntime/kernel_registry.h"
@@ -231,4 +234,177 @@ TEST(ExecutionPolicy, Errors) {
   EXPECT_TRUE(contains(m, "true or false")) << m;
   m = policy_error([] { ExecutionPolicy::from_json(R"({"schema_version": 2})"); });
   EXPECT_TRUE(contains(m, "newer")) << m;
+}
+
+// ---- hardening (issue 19): messages, integer ranges, hostile keys ----------------
+
+namespace {
+
+// A strict UTF-8 check (what Python's decoder accepts), written apart from the
+// library's own so that a bug there cannot hide here.
+bool is_valid_utf8(const std::string& s) {
+  std::size_t i = 0;
+  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  while (i < s.size()) {
+    unsigned char c = byte(i);
+    unsigned cp = 0;
+    std::size_t n = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 2, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 3, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 4, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      if ((byte(i + k) & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (byte(i + k) & 0x3f);
+    }
+    const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(Messages, ToValidUtf8EscapesExactlyTheInvalidBytes) {
+  EXPECT_EQ(to_valid_utf8("plain"), "plain");
+  EXPECT_EQ(to_valid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");  // é € 😀 kept
+  EXPECT_EQ(to_valid_utf8("a\xff" "b"), "a\\xffb");
+  EXPECT_EQ(to_valid_utf8("\xc0\xaf"), "\\xc0\\xaf");          // overlong '/'
+  EXPECT_EQ(to_valid_utf8("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(to_valid_utf8("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
+  EXPECT_EQ(to_valid_utf8("\xe2\x82"), "\\xe2\\x82");          // truncated sequence
+  EXPECT_EQ(to_valid_utf8(std::string("a\0b", 3)), "a\\x00b");  // NUL would cut the message
+  EXPECT_EQ(to_valid_utf8(to_valid_utf8("x\xfe")), to_valid_utf8("x\xfe"));  // idempotent
+}
+
+TEST(Messages, RandomBytesAlwaysGiveValidUtf8) {
+  // Every error constructor runs its message through the same repair.
+  std::uint32_t state = 12345;
+  for (int round = 0; round < 2000; ++round) {
+    std::string raw;
+    std::size_t n = (state = state * 1664525u + 1013904223u) % 64;
+    for (std::size_t i = 0; i < n; ++i) {
+      state = state * 1664525u + 1013904223u;
+      raw += static_cast<char>(state >> 24);
+    }
+    PolicyError e(raw);
+    ASSERT_TRUE(is_valid_utf8(e.what())) << round;
+    ASSERT_TRUE(is_valid_utf8(quote_input(raw))) << round;
+  }
+}
+
+TEST(Messages, QuoteInputIsBoundedAndEscapesControls) {
+  EXPECT_EQ(quote_input("matmul"), "'matmul'");
+  EXPECT_EQ(quote_input("a\nb\t'\\"), "'a\\nb\\t\\'\\\\'");
+  std::string big(50u << 20, 'x');
+  std::string q = quote_input(big);
+  EXPECT_LT(q.size(), 300u);
+  EXPECT_TRUE(contains(q, "(52428800 bytes)")) << q;
+  // A cut never splits a multi-byte character.
+  std::string euros;
+  for (int i = 0; i < 200; ++i) euros += "\xe2\x82\xac";
+  EXPECT_TRUE(is_valid_utf8(quote_input(euros, 10)));
+}
+
+TEST(Messages, ErrorMessagesAreCappedAndKeepTheirTail) {
+  std::string msg(1u << 20, 'm');
+  msg += " [cpp/src/core/x.cpp:1]";
+  InvalidArgumentError e(msg);
+  std::string what = e.what();
+  EXPECT_LE(what.size(), kMaxMessageBytes);
+  EXPECT_TRUE(contains(what, "bytes cut")) << what.substr(0, 100);
+  EXPECT_TRUE(contains(what, "[cpp/src/core/x.cpp:1]"));
+}
+
+TEST(Messages, SourceLocationIsRelativeToTheRepository) {
+  std::string m = policy_error([] { KernelPolicy::from_json("[]"); });
+  EXPECT_TRUE(contains(m, "[cpp/src/core/policy/policy_json.cpp:")) << m;
+  EXPECT_FALSE(contains(m, "../")) << m;
+  EXPECT_FALSE(contains(m, "/work/")) << m;
+  static_assert(std::string_view(detail::source_path("/home/u/repo/cpp/src/core/a.cpp")) ==
+                "cpp/src/core/a.cpp");
+  static_assert(std::string_view(detail::source_path("../../tests/cpp/t.cpp")) ==
+                "tests/cpp/t.cpp");
+  static_assert(std::string_view(detail::source_path("/src/cppx/cpp/include/h.h")) ==
+                "cpp/include/h.h");
+}
+
+TEST(PolicyHardening, DeeplyNestedJsonGivesATypedErrorNotAStackOverflow) {
+  // nlohmann parses this iteratively; quoting it in the message must not recurse.
+  const std::size_t depth = 200000;
+  std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  for (const std::string& doc :
+       {R"({"preferences": {"matmul": )" + nested + "}}", R"({"mode": )" + nested + "}",
+        R"({"preferences": )" + nested + "}", R"({"pins": {"matmul|x": )" + nested + "}}"}) {
+    std::string m = policy_error([&] { KernelPolicy::from_json(doc); });
+    EXPECT_LT(m.size(), 1000u) << m.substr(0, 200);
+  }
+  std::string m =
+      policy_error([&] { ExecutionPolicy::from_json(R"({"strict": )" + nested + "}"); });
+  EXPECT_LT(m.size(), 1000u);
+}
+
+TEST(PolicyHardening, IntegersAreRangeCheckedNotTruncated) {
+  // 2**32+1 read as an int is 1: a file from the future must not load as version 1.
+  std::string m =
+      policy_error([] { KernelPolicy::from_json(R"({"schema_version": 4294967297})"); });
+  EXPECT_TRUE(contains(m, "schema_version 4294967297")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"schema_version": 4294967297})"); });
+  EXPECT_TRUE(contains(m, "4294967297")) << m;
+  m = policy_error(
+      [] { KernelPolicy::from_json(R"({"schema_version": 18446744073709551615})"); });
+  EXPECT_TRUE(contains(m, "schema_version")) << m;
+  m = policy_error([] { KernelPolicy::from_json(R"({"schema_version": -4294967295})"); });
+  EXPECT_TRUE(contains(m, "invalid schema_version")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"threads": 4294967297})"); });
+  EXPECT_TRUE(contains(m, "'threads'") && contains(m, "2147483647")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"threads": -1})"); });
+  EXPECT_TRUE(contains(m, "'threads'")) << m;
+  m = policy_error(
+      [] { ExecutionPolicy::from_json(R"({"workspace_limit_bytes": 9223372036854775808})"); });
+  EXPECT_TRUE(contains(m, "workspace_limit_bytes")) << m;
+  EXPECT_EQ(ExecutionPolicy::from_json(R"({"workspace_limit_bytes": 9223372036854775807})")
+                .workspace_limit_bytes,
+            9223372036854775807ull);
+  EXPECT_EQ(ExecutionPolicy::from_json(R"({"threads": 2147483647})").threads, 2147483647);
+}
+
+TEST(PolicyHardening, HugeUnknownKeyIsFastAndItsEchoBounded) {
+  std::string big(50u << 20, 'q');
+  auto start = std::chrono::steady_clock::now();
+  KernelPolicy p;
+  p.preferences[big] = {"auto"};
+  std::string m = policy_error([&] { p.validate(KernelRegistry::instance()); });
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(m.size(), 4000u);
+  EXPECT_TRUE(contains(m, "(52428800 bytes)")) << m.substr(0, 300);
+  EXPECT_LT(seconds, 10.0);  // minutes before the bound; well under a second after
+  // Suggestions for ordinary typos are unchanged.
+  EXPECT_EQ(closest_match("matmull", {"conv", "matmul"}), "matmul");
+  EXPECT_EQ(closest_match(big, {"conv", "matmul"}), "");
+}
+
+TEST(PolicyHardening, InvalidUtf8InAFieldGivesAValidMessage) {
+  // nlohmann refuses the string and quotes the bytes it read; the message stays UTF-8.
+  std::string m = policy_error([] { KernelPolicy::from_json("{\"mode\": \"\xff\xfe\"}"); });
+  EXPECT_TRUE(is_valid_utf8(m)) << m;
+  m = policy_error([] { KernelPolicy::from_json("{\"\xc3\x28\": 1}"); });
+  EXPECT_TRUE(is_valid_utf8(m)) << m;
+  KernelPolicy p;
+  p.preferences["ma\xfftmul"] = {"auto"};  // C++ callers may hand over any bytes
+  m = policy_error([&] { p.validate(KernelRegistry::instance()); });
+  EXPECT_TRUE(is_valid_utf8(m)) << m;
+  EXPECT_TRUE(contains(m, "'ma\\xfftmul'")) << m;
 }

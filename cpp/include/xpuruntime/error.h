@@ -1,17 +1,71 @@
-// Typed errors of the runtime (DESIGN.md §9). Every class maps one-to-one to a
+// Typed errors of the runtime (DESIGN.md §10). Every class maps one-to-one to a
 // Python exception of the same name (cpp/src/bindings/errors_binding.cpp).
 // Messages say what failed, where, and how to fix it; XRT_CHECK adds file:line.
+//
+// Messages carry input we do not control (policy keys, model names, plan headers),
+// and Python decodes every message as UTF-8: a raw byte 0xff in a message would turn
+// the typed error into a UnicodeDecodeError. So messages quote input only through
+// quote_input() (valid UTF-8, bounded), and every error's constructor
+// repairs whatever slipped through (invalid bytes escaped as \xNN, length capped).
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace xpuruntime {
 
+// Longest slice of an offending value a message quotes (bytes of the original).
+inline constexpr std::size_t kMaxQuotedBytes = 200;
+// Longest message an error keeps; longer ones keep their head and tail.
+inline constexpr std::size_t kMaxMessageBytes = 16384;
+
+// `text` as valid UTF-8: well-formed sequences are kept, every other byte becomes
+// "\xNN". Idempotent. Thread-safe (pure).
+std::string to_valid_utf8(std::string_view text);
+
+// Untrusted `value` made safe to embed in a message: wrapped in single quotes, valid
+// UTF-8, control characters and invalid bytes escaped (\n, \t, \xNN), at most
+// `max_bytes` of the value kept, with "... (N bytes)" when cut. Thread-safe (pure).
+std::string quote_input(std::string_view value, std::size_t max_bytes = kMaxQuotedBytes);
+
+namespace detail {
+
+// The repository-relative part of a __FILE__ path ("cpp/src/core/x.cpp"): builds
+// pass absolute or build-relative paths, and neither belongs in a user's message.
+constexpr const char* source_path(const char* file) {
+  constexpr std::string_view roots[] = {"cpp/", "tests/", "fuzz/", "benchmarks/"};
+  std::string_view f(file);
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    if (i != 0 && f[i - 1] != '/') continue;
+    for (std::string_view r : roots) {
+      if (f.substr(i, r.size()) == r) return file + i;
+    }
+  }
+  return file;
+}
+
+// What the error constructors store: valid UTF-8, at most kMaxMessageBytes.
+std::string sanitize_message(std::string_view msg);
+
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+template <typename E, typename... Args>
+[[noreturn]] void throw_at(const char* file, int line, const Args&... args) {
+  throw E(concat(args..., " [", source_path(file), ":", line, "]"));
+}
+}  // namespace detail
+
 class XpuRuntimeError : public std::runtime_error {
  public:
-  explicit XpuRuntimeError(const std::string& msg) : std::runtime_error(msg) {}
+  explicit XpuRuntimeError(const std::string& msg)
+      : std::runtime_error(detail::sanitize_message(msg)) {}
 };
 
 // A CUDA runtime/driver/library call failed (the message names the call and code).
@@ -56,23 +110,10 @@ class BackendUnavailableError : public XpuRuntimeError {
   using XpuRuntimeError::XpuRuntimeError;
 };
 
-namespace detail {
-template <typename... Args>
-std::string concat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
-template <typename E, typename... Args>
-[[noreturn]] void throw_at(const char* file, int line, const Args&... args) {
-  throw E(concat(args..., " [", file, ":", line, "]"));
-}
-}  // namespace detail
-
 }  // namespace xpuruntime
 
 // XRT_CHECK(cond, ErrorType, message parts...): throws ErrorType with the message
-// followed by the source location when cond is false.
+// followed by the repository-relative source location when cond is false.
 #define XRT_CHECK(cond, ErrorType, ...)                                         \
   do {                                                                          \
     if (!(cond)) {                                                              \

@@ -12,20 +12,50 @@
 namespace xpuruntime::bindings {
 namespace {
 
+// Values arrive from any Python code, so a wrong type or text that is not valid
+// Unicode is a PolicyError here, never pybind11's TypeError or a UnicodeEncodeError.
+
+// What a message shows of a Python value: its type, and for text a bounded quote
+// (never repr(): it recurses into nested containers and may be huge).
+std::string describe(const py::handle& v) {
+  std::string type = py::str(py::type::handle_of(v).attr("__name__"));
+  if (!py::isinstance<py::str>(v)) return "a value of type " + type;
+  // surrogatepass keeps lone surrogates as bytes that quote_input() then escapes.
+  py::bytes raw = v.attr("encode")("utf-8", "surrogatepass");
+  return quote_input(std::string_view(raw));
+}
+
+// `v` as UTF-8 text; PolicyError naming `what` when it is not a str or holds lone
+// surrogates (which have no UTF-8 form).
+std::string text_arg(const py::handle& v, std::string_view what) {
+  XRT_CHECK(py::isinstance<py::str>(v), PolicyError, what, " must be a string, got ",
+            describe(v));
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(v.ptr(), &size);
+  if (data == nullptr) {
+    PyErr_Clear();
+    XRT_THROW(PolicyError, what, " ", describe(v),
+              " is not valid Unicode text (it holds a lone surrogate, as from bytes decoded "
+              "with errors='surrogateescape'); pass the name as proper text");
+  }
+  return std::string(data, static_cast<std::size_t>(size));
+}
+
+std::string op_key(const py::handle& k) { return text_arg(k, "a KernelPolicy op key"); }
+
 // A preference value from Python: "name" or ["a", "b"].
 std::vector<std::string> kernel_names(const std::string& op, const py::handle& v) {
-  if (py::isinstance<py::str>(v)) return {v.cast<std::string>()};
-  if (py::isinstance<py::sequence>(v)) {
+  std::string what = "the kernel for op " + quote_input(op);
+  if (py::isinstance<py::str>(v)) return {text_arg(v, what)};
+  if (py::isinstance<py::sequence>(v) && !py::isinstance<py::bytes>(v)) {
     std::vector<std::string> out;
     for (const auto& e : v) {
-      XRT_CHECK(py::isinstance<py::str>(e), PolicyError, "KernelPolicy preference for op '", op,
-                "' must list kernel names (str), got ", std::string(py::repr(e)));
-      out.push_back(e.cast<std::string>());
+      out.push_back(text_arg(e, "each kernel name for op " + quote_input(op)));
     }
     return out;
   }
-  XRT_THROW(PolicyError, "KernelPolicy preference for op '", op,
-            "' must be a kernel name or a list of names, got ", std::string(py::repr(v)));
+  XRT_THROW(PolicyError, "KernelPolicy preference for op ", quote_input(op),
+            " must be a kernel name or a list of names, got ", describe(v));
 }
 
 py::object names_to_py(const std::vector<std::string>& names) {
@@ -35,7 +65,7 @@ py::object names_to_py(const std::vector<std::string>& names) {
 
 std::optional<ExecutionPolicy::Target> optional_target(const py::object& v) {
   if (v.is_none()) return std::nullopt;
-  return target_from_string(v.cast<std::string>());
+  return target_from_string(text_arg(v, "ExecutionPolicy allow_fallback"));
 }
 
 }  // namespace
@@ -52,7 +82,7 @@ void bind_policy(py::module_& m) {
       .def(py::init([](const py::kwargs& kwargs) {
         KernelPolicy p;
         for (const auto& [k, v] : kwargs) {
-          std::string op = py::str(k);
+          std::string op = op_key(k);
           p.set(op, kernel_names(op, v));
         }
         return p;
@@ -67,10 +97,10 @@ void bind_policy(py::module_& m) {
           [](KernelPolicy& p, const py::dict& d) {
             std::map<std::string, std::vector<std::string>> prefs;
             for (const auto& [k, v] : d) {
-              std::string op = py::str(k);
+              std::string op = op_key(k);
               prefs[op] = kernel_names(op, v);
-              XRT_CHECK(!prefs[op].empty(), PolicyError, "KernelPolicy preference for op '", op,
-                        "' is an empty list");
+              XRT_CHECK(!prefs[op].empty(), PolicyError, "KernelPolicy preference for op ",
+                        quote_input(op), " is an empty list");
             }
             p.preferences = std::move(prefs);
           },
@@ -78,10 +108,14 @@ void bind_policy(py::module_& m) {
       .def_readwrite("auto_strategy", &KernelPolicy::auto_strategy)
       .def_property(
           "auto_strategy_name", [](const KernelPolicy& p) { return std::string(to_string(p.auto_strategy)); },
-          [](KernelPolicy& p, const std::string& s) { p.auto_strategy = auto_strategy_from_string(s); })
+          [](KernelPolicy& p, const py::object& s) {
+            p.auto_strategy = auto_strategy_from_string(text_arg(s, "KernelPolicy auto_strategy"));
+          })
       .def_property(
           "mode", [](const KernelPolicy& p) { return std::string(to_string(p.mode)); },
-          [](KernelPolicy& p, const std::string& s) { p.mode = policy_mode_from_string(s); })
+          [](KernelPolicy& p, const py::object& s) {
+            p.mode = policy_mode_from_string(text_arg(s, "KernelPolicy mode"));
+          })
       .def_readwrite("schema_version", &KernelPolicy::schema_version)
       .def_property(
           "pins",
@@ -98,22 +132,26 @@ void bind_policy(py::module_& m) {
           [](KernelPolicy& p, const py::dict& d) {
             std::map<std::string, KernelPin> pins;
             for (const auto& [k, v] : d) {
-              std::string key = py::str(k);
+              std::string key = text_arg(k, "a KernelPolicy pin key");
+              std::string where = "KernelPolicy pin " + quote_input(key);
               KernelPin pin;
               if (py::isinstance<py::str>(v)) {
-                pin.kernel = v.cast<std::string>();
+                pin.kernel = text_arg(v, where);
               } else {
-                XRT_CHECK(py::isinstance<py::dict>(v), PolicyError, "KernelPolicy pin '", key,
-                          "' must be a kernel name or {'kernel': ..., 'algorithm': ...}");
+                XRT_CHECK(py::isinstance<py::dict>(v), PolicyError, where,
+                          " must be a kernel name or {'kernel': ..., 'algorithm': ...}, got ",
+                          describe(v));
                 py::dict e = v.cast<py::dict>();
                 for (const auto& [fk, fv] : e) {
-                  std::string f = py::str(fk);
+                  std::string f = text_arg(fk, "a field of " + where);
                   XRT_CHECK(f == "kernel" || f == "algorithm", PolicyError,
-                            unknown_choice_message("pin field", f, "KernelPolicy pin '" + key + "'",
-                                                   {"algorithm", "kernel"}));
+                            unknown_choice_message("pin field", f, where, {"algorithm", "kernel"}));
                 }
-                pin.kernel = e.contains("kernel") ? e["kernel"].cast<std::string>() : "";
-                pin.algorithm = e.contains("algorithm") ? e["algorithm"].cast<std::string>() : "";
+                pin.kernel =
+                    e.contains("kernel") ? text_arg(e["kernel"], "the kernel of " + where) : "";
+                pin.algorithm = e.contains("algorithm")
+                                    ? text_arg(e["algorithm"], "the algorithm of " + where)
+                                    : "";
               }
               pins[key] = std::move(pin);
             }
@@ -121,19 +159,27 @@ void bind_policy(py::module_& m) {
           },
           "case key -> {'kernel': name, 'algorithm': id} (written by Dispatcher.export_pins).")
       .def("set",
-           [](KernelPolicy& p, const std::string& op, const py::object& v) -> KernelPolicy& {
+           [](KernelPolicy& p, const py::object& op_obj, const py::object& v) -> KernelPolicy& {
+             std::string op = op_key(op_obj);
              return p.set(op, kernel_names(op, v));
            },
            py::arg("op"), py::arg("kernel"), py::return_value_policy::reference_internal)
       .def("get",
-           [](const KernelPolicy& p, const std::string& op) -> py::object {
-             auto names = p.get(op);
+           [](const KernelPolicy& p, const py::object& op) -> py::object {
+             auto names = p.get(op_key(op));
              if (names.empty()) return py::none();
              return names_to_py(names);
            },
            py::arg("op"))
-      .def("get_list", &KernelPolicy::get, py::arg("op"))
-      .def("remove", &KernelPolicy::remove, py::arg("op"), py::return_value_policy::reference_internal)
+      .def(
+          "get_list", [](const KernelPolicy& p, const py::object& op) { return p.get(op_key(op)); },
+          py::arg("op"))
+      .def(
+          "remove",
+          [](KernelPolicy& p, const py::object& op) -> KernelPolicy& {
+            return p.remove(op_key(op));
+          },
+          py::arg("op"), py::return_value_policy::reference_internal)
       .def("validate", [](const KernelPolicy& p) { p.validate(KernelRegistry::instance()); },
            "Checks op keys, kernel names and pins against the process registry (PolicyError).")
       .def("to_json", &KernelPolicy::to_json, py::arg("indent") = 2)
@@ -153,10 +199,14 @@ void bind_policy(py::module_& m) {
       .def(py::init<>())
       .def_property(
           "target", [](const ExecutionPolicy& p) { return std::string(to_string(p.target)); },
-          [](ExecutionPolicy& p, const std::string& s) { p.target = target_from_string(s); })
+          [](ExecutionPolicy& p, const py::object& s) {
+            p.target = target_from_string(text_arg(s, "ExecutionPolicy target"));
+          })
       .def_property(
           "precision", [](const ExecutionPolicy& p) { return std::string(to_string(p.precision)); },
-          [](ExecutionPolicy& p, const std::string& s) { p.precision = precision_from_string(s); })
+          [](ExecutionPolicy& p, const py::object& s) {
+            p.precision = precision_from_string(text_arg(s, "ExecutionPolicy precision"));
+          })
       .def_readwrite("static_shape", &ExecutionPolicy::static_shape)
       .def_property(
           "allow_fallback",
@@ -191,6 +241,9 @@ void bind_policy(py::module_& m) {
   pu.def("unknown_choice_message", &unknown_choice_message, py::arg("what"), py::arg("word"),
          py::arg("where"), py::arg("choices"));
   pu.def("strict_assertions", &strict_assertions);
+  pu.def("quote_input", [](std::string_view value) { return quote_input(value); }, py::arg("value"),
+         "The value as error messages quote it: valid UTF-8, escaped, at most a few hundred "
+         "bytes (str or bytes).");
   pu.def("canonical_ops", &known_names::canonical_ops,
          "The canonical op keys shared by training and inference (matmul, conv, attention, ...).");
   pu.def("op_aliases", &known_names::op_aliases,

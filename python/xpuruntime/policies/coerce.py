@@ -7,20 +7,19 @@ routing, the dispatcher helpers) accepts the same forms and unwraps them here:
 * the core object (``_core.KernelPolicy`` / ``_core.ExecutionPolicy``);
 * the Python wrapper (:class:`~xpuruntime.KernelPolicy` /
   :class:`~xpuruntime.ExecutionPolicy`);
-* a mapping: ``op -> kernel`` keywords for a KernelPolicy (``{"matmul": "cpu_blas"}``),
-  the JSON form for an ExecutionPolicy (``{"precision": "fp16"}``);
+* a mapping: the keyword arguments of the wrapper (``{"matmul": "cpu_blas",
+  "mode": "require"}``, ``{"precision": "fp16"}``) or its JSON document (with
+  ``"kind"`` or ``"schema_version"``), checked exactly as those keywords are;
 * a path to a JSON (or YAML) policy file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from .. import _core
-from . import _io
 
 __all__ = ["core_exec_policy", "core_kernel_policy", "policy_kind"]
 
@@ -40,21 +39,18 @@ def _inner(policy: Any) -> Any:
     return get() if callable(get) else policy
 
 
-def _coerce(policy: Any, core_cls: Any, from_mapping: Any, what: str) -> Any:
+def _coerce(policy: Any, core_cls: Any, wrapper: Any, what: str) -> Any:
     if policy is None:
         return None
     inner = _inner(policy)
     if isinstance(inner, core_cls):
         return inner
+    # Mappings and files go through the wrapper, so they are checked exactly as the
+    # same values given as keyword arguments are (types, ranges, names, engines).
     if isinstance(policy, Mapping):
-        built = from_mapping(dict(policy))
-    elif isinstance(policy, (str, os.PathLike)):
-        built = core_cls.from_json(_io.read(policy, None))
-    else:
-        built = None
-    if built is not None:
-        built.validate()  # raw content: check it here, where the caller can still see which
-        return built
+        return wrapper.from_mapping(policy)._get_internal()
+    if isinstance(policy, (str, os.PathLike)):
+        return wrapper.load(policy)._get_internal()
     raise _core.InvalidArgumentError(
         f"expected a {what} (the object, its core object, a dict or a path to a JSON/YAML policy "
         f"file), got {type(policy).__name__}; build one with xpuruntime.{what}(...)"
@@ -68,7 +64,9 @@ def core_kernel_policy(policy: Any) -> Any:
         InvalidArgumentError: ``policy`` is none of the accepted forms.
         PolicyError: its content is invalid.
     """
-    return _coerce(policy, _core.KernelPolicy, lambda d: _core.KernelPolicy(**d), "KernelPolicy")
+    from .kernel_policy import KernelPolicy
+
+    return _coerce(policy, _core.KernelPolicy, KernelPolicy, "KernelPolicy")
 
 
 def core_exec_policy(policy: Any) -> Any:
@@ -78,9 +76,6 @@ def core_exec_policy(policy: Any) -> Any:
         InvalidArgumentError: ``policy`` is none of the accepted forms.
         PolicyError: its content is invalid.
     """
-    return _coerce(
-        policy,
-        _core.ExecutionPolicy,
-        lambda d: _core.ExecutionPolicy.from_json(json.dumps(d)),
-        "ExecutionPolicy",
-    )
+    from .execution_policy import ExecutionPolicy
+
+    return _coerce(policy, _core.ExecutionPolicy, ExecutionPolicy, "ExecutionPolicy")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _core
-from . import _io
+from . import _checks, _io
 
 __all__ = ["ExecutionPolicy"]
 
@@ -35,6 +35,8 @@ _FIELDS = (
     "strict",
 )
 _BOOL_FIELDS = ("static_shape", "deterministic", "cuda_graph", "allow_tf32")
+# The C++ field widths: larger values would be truncated or refused by the binding.
+_INT_LIMITS = {"workspace_limit_bytes": 2**63 - 1, "threads": 2**31 - 1}
 
 
 def _error(msg: str) -> Exception:
@@ -45,13 +47,12 @@ def _check_engine(name: str) -> str:
     """Canonical engine name; PolicyError with the valid names otherwise."""
     from ..engines import registry
 
+    name = _checks.text(name, "ExecutionPolicy engine")
     try:
         return registry.canonical_name(name)
     except _core.InvalidArgumentError:
         choices = sorted(registry.list_engines())
-        raise _error(
-            _core.policy_util.unknown_choice_message("engine", name, "ExecutionPolicy", choices)
-        ) from None
+        raise _error(_checks.unknown_choice("engine", name, "ExecutionPolicy", choices)) from None
 
 
 class ExecutionPolicy:
@@ -98,9 +99,7 @@ class ExecutionPolicy:
     ) -> None:
         if unknown:
             name = min(unknown)
-            raise _error(
-                _core.policy_util.unknown_choice_message("field", name, "ExecutionPolicy", sorted(_FIELDS))
-            )
+            raise _error(_checks.unknown_choice("field", name, "ExecutionPolicy", sorted(_FIELDS)))
         p = _core.ExecutionPolicy()
         self._policy = p
         values = {
@@ -124,24 +123,27 @@ class ExecutionPolicy:
     @staticmethod
     def _assign(p: Any, name: str, value: Any) -> None:
         if name == "target":
-            if not isinstance(value, str):
-                raise _error(f"ExecutionPolicy target must be a string, got {value!r}")
-            p.target = value  # C++ parses aliases and raises PolicyError with choices
+            p.target = _checks.text(value, "ExecutionPolicy target")  # C++ parses aliases, lists choices
         elif name == "precision":
-            if not isinstance(value, str):
-                raise _error(f"ExecutionPolicy precision must be a string, got {value!r}")
-            p.precision = value
+            p.precision = _checks.text(value, "ExecutionPolicy precision")
         elif name == "allow_fallback":
             if value is not None and not isinstance(value, str):
-                raise _error(f"ExecutionPolicy allow_fallback must be a target name or None, got {value!r}")
-            p.allow_fallback = value
+                raise _error(
+                    f"ExecutionPolicy allow_fallback must be a target name or None, got {_checks.describe(value)}"
+                )
+            p.allow_fallback = (
+                None if value is None else _checks.text(value, "ExecutionPolicy allow_fallback")
+            )
         elif name in _BOOL_FIELDS:
             if not isinstance(value, bool):
-                raise _error(f"ExecutionPolicy {name} must be True or False, got {value!r}")
+                raise _error(f"ExecutionPolicy {name} must be True or False, got {_checks.describe(value)}")
             setattr(p, name, value)
-        elif name in ("workspace_limit_bytes", "threads"):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise _error(f"ExecutionPolicy {name} must be an integer >= 0, got {value!r}")
+        elif name in _INT_LIMITS:
+            limit = _INT_LIMITS[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+                raise _error(
+                    f"ExecutionPolicy {name} must be an integer >= 0 and <= {limit}, got {_checks.describe(value)}"
+                )
             setattr(p, name, value)
         elif name == "engine":
             if value is None or value == "auto":
@@ -149,18 +151,20 @@ class ExecutionPolicy:
             elif isinstance(value, str):
                 p.engine = _check_engine(value)
             else:
-                raise _error(f"ExecutionPolicy engine must be an engine name or None, got {value!r}")
+                raise _error(
+                    f"ExecutionPolicy engine must be an engine name or None, got {_checks.describe(value)}"
+                )
         elif name == "strict":
             if isinstance(value, str):
                 value = [value]
-            items = list(value)
-            if not all(isinstance(s, str) for s in items):
-                raise _error(f"ExecutionPolicy strict must list assertion names, got {value!r}")
+            if not isinstance(value, Iterable) or isinstance(value, (bytes, bytearray, Mapping)):
+                raise _error(
+                    f"ExecutionPolicy strict must list assertion names, got {_checks.describe(value)}"
+                )
+            items = [_checks.text(s, "each ExecutionPolicy strict assertion") for s in value]
             p.strict = sorted(set(items))  # a set: order never changes the fingerprint
         else:
-            raise _error(
-                _core.policy_util.unknown_choice_message("field", name, "ExecutionPolicy", sorted(_FIELDS))
-            )
+            raise _error(_checks.unknown_choice("field", name, "ExecutionPolicy", sorted(_FIELDS)))
 
     @classmethod
     def _wrap(cls, internal: Any) -> ExecutionPolicy:
@@ -180,9 +184,7 @@ class ExecutionPolicy:
         if name in _FIELDS:
             value = getattr(self._policy, name)
             return list(value) if name == "strict" else value
-        raise AttributeError(
-            _core.policy_util.unknown_choice_message("field", name, "ExecutionPolicy", sorted(_FIELDS))
-        )
+        raise AttributeError(_checks.unknown_choice("field", name, "ExecutionPolicy", sorted(_FIELDS)))
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_"):
@@ -239,9 +241,13 @@ class ExecutionPolicy:
         return self._policy.canonical_json()
 
     @classmethod
-    def from_json(cls, text: str) -> ExecutionPolicy:
-        """Parses JSON text (refuses files from a newer schema version)."""
-        p = _core.ExecutionPolicy.from_json(text)
+    def from_json(cls, text: str | bytes) -> ExecutionPolicy:
+        """Parses JSON text (refuses files from a newer schema version).
+
+        Raises:
+            PolicyError: the text is not a JSON object in UTF-8, or its content is invalid.
+        """
+        p = _core.ExecutionPolicy.from_json(_checks.json_bytes(text, "ExecutionPolicy JSON"))
         if p.engine is not None:
             p.engine = _check_engine(p.engine)
         p.strict = sorted(set(p.strict))
@@ -256,9 +262,26 @@ class ExecutionPolicy:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExecutionPolicy:
         """Inverse of :meth:`to_dict`."""
-        import json
+        if not isinstance(data, Mapping):
+            raise _error(f"ExecutionPolicy.from_dict takes a mapping, got {_checks.describe(data)}")
+        return cls.from_json(_io.to_json(data, "ExecutionPolicy document"))
 
-        return cls.from_json(json.dumps(dict(data)))
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ExecutionPolicy:
+        """A validated policy from either mapping form a caller may pass for a policy.
+
+        The JSON document (it has ``"kind"`` or ``"schema_version"``) is read as by
+        :meth:`from_dict`; any other mapping as keyword arguments, checked exactly as
+        ``ExecutionPolicy(**data)`` checks them.
+        """
+        if not isinstance(data, Mapping):
+            raise _error(f"an ExecutionPolicy mapping must be a mapping, got {_checks.describe(data)}")
+        if "kind" in data or "schema_version" in data:
+            return cls.from_dict(data)
+        _checks.check_depth(data, "ExecutionPolicy mapping")
+        for key in data:
+            _checks.text(key, "an ExecutionPolicy field name")
+        return cls(**dict(data))
 
     def save(self, path: str | Path, format: str | None = None) -> None:
         """Writes the policy; the format comes from the suffix (.json, .yaml, .yml)."""

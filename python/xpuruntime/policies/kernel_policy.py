@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _core
-from . import _io
+from . import _checks, _io
 
 __all__ = ["KernelNames", "KernelPolicy"]
 
@@ -29,22 +29,32 @@ _MODES = ("prefer", "require")
 _STRATEGIES = ("best_performance", "first_supported")
 
 
+def _op(op: Any) -> str:
+    return _checks.text(op, "a KernelPolicy op key")
+
+
 def _names(op: str, kernel: Any) -> str | list[str]:
+    what = f"the kernel for op {_checks.describe(op)}"
     if isinstance(kernel, str):
-        return kernel
-    if isinstance(kernel, Sequence) and all(isinstance(k, str) for k in kernel):
-        return list(kernel)
-    raise _core.PolicyError(f"kernel for op '{op}' must be a name or a list of names, got {kernel!r}")
+        return _checks.text(kernel, what)
+    if isinstance(kernel, Sequence) and not isinstance(kernel, (bytes, bytearray)):
+        return [_checks.text(k, what) for k in kernel]
+    raise _core.PolicyError(f"{what} must be a name or a list of names, got {_checks.describe(kernel)}")
 
 
 def _choice(what: str, value: Any, choices: Sequence[str]) -> str:
     if isinstance(value, _core.AutoSelectStrategy):  # the seed's enum spelling
         value = "best_performance" if value == _core.AutoSelectStrategy.BestPerformance else "first_supported"
     if not isinstance(value, str) or value not in choices:
-        raise _core.PolicyError(
-            _core.policy_util.unknown_choice_message(what, str(value), "KernelPolicy", list(choices))
-        )
+        raise _core.PolicyError(_checks.unknown_choice(what, value, "KernelPolicy", choices))
     return value
+
+
+def _mapping(value: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise _core.PolicyError(f"KernelPolicy {what} must be a mapping, got {_checks.describe(value)}")
+    _checks.check_depth(value, f"KernelPolicy {what}")
+    return dict(value)
 
 
 class KernelPolicy:
@@ -79,15 +89,19 @@ class KernelPolicy:
         validate: bool = True,
         **kernels: KernelNames,
     ) -> None:
+        if not isinstance(validate, bool):
+            raise _core.PolicyError(
+                f"KernelPolicy validate must be True or False, got {_checks.describe(validate)}"
+            )
         p = _core.KernelPolicy()
-        prefs = dict(preferences or {})
+        prefs = _mapping(preferences, "preferences") if preferences is not None else {}
         prefs.update(kernels)
         for op, kernel in prefs.items():
-            p.set(op, _names(op, kernel))
+            p.set(_op(op), _names(op, kernel))
         p.mode = _choice("mode", mode, _MODES)
         p.auto_strategy_name = _choice("auto_strategy", auto_strategy, _STRATEGIES)
-        if pins:
-            p.pins = dict(pins)
+        if pins is not None:
+            p.pins = _mapping(pins, "pins")
         if validate:
             p.validate()
         self._policy = p
@@ -119,16 +133,18 @@ class KernelPolicy:
     # ---- the seed's API --------------------------------------------------------
     def set(self, op_name: str, kernel_name: KernelNames) -> KernelPolicy:
         """Sets the kernel (or ordered kernels) for ``op_name``; returns self (chaining)."""
-        names = _names(op_name, kernel_name)
-        return self._change(lambda p: p.set(op_name, names))
+        op = _op(op_name)
+        names = _names(op, kernel_name)
+        return self._change(lambda p: p.set(op, names))
 
     def get(self, op_name: str) -> str | list[str] | None:
         """The kernel (or list) chosen for ``op_name``, or None."""
-        return self._policy.get(op_name)
+        return self._policy.get(_op(op_name))
 
     def remove(self, op_name: str) -> KernelPolicy:
         """Removes the choice for ``op_name`` (no error when absent); returns self."""
-        return self._change(lambda p: p.remove(op_name))
+        op = _op(op_name)
+        return self._change(lambda p: p.remove(op))
 
     @property
     def preferences(self) -> dict[str, str | list[str]]:
@@ -164,9 +180,15 @@ class KernelPolicy:
     def set_pin(self, case_key: str, kernel: str, algorithm: str = "") -> KernelPolicy:
         """Pins one case (an ``OpContext.case_key()``) to a kernel and algorithm."""
 
+        key = _checks.text(case_key, "a KernelPolicy pin key")
+        entry = {
+            "kernel": _checks.text(kernel, f"the kernel of pin {_checks.describe(key)}"),
+            "algorithm": _checks.text(algorithm, f"the algorithm of pin {_checks.describe(key)}"),
+        }
+
         def apply(p: Any) -> None:
             pins = dict(p.pins)
-            pins[case_key] = {"kernel": kernel, "algorithm": algorithm}
+            pins[key] = entry
             p.pins = pins
 
         return self._change(apply)
@@ -208,9 +230,15 @@ class KernelPolicy:
         return self._policy.canonical_json()
 
     @classmethod
-    def from_json(cls, text: str, *, validate: bool = True) -> KernelPolicy:
-        """Parses JSON text (refuses files from a newer schema version)."""
-        return cls._wrap(_core.KernelPolicy.from_json(text), validate)
+    def from_json(cls, text: str | bytes, *, validate: bool = True) -> KernelPolicy:
+        """Parses JSON text (refuses files from a newer schema version).
+
+        Raises:
+            PolicyError: the text is not a JSON object in UTF-8, or its content is invalid.
+        """
+        return cls._wrap(
+            _core.KernelPolicy.from_json(_checks.json_bytes(text, "KernelPolicy JSON")), validate
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The policy as a plain mapping (the JSON document)."""
@@ -221,9 +249,26 @@ class KernelPolicy:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, validate: bool = True) -> KernelPolicy:
         """Inverse of :meth:`to_dict`."""
-        import json
+        return cls.from_json(
+            _io.to_json(_mapping(data, "document"), "KernelPolicy document"), validate=validate
+        )
 
-        return cls.from_json(json.dumps(dict(data)), validate=validate)
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> KernelPolicy:
+        """A validated policy from either mapping form a caller may pass for a policy.
+
+        The JSON document (it has ``"kind"`` or ``"schema_version"``) is read as by
+        :meth:`from_dict`; any other mapping as keyword arguments, so
+        ``{"matmul": "cpu_blas", "mode": "require"}`` means exactly
+        ``KernelPolicy(matmul="cpu_blas", mode="require")``.
+        """
+        d = _mapping(data, "mapping")
+        if "kind" in d or "schema_version" in d:
+            return cls.from_dict(d)
+        options = {k: d.pop(k) for k in ("mode", "auto_strategy", "pins") if k in d}
+        prefs = _mapping(d.pop("preferences"), "preferences") if "preferences" in d else {}
+        prefs.update(d)  # every other key is an op (including "validate": not an option here)
+        return cls(prefs, **options)
 
     def save(self, path: str | Path, format: str | None = None) -> None:
         """Writes the policy; the format comes from the suffix (.json, .yaml, .yml)."""

@@ -1,6 +1,7 @@
 // ExecutionPolicy: target, precision, shapes, fallback and engine knobs (DESIGN.md §3,
 // seed 000 §9); JSON with schema version and fingerprint.
 #include <algorithm>
+#include <climits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -135,21 +136,20 @@ ExecutionPolicy ExecutionPolicy::from_json(std::string_view text) {
   }
   p.deterministic = policy_json::get_bool(j, "deterministic", kWhat, false);
   p.cuda_graph = policy_json::get_bool(j, "cuda_graph", kWhat, false);
-  long long ws = policy_json::get_int(j, "workspace_limit_bytes", kWhat, 0);
-  XRT_CHECK(ws >= 0, PolicyError, "ExecutionPolicy workspace_limit_bytes must be >= 0, got ", ws);
+  long long ws = policy_json::get_int(j, "workspace_limit_bytes", kWhat, 0, 0);
   p.workspace_limit_bytes = static_cast<std::size_t>(ws);
   if (j.contains("engine") && !j["engine"].is_null()) {
     p.engine = policy_json::get_string(j, "engine", kWhat, "");
   }
   p.allow_tf32 = policy_json::get_bool(j, "allow_tf32", kWhat, false);
-  p.threads = static_cast<int>(policy_json::get_int(j, "threads", kWhat, 0));
+  p.threads = static_cast<int>(policy_json::get_int(j, "threads", kWhat, 0, 0, INT_MAX));
   if (j.contains("strict")) {
     XRT_CHECK(j["strict"].is_array(), PolicyError,
               "ExecutionPolicy field 'strict' must be a list of assertion names, got ",
-              j["strict"].dump());
+              policy_json::quoted_json(j["strict"]));
     for (const auto& s : j["strict"]) {
       XRT_CHECK(s.is_string(), PolicyError, "ExecutionPolicy strict assertions are names, got ",
-                s.dump());
+                policy_json::quoted_json(s));
       p.strict.push_back(s.get<std::string>());
     }
   }

@@ -32,16 +32,16 @@ std::vector<std::string> kernel_list(const nlohmann::json& v, const std::string&
     out.push_back(v.get<std::string>());
   } else if (v.is_array()) {
     for (const auto& e : v) {
-      XRT_CHECK(e.is_string(), PolicyError, "KernelPolicy preference for op '", op,
-                "' must list kernel names (strings), got ", e.dump());
+      XRT_CHECK(e.is_string(), PolicyError, "KernelPolicy preference for op ", quote_input(op),
+                " must list kernel names (strings), got ", policy_json::quoted_json(e));
       out.push_back(e.get<std::string>());
     }
   } else {
-    XRT_THROW(PolicyError, "KernelPolicy preference for op '", op,
-              "' must be a kernel name or a list of names, got ", v.dump());
+    XRT_THROW(PolicyError, "KernelPolicy preference for op ", quote_input(op),
+              " must be a kernel name or a list of names, got ", policy_json::quoted_json(v));
   }
-  XRT_CHECK(!out.empty(), PolicyError, "KernelPolicy preference for op '", op,
-            "' is an empty list; name at least one kernel or \"auto\"");
+  XRT_CHECK(!out.empty(), PolicyError, "KernelPolicy preference for op ", quote_input(op),
+            " is an empty list; name at least one kernel or \"auto\"");
   return out;
 }
 
@@ -82,8 +82,8 @@ KernelPolicy& KernelPolicy::set(const std::string& op, const std::string& kernel
 
 KernelPolicy& KernelPolicy::set(const std::string& op, std::vector<std::string> kernels) {
   XRT_CHECK(!op.empty(), PolicyError, "KernelPolicy.set: the op key is empty");
-  XRT_CHECK(!kernels.empty(), PolicyError, "KernelPolicy.set('", op,
-            "'): name at least one kernel or \"auto\"");
+  XRT_CHECK(!kernels.empty(), PolicyError, "KernelPolicy.set(", quote_input(op),
+            "): name at least one kernel or \"auto\"");
   preferences[op] = std::move(kernels);
   return *this;
 }
@@ -106,8 +106,9 @@ void KernelPolicy::validate(const KernelRegistry& registry) const {
     XRT_CHECK(!op.empty(), PolicyError, "KernelPolicy has an empty op key (in ", where, ")");
     if (registry.is_known_op(op)) return;
     std::string canonical = KernelRegistry::canonical_op_for_alias(op);
-    XRT_CHECK(canonical.empty(), PolicyError, "KernelPolicy op key '", op, "' (in ", where,
-              ") is a spelling of the canonical key '", canonical, "'; use '", canonical, "'");
+    XRT_CHECK(canonical.empty(), PolicyError, "KernelPolicy op key ", quote_input(op), " (in ",
+              where, ") is a spelling of the canonical key '", canonical, "'; use '", canonical,
+              "'");
     // Suggest from every known op, but list only the canonical keys and ops that
     // have kernels here (the full ONNX list would bury the message).
     std::vector<std::string> all = registry.known_ops();
@@ -127,24 +128,26 @@ void KernelPolicy::validate(const KernelRegistry& registry) const {
   };
   auto check_kernel = [&](const std::string& op, const std::string& name, std::string_view where) {
     if (registry.is_known_kernel_name(op, name)) return;
-    XRT_THROW(PolicyError, unknown_choice_message("kernel", name, std::string(where) + " for op '" +
-                                                                     op + "'",
-                                                  registry.known_kernel_names(op)),
-              " (a kernel of another subsystem is declared with register_known_kernel_name(op, "
-              "name); Python: xpuruntime.kernels.declare)");
+    XRT_THROW(
+        PolicyError,
+        unknown_choice_message("kernel", name, std::string(where) + " for op " + quote_input(op),
+                               registry.known_kernel_names(op)),
+        " (a kernel of another subsystem is declared with register_known_kernel_name(op, "
+        "name); Python: xpuruntime.kernels.declare)");
   };
   for (const auto& [op, names] : preferences) {
     check_op(op, "preferences");
-    XRT_CHECK(!names.empty(), PolicyError, "KernelPolicy preference for op '", op,
-              "' is an empty list; name at least one kernel or \"auto\"");
+    XRT_CHECK(!names.empty(), PolicyError, "KernelPolicy preference for op ", quote_input(op),
+              " is an empty list; name at least one kernel or \"auto\"");
     std::set<std::string> seen;
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto& n = names[i];
-      XRT_CHECK(seen.insert(n).second, PolicyError, "KernelPolicy preference for op '", op,
-                "' lists kernel '", n, "' twice");
+      XRT_CHECK(seen.insert(n).second, PolicyError, "KernelPolicy preference for op ",
+                quote_input(op), " lists kernel ", quote_input(n), " twice");
       if (n == kAutoKernel) {
-        XRT_CHECK(i + 1 == names.size(), PolicyError, "KernelPolicy preference for op '", op,
-                  "': \"auto\" must be the last entry (it stands for every remaining kernel)");
+        XRT_CHECK(i + 1 == names.size(), PolicyError, "KernelPolicy preference for op ",
+                  quote_input(op),
+                  ": \"auto\" must be the last entry (it stands for every remaining kernel)");
         continue;
       }
       check_kernel(op, n, "preferences");
@@ -153,11 +156,12 @@ void KernelPolicy::validate(const KernelRegistry& registry) const {
   for (const auto& [key, pin] : pins) {
     std::string op = op_of_key(key);
     check_op(op, "pins");
-    XRT_CHECK(key.find('|') != std::string::npos, PolicyError, "KernelPolicy pin key '", key,
-              "' is not a case key (expected 'op|device|inputs->outputs|attrs' as written by "
+    XRT_CHECK(key.find('|') != std::string::npos, PolicyError, "KernelPolicy pin key ",
+              quote_input(key),
+              " is not a case key (expected 'op|device|inputs->outputs|attrs' as written by "
               "Dispatcher.export_pins)");
-    XRT_CHECK(!pin.kernel.empty() && pin.kernel != kAutoKernel, PolicyError,
-              "KernelPolicy pin '", key, "' must name a kernel (not empty or \"auto\")");
+    XRT_CHECK(!pin.kernel.empty() && pin.kernel != kAutoKernel, PolicyError, "KernelPolicy pin ",
+              quote_input(key), " must name a kernel (not empty or \"auto\")");
     check_kernel(op, pin.kernel, "pins");
   }
 }
@@ -191,17 +195,18 @@ KernelPolicy KernelPolicy::from_json(std::string_view text) {
   if (j.contains("preferences")) {
     XRT_CHECK(j["preferences"].is_object(), PolicyError,
               "KernelPolicy field 'preferences' must map op keys to kernel names, got ",
-              j["preferences"].dump());
+              policy_json::quoted_json(j["preferences"]));
     for (const auto& [op, v] : j["preferences"].items()) p.preferences[op] = kernel_list(v, op);
   }
   if (j.contains("pins")) {
     XRT_CHECK(j["pins"].is_object(), PolicyError,
               "KernelPolicy field 'pins' must map case keys to {kernel, algorithm}, got ",
-              j["pins"].dump());
+              policy_json::quoted_json(j["pins"]));
     for (const auto& [key, v] : j["pins"].items()) {
-      XRT_CHECK(v.is_object(), PolicyError, "KernelPolicy pin '", key,
-                "' must be an object {\"kernel\": ..., \"algorithm\": ...}, got ", v.dump());
-      std::string where = "KernelPolicy pin '" + key + "'";
+      XRT_CHECK(v.is_object(), PolicyError, "KernelPolicy pin ", quote_input(key),
+                " must be an object {\"kernel\": ..., \"algorithm\": ...}, got ",
+                policy_json::quoted_json(v));
+      std::string where = "KernelPolicy pin " + quote_input(key);
       policy_json::check_header(v, where, "pin", {"algorithm", "kernel"});
       KernelPin pin;
       pin.kernel = policy_json::get_string(v, "kernel", where, "");

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "xpuruntime/error.h"
 #include "xpuruntime/policy.h"
 
 namespace xpuruntime {
@@ -32,12 +33,18 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   std::string best;
   std::size_t best_d = static_cast<std::size_t>(-1);
   for (const auto& c : choices) {
+    // A choice is accepted only within max(2, longer/2) edits, and the distance is at
+    // least the difference in length, so a word more than twice as long as `c` (and
+    // more than 2 longer) can never be accepted as its match: skip the O(|word|*|c|)
+    // distance. This keeps a 50 MB op key from costing minutes.
+    if (word.size() > std::max(2 * c.size(), c.size() + 2)) continue;
     std::size_t d = edit_distance(word, c);
     if (d < best_d) {  // first of equals wins: choices are sorted, so this is deterministic
       best_d = d;
       best = c;
     }
   }
+  if (best_d == static_cast<std::size_t>(-1)) return {};
   // Prefix/suffix typos ("flash" for "flash_v2") are close in intent even when the
   // distance is large relative to the word, so allow up to half the longer length.
   std::size_t limit = std::max<std::size_t>(2, std::max(word.size(), best.size()) / 2);
@@ -49,9 +56,8 @@ std::string unknown_choice_message(std::string_view what, std::string_view word,
                                    const std::vector<std::string>& choices) {
   std::string msg = "unknown ";
   msg += what;
-  msg += " '";
-  msg += word;
-  msg += "'";
+  msg += " ";
+  msg += quote_input(word);  // bounded and valid UTF-8 whatever the key held
   if (!where.empty()) {
     msg += " (in ";
     msg += where;
