@@ -1,13 +1,22 @@
-"""GPT-2-small training-step benchmark (issue 5).
+"""GPT-2-small training-step benchmark (issues 5 and 17).
 
 bf16 autocast, batch 8, sequence 1024, AdamW (capturable). Side by side in one
-run: the plain eager torch step, and the same step under the kernel policy
-{matmul: cublasLt, attention: flash_v2, layernorm: fused} captured whole with
-xpuruntime.pytorch.capture_graph (forward, backward and optimizer in one CUDA
-graph). Reports tokens/s and the ratio; checks first that both start from the
-same loss. The two are timed in alternating rounds (the order flipping each
-round) so drift in clocks or host load hits both alike; the ratio reported is the
-median over rounds of eager/graph. Writes benchmarks/results/gpt2_step_<device>.json.
+run, each from the same seed:
+
+- ``eager``: the plain eager torch step;
+- ``policy_eager``: the same step under the kernel policy {matmul: cublasLt,
+  attention: flash_v2, layernorm: fused}, eager;
+- ``policy_graph``: the policy step captured whole with
+  xpuruntime.pytorch.capture_graph (forward, backward and optimizer in one CUDA graph);
+- ``compiled``: the model under ``torch.compile`` (default mode), no policy;
+- ``compiled_policy``: the model under ``torch.compile`` with the policy set while
+  it is traced and run (our kernels as custom ops in the compiled graph).
+
+Checks first that all start from the same loss. The kinds are timed in rounds (the
+order rotating each round) so drift in clocks or host load hits all alike; each
+ratio is the median over rounds of the two kinds' medians in that round. The
+``goals`` list holds issue 17's goals with their figures. Writes
+benchmarks/results/gpt2_step_<device>.json.
 """
 
 from __future__ import annotations
@@ -51,13 +60,6 @@ def step_times(fn, iters):
     return times
 
 
-def time_steps(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    return statistics.median(step_times(fn, iters))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=8)
@@ -82,53 +84,129 @@ def main() -> None:
         },
     }
 
+    amp = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    xamp = lambda: xrt_torch.autocast(dtype=torch.bfloat16)
     model, opt, idx, tgt = setup(args.batch, args.seq)
-    eager = make_step(model, opt, idx, tgt, lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+    eager = make_step(model, opt, idx, tgt, amp)
     res["eager_first_loss"] = eager().item()
 
-    # The policy's model: a second copy from the same seed (both stay alive, so the
-    # two steps can be timed in alternating rounds).
+    # The policy's model: a second copy from the same seed (all copies stay alive, so
+    # the steps can be timed in alternating rounds).
     p_model, p_opt, p_idx, p_tgt = setup(args.batch, args.seq)
     xrt_torch.set_kernel_policy(**POLICY)
     try:
-        step = make_step(p_model, p_opt, p_idx, p_tgt, lambda: xrt_torch.autocast(dtype=torch.bfloat16))
+        step = make_step(p_model, p_opt, p_idx, p_tgt, xamp)
         res["policy_first_loss"] = step().item()
-        res["policy_eager_ms"] = time_steps(step, args.iters)
         graph = xrt_torch.capture_graph(step, warmup_iters=3)
         res["decisions"] = sorted({f"{d.op}:{d.chosen}({d.rule})" for d in xrt_torch.decision_log()})
     finally:
         xrt_torch.clear_kernel_policy()  # the graph replays its kernels without it
+    # A third copy for the eager policy step: the captured one's tensors belong to its graph.
+    e_model, e_opt, e_idx, e_tgt = setup(args.batch, args.seq)
+    policy_eager = make_step(e_model, e_opt, e_idx, e_tgt, xamp)
 
-    for fn in (eager, graph.replay):
-        for _ in range(3):
-            fn()
+    # torch.compile, without and with the policy (the policy stays set while the
+    # compiled model runs: dynamo guards on it, and our kernels are in its graph).
+    c_model, c_opt, c_idx, c_tgt = setup(args.batch, args.seq)
+    compiled = make_step(torch.compile(c_model), c_opt, c_idx, c_tgt, amp)
+    res["compiled_first_loss"] = compiled().item()
+    cp_model, cp_opt, cp_idx, cp_tgt = setup(args.batch, args.seq)
+    compiled_policy = make_step(torch.compile(cp_model), cp_opt, cp_idx, cp_tgt, xamp)
+    xrt_torch.set_kernel_policy(**POLICY)
+    xrt_torch.clear_decision_log()
+    try:  # the first call traces and compiles: the decisions are made (and recorded) then
+        res["compiled_policy_first_loss"] = compiled_policy().item()
+        res["compiled_policy_decisions"] = sorted(
+            {f"{d.op}:{d.chosen}({d.rule})" for d in xrt_torch.decision_log()}
+        )
+    finally:
+        xrt_torch.clear_kernel_policy()
+
+    kinds = {
+        "eager": eager,
+        "policy_eager": policy_eager,
+        "policy_graph": graph.replay,
+        "compiled": compiled,
+        "compiled_policy": compiled_policy,
+    }
+    # Timed with the policy set for the whole block (set once per block: setting an
+    # equal policy again keeps the compiled graphs).
+    policy_kinds = {"policy_eager", "compiled_policy"}
+    for name, fn in kinds.items():
+        if name in policy_kinds:
+            xrt_torch.set_kernel_policy(**POLICY)
+        try:
+            for _ in range(3):
+                fn()
+        finally:
+            xrt_torch.clear_kernel_policy()
     torch.cuda.synchronize()
-    eager_t, graph_t, ratios = [], [], []
+    samples = {k: [] for k in kinds}
+    rounds = []
+    names = list(kinds)
     for r in range(args.rounds):
-        order = ((eager, eager_t), (graph.replay, graph_t))
         block = {}
-        for fn, sink in order if r % 2 == 0 else order[::-1]:
-            block[fn] = step_times(fn, args.iters)
-            sink.extend(block[fn])
-        ratios.append(statistics.median(block[eager]) / statistics.median(block[graph.replay]))
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            if name in policy_kinds:
+                xrt_torch.set_kernel_policy(**POLICY)
+            try:
+                block[name] = statistics.median(step_times(kinds[name], args.iters))
+            finally:
+                xrt_torch.clear_kernel_policy()
+            samples[name].append(block[name])
+        rounds.append(block)
+
+    def ratio(num, den):
+        return statistics.median(b[num] / b[den] for b in rounds)
+
     res["rounds"] = args.rounds
     res["steps_per_round"] = args.iters
-    res["eager_ms"] = statistics.median(eager_t)
-    res["policy_graph_ms"] = statistics.median(graph_t)
-    res["round_ratios"] = ratios
-    for k in ("eager", "policy_eager", "policy_graph"):
+    res["round_ms"] = rounds
+    for k in kinds:
+        res[f"{k}_ms"] = statistics.median(samples[k])
         res[f"{k}_tokens_per_s"] = tokens / res[f"{k}_ms"] * 1e3
-    res["speedup_graph_vs_eager"] = statistics.median(ratios)
-    res["speedup_policy_eager_vs_eager"] = res["eager_ms"] / res["policy_eager_ms"]
+    res["speedup_graph_vs_eager"] = ratio("eager", "policy_graph")
+    res["speedup_policy_eager_vs_eager"] = ratio("eager", "policy_eager")
+    res["speedup_compiled_policy_vs_compiled"] = ratio("compiled", "compiled_policy")
+    res["goals"] = [
+        {
+            "name": "eager policy step vs plain eager torch",
+            "figure": round(res["speedup_policy_eager_vs_eager"], 4),
+            "target": ">= 1.05x",
+            "met": res["speedup_policy_eager_vs_eager"] >= 1.05,
+        },
+        {
+            "name": "torch.compile + policy vs torch.compile alone",
+            "figure": round(res["speedup_compiled_policy_vs_compiled"], 4),
+            "target": ">= 1.0x",
+            "met": res["speedup_compiled_policy_vs_compiled"] >= 1.0,
+        },
+        {
+            "name": "captured policy step vs plain eager torch",
+            "figure": round(res["speedup_graph_vs_eager"], 4),
+            "target": ">= 1.25x",
+            "met": res["speedup_graph_vs_eager"] >= 1.25,
+        },
+        {
+            "name": f"stretch: captured policy tokens/s at batch {args.batch} (not the largest batch that fits)",
+            "figure": round(res["policy_graph_tokens_per_s"]),
+            "target": ">= 471000 tokens/s (llm.c per H100)",
+            "met": res["policy_graph_tokens_per_s"] >= 471000,
+        },
+    ]
     print(f"GPT-2 small, bf16, batch {args.batch} x seq {args.seq} on {res['env']['device']}")
-    print(f"  first loss: eager {res['eager_first_loss']:.4f}  policy {res['policy_first_loss']:.4f}")
-    for k in ("eager", "policy_eager", "policy_graph"):
-        print(f"  {k:14s} {res[k + '_ms']:8.2f} ms/step  {res[k + '_tokens_per_s']:10.0f} tokens/s")
     print(
-        f"  policy+graph vs eager torch: {res['speedup_graph_vs_eager']:.3f}x "
-        f"(median of {args.rounds} rounds; range {min(ratios):.3f}-{max(ratios):.3f})"
+        "  first loss: "
+        + "  ".join(
+            f"{k} {res[k + '_first_loss']:.4f}" for k in ("eager", "policy", "compiled", "compiled_policy")
+        )
     )
+    for k in kinds:
+        print(f"  {k:16s} {res[k + '_ms']:8.2f} ms/step  {res[k + '_tokens_per_s']:10.0f} tokens/s")
+    for g in res["goals"]:
+        print(f"  {g['name']}: {g['figure']} (target {g['target']}: {'met' if g['met'] else 'MISSED'})")
     print("  decisions:", ", ".join(res["decisions"]))
+    print("  compiled policy decisions:", ", ".join(res["compiled_policy_decisions"]))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"gpt2_step_{res['env']['device'].replace(' ', '_')}.json")
     with open(path, "w") as f:

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import xpuruntime.pytorch as xrt_torch
+from xpuruntime import _core
 from xpuruntime.pytorch import _routing, policy
 
 
@@ -24,6 +25,7 @@ from xpuruntime.pytorch import _routing, policy
 def _clean():
     xrt_torch.clear_kernel_policy()
     xrt_torch.clear_decision_log()
+    _core.Dispatcher.instance().clear_tuning_cache()  # best_performance winners are process-wide
     yield
     xrt_torch.clear_kernel_policy()
     xrt_torch.clear_decision_log()
@@ -211,6 +213,64 @@ def test_compile_under_a_policy_has_no_graph_break_and_records_at_trace_time():
     assert torch.allclose(out, ref, atol=1e-5)
     chosen = {(d.op, d.chosen) for d in xrt_torch.decision_log()}
     assert {("layernorm", "fused"), ("attention", "flash_v2"), ("matmul", "torch")} <= chosen
+
+
+# ---- honest tuning: device times, ties within noise, the regime --------------------------------
+def _fake_timer(monkeypatch, times, noise=0.0):
+    seen = []
+
+    def fake(kernel, call, func, args, kwargs, regime="eager", **k):
+        seen.append((kernel, regime))
+        return times[kernel], noise
+
+    monkeypatch.setattr(_routing, "_timing_skipped", lambda call, pool: "")
+    monkeypatch.setattr(_routing, "time_kernel", fake)
+    return seen
+
+
+def test_best_performance_ties_within_noise_keep_the_stable_order(monkeypatch):
+    """torch is 1% faster than flash_v2, within the noise: a tie, which flash_v2 (earlier
+    in the Dispatcher's order) wins; the decision records every time and the regime."""
+    times = {"flash_v2": 1.00, "math": 1.50, "torch": 0.99}
+    seen = _fake_timer(monkeypatch, times, noise=0.02)
+    xrt_torch.set_kernel_policy(attention="auto", auto_strategy="best_performance")
+    q = _rand(1, 1, 4, 8)
+    F.scaled_dot_product_attention(q, q, q)
+    (d,) = xrt_torch.decision_log()
+    assert [k for k, _ in seen] == ["flash_v2", "math", "torch"]  # the Dispatcher's order
+    assert d.rule == "auto.best_performance" and d.timings == times
+    assert {c.kernel: c.time_ms for c in d.candidates if c.time_ms is not None} == times
+    assert d.chosen == "flash_v2"
+    assert "regime=eager" in d.detail and "tie with the fastest 'torch'" in d.detail
+
+
+def test_best_performance_outside_noise_takes_the_fastest_and_records_the_margin(monkeypatch):
+    times = {"flash_v2": 2.0, "math": 1.0, "torch": 1.5}
+    _fake_timer(monkeypatch, times, noise=0.01)
+    xrt_torch.set_kernel_policy(attention="auto", auto_strategy="best_performance")
+    q = _rand(1, 1, 4, 8)
+    F.scaled_dot_product_attention(q, q, q)
+    (d,) = xrt_torch.decision_log()
+    assert d.chosen == "math" and d.timings == times
+    assert "margin 50.0% over 'torch'" in d.detail and "regime=eager" in d.detail
+
+
+def test_the_policy_regime_is_what_tuning_times_in(monkeypatch):
+    seen = _fake_timer(monkeypatch, {"flash_v2": 1.0, "math": 3.0, "torch": 2.0})
+    xrt_torch.set_kernel_policy(attention="auto", auto_strategy="best_performance", regime="captured")
+    q = _rand(1, 1, 4, 8)
+    F.scaled_dot_product_attention(q, q, q)
+    (d,) = xrt_torch.decision_log()
+    assert {r for _, r in seen} == {"captured"} and "regime=captured" in d.detail
+    with pytest.raises(ValueError, match="regime"):
+        xrt_torch.set_kernel_policy(attention="auto", regime="graph")
+
+
+def test_timing_noise_is_the_spread_of_the_middle_blocks():
+    median, noise = _routing._median_and_noise([1.0, 1.1, 0.9, 1.0, 5.0, 1.05, 0.95])
+    assert median == pytest.approx(1.0)
+    # sorted: 0.9 0.95 1.0 1.0 1.05 1.1 5.0 -> quartiles 0.95 and 1.1: the 5.0 block is ignored
+    assert noise == pytest.approx(0.075)
 
 
 def test_module_state_is_private():

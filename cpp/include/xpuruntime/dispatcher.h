@@ -12,7 +12,10 @@
 // mode require with no supported named kernel raises UnsupportedOperationError
 // naming op, kernel and reason. dispatch() = select + run; under best_performance
 // it times every supported candidate (and each of its algorithms) once per case key,
-// caches the winner, and export_pins() writes those winners as pins.
+// caches the winner, and export_pins() writes those winners as pins. Times within
+// the measurement noise (at least 1% of the fastest) are a tie that the earlier
+// candidate wins; the decision's detail records the regime, the winner's margin or
+// the tie (caller-measured times: SelectOptions::timings_ms, noise_ms, regime).
 //
 // Thread safety: every method may be called from any thread. The global policy is
 // replaced atomically; a ScopedPolicy overrides it for the calling thread only.
@@ -51,6 +54,11 @@ struct SelectOptions {
   // auto.first_supported.
   bool timed = false;
   std::map<std::string, double> timings_ms;
+  // kernel -> the measurement's noise (ms, e.g. half the spread of its repeats). Two
+  // times closer than their noise (or 1% of the faster) are a tie, which the earlier
+  // candidate in the Dispatcher's order wins, so noise never flips a choice.
+  std::map<std::string, double> noise_ms;
+  std::string regime;  // what the times measured ("eager", "captured"), in the detail
   std::map<std::string, std::string> failures;
   std::string untimed_reason;
   std::string note;    // the caller's note, first in the decision's detail (a precision hint)
@@ -115,6 +123,7 @@ class Dispatcher {
  private:
   struct Tuned {
     KernelPin pin;
+    std::string verdict;  // how the measured winner won (margin or tie), for the detail
     std::map<std::string, double> timings;
     std::map<std::string, std::pair<double, std::string>> best_per_kernel;  // ms, algorithm
     std::map<std::string, std::string> failures;  // kernel -> what it raised while timed

@@ -532,7 +532,8 @@ void bind_dispatch(py::module_& m) {
            [](Dispatcher& d, const OpContext& ctx, const py::object& policy,
               const std::vector<std::string>& runnable, const std::string& fallback_kernel,
               const py::object& timings, const std::map<std::string, std::string>& failures,
-              const std::string& untimed_reason, bool record, const std::string& note) {
+              const std::string& untimed_reason, bool record, const std::string& note,
+              const std::map<std::string, double>& noise, const std::string& regime) {
              std::optional<KernelPolicy> p = policy_arg(policy);
              SelectOptions opt;
              opt.runnable = runnable;
@@ -540,11 +541,14 @@ void bind_dispatch(py::module_& m) {
              opt.timed = !timings.is_none();
              if (opt.timed) opt.timings_ms = timings.cast<std::map<std::string, double>>();
              opt.failures = failures;
+             opt.noise_ms = noise;
+             opt.regime = regime;
              opt.untimed_reason = untimed_reason;
              opt.record = record;
              opt.note = note;
              const bool plain = runnable.empty() && fallback_kernel.empty() && !opt.timed &&
-                                failures.empty() && untimed_reason.empty() && record && note.empty();
+                                failures.empty() && untimed_reason.empty() && record &&
+                                note.empty() && regime.empty();
              Decision dec;
              {
                py::gil_scoped_release release;
@@ -560,10 +564,13 @@ void bind_dispatch(py::module_& m) {
            py::arg("runnable") = std::vector<std::string>{}, py::arg("fallback_kernel") = "",
            py::arg("timings") = py::none(), py::arg("failures") = std::map<std::string, std::string>{},
            py::arg("untimed_reason") = "", py::arg("record") = true, py::arg("note") = "",
+           py::arg("noise") = std::map<std::string, double>{}, py::arg("regime") = "",
            "Chooses a kernel and records the Decision. A caller that runs kernels itself "
            "passes the kernels it can run (runnable), the kernel the fallback rule takes, "
-           "and, under best_performance, the timings it measured (kernel -> ms) or why it "
-           "could not time; record=False evaluates without recording.")
+           "and, under best_performance, the device times it measured (kernel -> ms), their "
+           "noise (kernel -> ms: closer times are a tie, won by the earlier candidate) and "
+           "the regime they were measured in, or why it could not time; record=False "
+           "evaluates without recording.")
       .def("record",
            [](Dispatcher& d, const py::object& decision) { return d.log().append(from_py(decision)); },
            py::arg("decision"),

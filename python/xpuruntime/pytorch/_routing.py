@@ -249,40 +249,99 @@ def run(
     raise AssertionError(call.op)
 
 
-def time_kernel(kernel: str, call: Call, func: Callable, args: tuple, kwargs: dict, iters: int = 10) -> float:
-    """Median milliseconds of ``kernel`` on this call (forward, plus backward when inputs need grad)."""
+#: Launches per timed block, and blocks per candidate (the median block counts).
+TIMING_LAUNCHES = 10
+TIMING_REPEATS = 7
+REGIMES = ("eager", "captured")
+
+
+def _step(kernel: str, call: Call, func: Callable, args: tuple, kwargs: dict) -> Callable[[], None]:
+    """One forward (and backward, when inputs need grad) of ``kernel`` on this call."""
     grads = [t for t in call.tensors if t.requires_grad]
-    if grads:
-        detached = {id(t): t.detach().requires_grad_(True) for t in grads}
+    if not grads:
 
-        def swap(x):
-            return detached.get(id(x), x) if isinstance(x, torch.Tensor) else x
-
-        targs = tuple(swap(a) for a in args)
-        tkw = {k: swap(v) for k, v in kwargs.items()}
-        tcall = parse_call(func, targs, tkw)
-        leaves = list(detached.values())
-
-        def step():
-            out = run(kernel, tcall, func, targs, tkw)
-            torch.autograd.grad(out, leaves, torch.ones_like(out))
-    else:
-
-        def step():
+        def forward() -> None:
             with torch.no_grad():
                 run(kernel, call, func, args, kwargs)
 
-    for _ in range(3):
+        return forward
+    detached = {id(t): t.detach().requires_grad_(True) for t in grads}
+
+    def swap(x):
+        return detached.get(id(x), x) if isinstance(x, torch.Tensor) else x
+
+    targs = tuple(swap(a) for a in args)
+    tkw = {k: swap(v) for k, v in kwargs.items()}
+    tcall = parse_call(func, targs, tkw)
+    leaves = list(detached.values())
+
+    def step() -> None:
+        out = run(kernel, tcall, func, targs, tkw)
+        torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+    return step
+
+
+def _median_and_noise(per_launch: list[float]) -> tuple[float, float]:
+    s = sorted(per_launch)
+    n = len(s)
+    # noise: half the spread of the middle blocks (robust to one slow outlier block)
+    lo, hi = s[n // 4], s[(3 * n) // 4]
+    return float(statistics.median(s)), float(hi - lo) / 2
+
+
+def time_kernel(
+    kernel: str,
+    call: Call,
+    func: Callable,
+    args: tuple,
+    kwargs: dict,
+    regime: str = "eager",
+    launches: int = TIMING_LAUNCHES,
+    repeats: int = TIMING_REPEATS,
+) -> tuple[float, float]:
+    """(median device ms per launch, noise ms) of ``kernel`` on this call, in ``regime``.
+
+    Device time from CUDA events on torch's stream around blocks of ``launches``
+    back-to-back launches (forward, plus backward when inputs need grad):
+    ``eager`` launches them from Python as an eager model does, so a kernel whose
+    host cost exceeds its run time pays for it; ``captured`` captures the block into
+    a CUDA graph and times replays, which is what a captured model runs. The noise is
+    half the interquartile spread of the per-launch times over ``repeats`` blocks.
+    """
+    step = _step(kernel, call, func, args, kwargs)
+    for _ in range(3):  # warm up: lazy initialisation, allocator, cuBLAS handles
         step()
-    times = []
-    for _ in range(iters):
+    torch.cuda.synchronize()
+    if regime == "captured":
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()  # warm up on the capture stream too
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                step()
+
+        def block() -> None:
+            graph.replay()
+    else:
+
+        def block() -> None:
+            for _ in range(launches):
+                step()
+
+    block()
+    per_launch = []
+    for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        step()
+        block()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(statistics.median(times))
+        per_launch.append(start.elapsed_time(end) / launches)
+    return _median_and_noise(per_launch)
 
 
 # ---- the question for the Dispatcher ----------------------------------------------------------
@@ -379,11 +438,14 @@ def select(
     func: Callable,
     args: tuple,
     kwargs: dict,
+    regime: str = "eager",
 ) -> Decision:
     """Asks the Dispatcher which kernel runs ``call`` under ``policy``; returns the Decision.
 
     ``named``: the kernels the policy names for the op ("auto" excluded). Raises
     UnsupportedOperationError (mode 'require') when none of them can run the call.
+    ``regime``: how the model runs ("eager" or "captured"), which best_performance
+    times the candidates in (:func:`time_kernel`).
     """
     call = autocast_view(call)
     ctx = context(call)
@@ -399,6 +461,7 @@ def select(
     with _kernels.checking(call):
         if not best_performance:
             return dispatcher.select(ctx, policy, **opts)
+        opts["regime"] = regime  # the Dispatcher keeps tunings per regime
         try:
             preview = dispatcher.select(ctx, policy, record=False, **opts)
         except _core.UnsupportedOperationError:
@@ -410,13 +473,14 @@ def select(
         if skipped:
             return dispatcher.select(ctx, policy, untimed_reason=skipped, **opts)
         timings: dict[str, float] = {}
+        noise: dict[str, float] = {}
         failures: dict[str, str] = {}
-        for kernel in pool:
+        for kernel in pool:  # the Dispatcher's order: ties go to the earlier one
             try:
-                timings[kernel] = time_kernel(kernel, call, func, args, kwargs)
+                timings[kernel], noise[kernel] = time_kernel(kernel, call, func, args, kwargs, regime)
             except Exception as e:  # noqa: BLE001 - a candidate failing to run is a verdict, recorded
                 failures[kernel] = str(e)
-        return dispatcher.select(ctx, policy, timings=timings, failures=failures, **opts)
+        return dispatcher.select(ctx, policy, timings=timings, failures=failures, noise=noise, **opts)
 
 
 # ---- running a kernel for a dispatch (the registered kernels' functions) -------------------

@@ -18,8 +18,17 @@ kernel). A kernel that cannot run a case is skipped with its reason; with
 ``mode='prefer'`` the call falls back (to the next kernel, or to torch's own), with
 ``mode='require'`` it raises :class:`xpuruntime.UnsupportedOperationError`. ``"auto"``
 lets ``auto_strategy`` choose (``first_supported``, or ``best_performance``: each
-supported kernel is timed once per case on the GPU, forward and backward, and the
-Dispatcher keeps the fastest).
+supported kernel is timed once per case on the GPU in device time, forward and
+backward, in the ``regime`` the model runs in (eager launches or CUDA-graph replays);
+the Dispatcher keeps the fastest, times within the measurement noise being a tie that
+the earlier candidate wins, and the decision records every time, the margin and the
+regime).
+
+A routed call costs a cache hit: the case key (function, every argument's dtype,
+shape, device, requires_grad and strides, scalars, autocast, precision hint) finds
+the case's prepared launcher (:mod:`._prepared`); the Dispatcher is asked on the
+first call of a case only. Under ``torch.compile`` the kernel is decided when the
+graph is traced (and recorded then) and runs as our custom ops, without graph breaks.
 
 :func:`clear_kernel_policy` pops the mode: torch then runs exactly as it does
 without xpuruntime (nothing stays registered). Like torch's own modes, the policy
@@ -83,7 +92,10 @@ class _State:
         self.mode: _PolicyMode | None = None
         self.precision_hint = ""
         self.saved_dispatcher_policy: Any = None
-        self.generation = 0  # bumped on every set/clear: compiled graphs re-decide
+        # What compiled graphs decided under (dynamo guards on it): the policy's
+        # fingerprint and regime, so setting an equal policy again keeps the graphs.
+        self.generation = ""
+        self.regime = "eager"  # what best_performance times in (set_kernel_policy)
         self.profiling = 0  # > 0 inside xpuruntime.pytorch.profile(): per-call events
 
 
@@ -144,7 +156,15 @@ def _miss(view: _PolicyView, op: str, func, args: tuple, kwargs: dict, key: tupl
             return _run_parsed(view, op, func, args, kwargs, key, entry.kernel, call, autocast)
     try:
         decision = _routing.select(
-            call, view.core, view.named[op], view.best, _state.precision_hint, func, args, kwargs
+            call,
+            view.core,
+            view.named[op],
+            view.best,
+            _state.precision_hint,
+            func,
+            args,
+            kwargs,
+            _state.regime,
         )
     except _core.InvalidArgumentError:
         return func(*args, **kwargs)  # a dtype the core has no name for: torch's call, untouched
@@ -208,7 +228,7 @@ _compile_choices: dict[tuple, str] = {}
 
 @torch.compiler.assume_constant_result
 def _compile_time_kernel(
-    func_index: int, arg_specs: tuple, kw_specs: tuple, hint: str, generation: int
+    func_index: int, arg_specs: tuple, kw_specs: tuple, hint: str, generation: str
 ) -> str:
     """The kernel a routed call runs in a graph being compiled, decided (and recorded)
     when the graph is traced: dynamo runs this function then and bakes its answer in.
@@ -230,7 +250,7 @@ def _compile_time_kernel(
     if call is not None and view is not None and call.op in view.named:
         try:
             decision = _routing.select(
-                call, view.core, view.named[call.op], view.best, hint, func, args, kwargs
+                call, view.core, view.named[call.op], view.best, hint, func, args, kwargs, _state.regime
             )
             kernel = decision.chosen
             _log.note(decision.seq)
@@ -261,7 +281,15 @@ def _compiled_call(view: _PolicyView, op: str, func, args: tuple, kwargs: dict) 
     else:  # torch.jit.trace: decided like an eager miss, not cached
         try:
             kernel = _routing.select(
-                call, view.core, view.named[op], view.best, _state.precision_hint, func, args, kwargs
+                call,
+                view.core,
+                view.named[op],
+                view.best,
+                _state.precision_hint,
+                func,
+                args,
+                kwargs,
+                _state.regime,
             ).chosen
         except _core.InvalidArgumentError:
             return func(*args, **kwargs)
@@ -286,11 +314,15 @@ def _make_policy(kwargs: dict[str, Any]) -> Any:
     return policy
 
 
-def set_kernel_policy(policy: Any = None, **kwargs: Any) -> None:
+def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: Any) -> None:
     """Sets the kernel policy used while training with PyTorch.
 
     Args:
         policy: a :class:`xpuruntime.KernelPolicy`; None with no kwargs clears the policy.
+        regime: how the model runs, ``"eager"`` or ``"captured"`` (whole steps replayed
+            as CUDA graphs): ``best_performance`` times its candidates that way (eager:
+            launched back to back from Python, host cost included; captured: replays of
+            a captured block) and the decisions record it.
         **kwargs: ``op=kernel`` (or a list of kernels) built into a KernelPolicy, plus
             optional ``mode='prefer'|'require'`` and ``auto_strategy=...``.
 
@@ -301,6 +333,8 @@ def set_kernel_policy(policy: Any = None, **kwargs: Any) -> None:
     """
     if policy is not None and kwargs:
         raise TypeError("set_kernel_policy takes a policy or op=kernel keywords, not both")
+    if regime not in _routing.REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(_routing.REGIMES)}, got {regime!r}")
     if policy is None and not kwargs:
         clear_kernel_policy()
         return
@@ -315,7 +349,8 @@ def set_kernel_policy(policy: Any = None, **kwargs: Any) -> None:
             _state.saved_dispatcher_policy = dispatcher.get_policy()
         dispatcher.set_policy(policy)  # the C++ side (inference, _core.ops) sees the same policy
         _state.policy, _state.view = policy, view
-        _state.generation += 1
+        _state.regime = regime
+        _state.generation = f"{view.core.fingerprint}/{regime}"
         _log.forget_cases()
         _compile_choices.clear()
         if _state.mode is None:
@@ -338,7 +373,7 @@ def clear_kernel_policy() -> None:
             _core.Dispatcher.instance().set_policy(_state.saved_dispatcher_policy)
             _state.saved_dispatcher_policy = None
         _state.policy, _state.view = None, None
-        _state.generation += 1
+        _state.generation = ""
         _log.forget_cases()
         _compile_choices.clear()
 

@@ -273,8 +273,8 @@ Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
   TuningOptions opt = tuning_options();
   Tuned t;
   t.generation = registry_.generation();
-  double best_ms = 0;
-  bool have_best = false;
+  std::vector<tuning::Measured> timed;  // pool order, each kernel's algorithms in its order
+  std::vector<KernelPin> pins;          // parallel to timed
   for (int idx : sel.pool) {
     const KernelPtr& k = sel.kernels[idx];
     std::vector<std::string> algos = k->algorithms(ctx);
@@ -294,24 +294,27 @@ Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
         t.failures[k->def().name] = "needs preallocated outputs and the launch has none";
         continue;
       }
-      double ms = 0;
+      tuning::Timing tm;
       try {
-        ms = tuning::median_ms(ctx.device, l.stream, opt.warmup, opt.iterations,
-                               [&] { k->run(l); });
+        tm = tuning::time_runs(ctx.device, l.stream, opt.warmup, opt.iterations, [&] { k->run(l); });
       } catch (const std::exception& e) {
         // A kernel that claims support but fails is excluded, and the decision says so.
         t.failures[k->def().name] = (algo.empty() ? "" : "algorithm " + algo + ": ") + e.what();
         continue;
       }
-      t.timings[algo.empty() ? k->def().name : k->def().name + "/" + algo] = ms;
+      const double ms = tm.median_ms;
+      std::string label = algo.empty() ? k->def().name : k->def().name + "/" + algo;
+      t.timings[label] = ms;
       auto [per, inserted] = t.best_per_kernel.try_emplace(k->def().name, ms, algo);
       if (!inserted && ms < per->second.first) per->second = {ms, algo};
-      if (!have_best || ms < best_ms) {  // strict: ties keep the earlier (priority) candidate
-        have_best = true;
-        best_ms = ms;
-        t.pin = {k->def().name, algo};
-      }
+      timed.push_back({label, ms, tm.noise_ms});
+      pins.push_back({k->def().name, algo});
     }
+  }
+  if (!timed.empty()) {  // ties within noise keep the earlier (priority) candidate
+    tuning::Ranking r = tuning::rank(timed, ctx.device.is_cpu() ? "host clock" : "eager");
+    t.pin = pins[r.winner];
+    t.verdict = std::move(r.verdict);
   }
   return t;
 }
@@ -319,9 +322,8 @@ Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
 Dispatcher::Tuned Dispatcher::measured(const Selection& sel, const SelectOptions& options) const {
   Tuned t;
   t.generation = registry_.generation();
-  bool have_best = false;
-  double best_ms = 0;
-  for (int idx : sel.pool) {  // pool order: ties keep the earlier (priority) candidate
+  std::vector<tuning::Measured> timed;  // pool order
+  for (int idx : sel.pool) {
     const std::string& name = sel.candidates[idx].kernel;
     if (auto f = options.failures.find(name); f != options.failures.end()) {
       t.failures[name] = f->second;
@@ -331,12 +333,13 @@ Dispatcher::Tuned Dispatcher::measured(const Selection& sel, const SelectOptions
     if (it == options.timings_ms.end()) continue;
     t.timings[name] = it->second;
     t.best_per_kernel[name] = {it->second, ""};
-    if (!have_best || it->second < best_ms) {
-      have_best = true;
-      best_ms = it->second;
-      t.pin = {name, ""};
-    }
+    auto n = options.noise_ms.find(name);
+    timed.push_back({name, it->second, n == options.noise_ms.end() ? 0.0 : n->second});
   }
+  if (timed.empty()) return t;
+  tuning::Ranking r = tuning::rank(timed, options.regime);
+  t.pin = {timed[r.winner].name, ""};
+  t.verdict = std::move(r.verdict);
   return t;
 }
 
@@ -351,6 +354,8 @@ Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, Ke
     for (std::size_t i = 0; i < sel.pool.size(); ++i) {
       tkey += (i ? "," : "") + sel.candidates[sel.pool[i]].kernel;
     }
+    // Times taken in another regime (eager launches vs graph replays) answer another question.
+    if (options && !options->regime.empty()) tkey += "@" + options->regime;
     std::optional<Tuned> t = caller_timed ? std::nullopt : cached(tkey);
     if (caller_timed) {
       t = measured(sel, *options);
@@ -396,6 +401,9 @@ Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, Ke
         sel.algorithm = t->pin.algorithm;
         sel.pin = t->pin;
         timings = t->timings;
+        if (!t->verdict.empty()) {
+          sel.detail = sel.detail.empty() ? t->verdict : sel.detail + "; " + t->verdict;
+        }
       }
     } else if (sel.rule == rule::kAutoBestPerformance) {
       // select() alone never runs kernels: report the honest rule until dispatch() tunes.

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <vector>
 
 #include "xpuruntime/stream.h"
 
 namespace xpuruntime::tuning {
 
-double median_ms(const Device& device, NativeStream stream, int warmup, int iterations,
+Timing time_runs(const Device& device, NativeStream stream, int warmup, int iterations,
                  const std::function<void()>& fn) {
   iterations = std::max(1, iterations);
   for (int i = 0; i < warmup; ++i) fn();
@@ -37,7 +38,53 @@ double median_ms(const Device& device, NativeStream stream, int warmup, int iter
   }
   std::sort(times.begin(), times.end());
   std::size_t n = times.size();
-  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  Timing t;
+  t.median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  t.noise_ms = 0.5 * (times[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1] - times[n / 4]);
+  return t;
+}
+
+namespace {
+
+std::string ms(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g ms", v);
+  return buf;
+}
+
+}  // namespace
+
+Ranking rank(const std::vector<Measured>& m, const std::string& regime) {
+  Ranking r;
+  for (std::size_t i = 1; i < m.size(); ++i) {
+    if (m[i].ms < m[r.fastest].ms) r.fastest = i;
+  }
+  const double best = m[r.fastest].ms;
+  r.winner = r.fastest;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    double tol = std::max(m[i].noise_ms + m[r.fastest].noise_ms, 0.01 * best);
+    if (m[i].ms - best <= tol) {
+      r.winner = i;
+      r.tolerance_ms = tol;
+      break;
+    }
+  }
+  const Measured& w = m[r.winner];
+  r.verdict = "best_performance: device time, regime=" + (regime.empty() ? "unspecified" : regime) +
+              "; '" + w.name + "' " + ms(w.ms);
+  if (r.winner != r.fastest) {
+    r.verdict += ", a tie with the fastest '" + m[r.fastest].name + "' " + ms(best) +
+                 " (within the noise " + ms(r.tolerance_ms) + "): the earlier candidate wins";
+  } else if (m.size() > 1) {
+    std::size_t second = r.winner == 0 ? 1 : 0;
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      if (i != r.winner && m[i].ms < m[second].ms) second = i;
+    }
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * (m[second].ms - best) / (best > 0 ? best : 1.0));
+    r.verdict += ", margin " + std::string(pct) + " over '" + m[second].name + "' " + ms(m[second].ms);
+  }
+  return r;
 }
 
 }  // namespace xpuruntime::tuning
