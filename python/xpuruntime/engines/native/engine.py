@@ -445,6 +445,7 @@ class NativeEngine(Engine):
         }
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
         executor = self._executor_for(vals)
+        self._last_executor = executor
         handle = stream_handle(stream)
         torch_inputs = [v.value for v in vals.values() if isinstance(v, _DeviceMeta) and _is_torch(v.value)]
         if handle == 0 and torch_inputs:
@@ -484,7 +485,8 @@ class NativeEngine(Engine):
         """'captured', 'not captured yet', or why the plan cannot be replayed as a CUDA graph."""
         if not self._use_graph():
             return "off (ExecutionPolicy(cuda_graph=True) on device='cuda' turns it on)"
-        return str(self._executor.graph_status()) if self._executor is not None else "no plan yet"
+        executor = getattr(self, "_last_executor", None) or self._executor
+        return str(executor.graph_status()) if executor is not None else "no plan yet"
 
     def decisions(self) -> list[Any]:
         from ...dispatch.decision import Decision
