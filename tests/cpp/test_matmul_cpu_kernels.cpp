@@ -216,6 +216,11 @@ std::vector<NamedKernel> kernels_under_test() {
                     xm::cpu_gemm_blocked(p, 0, xm::CpuIsa::kAvx2);
                   }});
   }
+  if (xm::cpu_has_avx512f()) {
+    ks.push_back({"blocked_avx512", [](const xm::GemmProblem& p) {
+                    xm::cpu_gemm_blocked(p, 0, xm::CpuIsa::kAvx512);
+                  }});
+  }
   ks.push_back({"blocked_1thread", [](const xm::GemmProblem& p) { xm::cpu_gemm_blocked(p, 1); }});
   if (xm::cpu_blas_available()) {
     ks.push_back({"blas", [](const xm::GemmProblem& p) { xm::cpu_gemm_blas(p); }});
@@ -362,6 +367,20 @@ TEST(CpuGemmBlocked, LargeMultithreadedAgreesWithSingleThreaded) {
   xm::cpu_gemm_blocked(o1.prob, 1);
   xm::cpu_gemm_blocked(o2.prob, 2);
   EXPECT_EQ(o1.c.bytes, o2.c.bytes);
+}
+
+TEST(CpuGemmBlocked, AutoPicksTheWidestIsaTheCpuHas) {
+  const xm::CpuIsa want = xm::cpu_has_avx512f()   ? xm::CpuIsa::kAvx512
+                          : xm::cpu_has_avx2_fma() ? xm::CpuIsa::kAvx2
+                                                   : xm::CpuIsa::kPortable;
+  EXPECT_EQ(xm::cpu_best_isa(), want);
+  EXPECT_EQ(xm::cpu_isa_name(xm::CpuIsa::kAuto), xm::cpu_isa_name(want));
+}
+
+TEST(CpuGemmBlocked, Avx512RequestWithoutAvx512IsATypedError) {
+  if (xm::cpu_has_avx512f()) GTEST_SKIP() << "this CPU has AVX-512F; the error path cannot trigger";
+  xm::GemmProblem p;
+  EXPECT_THROW(xm::cpu_gemm_blocked(p, 0, xm::CpuIsa::kAvx512), xpuruntime::InvalidArgumentError);
 }
 
 TEST(CpuGemmBlocked, AvxRequestWithoutAvxIsATypedError) {

@@ -174,7 +174,8 @@ def clear_cache() -> None:
 
 
 def cpu_gemm_info() -> dict[str, Any]:
-    """The CPU kernels' build: ``{"isa": "avx2"|"portable", "blas_available": bool, "blas": str}``."""
+    """The CPU kernels' build: ``{"isa": "avx512"|"avx2"|"portable", "blas_available": bool, "blas": str}``
+    (``isa``: the cpu_blocked GEMM's micro-kernel, the widest this CPU runs)."""
     return dict(_ops.cpu_gemm_info())
 
 

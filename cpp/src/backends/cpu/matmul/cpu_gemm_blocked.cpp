@@ -42,6 +42,20 @@ struct Tiling<double> {
   static constexpr int MR = 6, NR = 8, MC = 96, KC = 128, NC = 256;
 };
 
+// AVX-512 has 32 registers of twice the width: an 8×32 fp32 tile (8×16 fp64) keeps 16
+// accumulators, two B vectors and a broadcast in registers, twice the work per loaded
+// B element of the AVX2 tile; KC shrinks so a KC×NR micro-panel of B still fits L1.
+template <typename T>
+struct Tiling512;
+template <>
+struct Tiling512<float> {
+  static constexpr int MR = 8, NR = 32, MC = 96, KC = 192, NC = 256;
+};
+template <>
+struct Tiling512<double> {
+  static constexpr int MR = 8, NR = 16, MC = 96, KC = 128, NC = 256;
+};
+
 template <typename T>
 using MicroKernel = void (*)(int64_t kc, const T* a, const T* b, T* acc);
 
@@ -179,6 +193,58 @@ __attribute__((target("avx2,fma"))) void micro_kernel_avx2_f64(int64_t kc, const
   _mm256_storeu_pd(acc + 40, c50);
   _mm256_storeu_pd(acc + 44, c51);
 }
+
+// 8×32 fp32 / 8×16 fp64 (Tiling512): two B vectors per k, one broadcast of A per
+// row, 16 FMAs; the fully unrolled accumulator arrays live in zmm registers.
+__attribute__((target("avx512f"))) void micro_kernel_avx512_f32(int64_t kc, const float* a,
+                                                                const float* b, float* acc) {
+  constexpr int MR = Tiling512<float>::MR;
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_loadu_ps(b);
+    const __m512 b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+    }
+    a += MR;
+    b += 32;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(acc + i * 32, c0[i]);
+    _mm512_storeu_ps(acc + i * 32 + 16, c1[i]);
+  }
+}
+
+__attribute__((target("avx512f"))) void micro_kernel_avx512_f64(int64_t kc, const double* a,
+                                                                const double* b, double* acc) {
+  constexpr int MR = Tiling512<double>::MR;
+  __m512d c0[MR], c1[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_pd();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512d b0 = _mm512_loadu_pd(b);
+    const __m512d b1 = _mm512_loadu_pd(b + 8);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512d ai = _mm512_set1_pd(a[i]);
+      c0[i] = _mm512_fmadd_pd(ai, b0, c0[i]);
+      c1[i] = _mm512_fmadd_pd(ai, b1, c1[i]);
+    }
+    a += MR;
+    b += 16;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_pd(acc + i * 16, c0[i]);
+    _mm512_storeu_pd(acc + i * 16 + 8, c1[i]);
+  }
+}
 #endif
 
 template <typename T>
@@ -265,9 +331,8 @@ T* thread_scratch(std::size_t count) {
 
 // ---- driver -------------------------------------------------------------------
 
-template <typename S, typename T>
+template <typename S, typename T, typename Tl>
 void run_blocked(const GemmProblem& p, MicroKernel<T> uk, int threads) {
-  using Tl = Tiling<T>;
   constexpr int MR = Tl::MR, NR = Tl::NR, MC = Tl::MC, KC = Tl::KC, NC = Tl::NC;
   // fp32/fp64 accumulate partial K sums in C itself; fp16/bf16 keep them in an
   // fp32 tile so rounding to 16 bits happens once, at the end.
@@ -384,24 +449,52 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx512f() {
+#ifdef XRT_GEMM_X86
+  // (libgcc's check includes the OS saving the zmm state: XCR0 bits 5-7)
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
+CpuIsa cpu_best_isa() {
+  if (cpu_has_avx512f()) return CpuIsa::kAvx512;
+  return cpu_has_avx2_fma() ? CpuIsa::kAvx2 : CpuIsa::kPortable;
+}
+
 std::string_view cpu_isa_name(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kPortable: return "portable";
     case CpuIsa::kAvx2: return "avx2";
-    default: return cpu_has_avx2_fma() ? "avx2" : "portable";
+    case CpuIsa::kAvx512: return "avx512";
+    default: return cpu_isa_name(cpu_best_isa());
   }
 }
 
 void cpu_gemm_blocked(const GemmProblem& p, int threads, CpuIsa isa) {
-  if (isa == CpuIsa::kAuto) isa = cpu_has_avx2_fma() ? CpuIsa::kAvx2 : CpuIsa::kPortable;
+  if (isa == CpuIsa::kAuto) isa = cpu_best_isa();
   XRT_CHECK(isa != CpuIsa::kAvx2 || cpu_has_avx2_fma(), InvalidArgumentError,
             "cpu_blocked: the AVX2/FMA micro-kernel was requested but this CPU lacks AVX2 or "
             "FMA; use CpuIsa::kAuto or kPortable");
+  XRT_CHECK(isa != CpuIsa::kAvx512 || cpu_has_avx512f(), InvalidArgumentError,
+            "cpu_blocked: the AVX-512 micro-kernel was requested but this CPU (or OS) lacks "
+            "AVX-512F; use CpuIsa::kAuto, kAvx2 or kPortable");
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
   visit_float_dtype(p.dtype, "cpu_blocked matmul", [&](auto tag) {
     using S = decltype(tag);
     using T = std::conditional_t<std::is_same_v<S, double>, double, float>;
-    run_blocked<S, T>(p, pick_micro_kernel<T>(isa), threads);
+#ifdef XRT_GEMM_X86
+    if (isa == CpuIsa::kAvx512) {
+      if constexpr (std::is_same_v<T, float>)
+        run_blocked<S, T, Tiling512<T>>(p, &micro_kernel_avx512_f32, threads);
+      else
+        run_blocked<S, T, Tiling512<T>>(p, &micro_kernel_avx512_f64, threads);
+      return;
+    }
+#endif
+    run_blocked<S, T, Tiling<T>>(p, pick_micro_kernel<T>(isa), threads);
   });
 }
 

@@ -2,8 +2,8 @@
 // file (cpu_matmul_kernels.cpp) and the tests call these.
 //
 //   cpu_blocked: ours. Cache-blocked (MC×KC panels of A, KC×NC panels of B, packed
-//     into micro-panels), a register-tiled micro-kernel (AVX2/FMA intrinsics when the
-//     CPU has them, checked at run time; otherwise a portable loop nest that the
+//     into micro-panels), a register-tiled micro-kernel (AVX-512F or AVX2/FMA intrinsics,
+//     the widest the CPU has, checked at run time; otherwise a portable loop nest that the
 //     compiler vectorizes), OpenMP-parallel over (batch, row block, column block)
 //     tiles. fp32 and fp64 natively; fp16/bf16 are converted to fp32 while packing
 //     and accumulated in fp32. Any strides (transposes, broadcast batches).
@@ -20,15 +20,21 @@
 
 namespace xpuruntime::matmul {
 
-// Which micro-kernel cpu_blocked uses. kAuto picks kAvx2 when the CPU supports
-// AVX2 and FMA, else kPortable.
-enum class CpuIsa : uint8_t { kAuto = 0, kPortable = 1, kAvx2 = 2 };
+// Which micro-kernel cpu_blocked uses. kAuto picks the widest the CPU runs, checked at
+// run time: kAvx512 (AVX-512F, 8×32 fp32 tiles), else kAvx2 (AVX2 + FMA, 6×16), else
+// kPortable.
+enum class CpuIsa : uint8_t { kAuto = 0, kPortable = 1, kAvx2 = 2, kAvx512 = 3 };
 
 bool cpu_has_avx2_fma();
+bool cpu_has_avx512f();
+// What kAuto resolves to on this CPU.
+CpuIsa cpu_best_isa();
+// "portable", "avx2", "avx512"; kAuto: the name of cpu_best_isa().
 std::string_view cpu_isa_name(CpuIsa isa);
 
 // Throws InvalidArgumentError for a dtype other than fp32/fp64/fp16/bf16, or when
-// kAvx2 is requested on a CPU without AVX2/FMA. threads <= 0: OpenMP's default.
+// kAvx2 (kAvx512) is requested on a CPU without AVX2/FMA (AVX-512F). threads <= 0:
+// OpenMP's default.
 void cpu_gemm_blocked(const GemmProblem& p, int threads = 0, CpuIsa isa = CpuIsa::kAuto);
 
 bool cpu_blas_available();
