@@ -230,14 +230,16 @@ assert sys.modules["onnx"] is None
 
 def _patch_plan(data: bytes, **fields: object) -> bytes:
     """The plan bytes with header fields replaced (keeps the constants blob intact)."""
+    # Container XRTPLAN2: magic, header length, two SHA-256 digests, then the header.
     hl = int.from_bytes(data[8:16], "little")
-    header = json.loads(data[16 : 16 + hl])
+    header = json.loads(data[144 : 144 + hl])
     header.update(fields)
-    blob = data[(16 + hl + 63) // 64 * 64 :]
+    blob = data[(144 + hl + 63) // 64 * 64 :]
     new = json.dumps(header).encode()
-    out = data[:8] + len(new).to_bytes(8, "little") + new
+    out = data[:8] + len(new).to_bytes(8, "little") + data[16:144] + new
     out += b"\0" * ((-len(out)) % 64)
-    return out + blob
+    # Resealed: the loader then checks the edited fields, not the checksum.
+    return xrt._core.graph.seal_plan(out + blob)
 
 
 def test_plans_from_another_version_device_or_policy_are_refused(tmp_path: Path) -> None:

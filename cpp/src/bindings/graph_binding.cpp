@@ -9,6 +9,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
+#include "graph/plan_verify.h"
 #include "xpuruntime/cpu_plugin_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
@@ -222,6 +223,17 @@ std::string gemm_of(const graph::ExecutionPlan& p, const graph::PlanStep& s) {
 void bind_graph(py::module_& m) {
   py::module_ g = m.def_submodule("graph", "The native engine: compile, save/load and run plans.");
   g.attr("PLAN_FORMAT_VERSION") = graph::kPlanFormatVersion;
+  g.def(
+      "seal_plan",
+      [](const py::bytes& b) {
+        std::string bytes(b);
+        graph::seal_plan_bytes(bytes);
+        return py::bytes(bytes);
+      },
+      py::arg("data"),
+      "Plan file bytes with their SHA-256 digests rewritten for their current contents. "
+      "For tests that edit a plan's header on purpose: the loader then checks the edit "
+      "itself instead of reporting a checksum mismatch.");
 
   py::class_<graph::ExecutionPlan, std::shared_ptr<graph::ExecutionPlan>>(g, "ExecutionPlan")
       .def("save", &graph::ExecutionPlan::save, py::arg("path"),
@@ -238,8 +250,10 @@ void bind_graph(py::module_& m) {
           "deserialize",
           [](const py::bytes& b, const std::string& device, const std::string& fp) {
             graph::PlanExpectation e{device, fp};
+            std::string bytes(b);
+            py::gil_scoped_release nogil;  // digests and checks of a large plan take a while
             return std::make_shared<graph::ExecutionPlan>(
-                graph::ExecutionPlan::deserialize(std::string(b), e));
+                graph::ExecutionPlan::deserialize(std::move(bytes), e));
           },
           py::arg("data"), py::arg("device") = "", py::arg("policy_fingerprint") = "")
       .def("summary", &graph::ExecutionPlan::summary)
@@ -247,6 +261,7 @@ void bind_graph(py::module_& m) {
       .def_property_readonly("device", [](const graph::ExecutionPlan& p) { return p.header.device; })
       .def_property_readonly("policy_fingerprint", [](const graph::ExecutionPlan& p) { return p.header.policy_fingerprint; })
       .def_property_readonly("model_hash", [](const graph::ExecutionPlan& p) { return p.header.model_hash; })
+      .def_property_readonly("environment", [](const graph::ExecutionPlan& p) { return p.header.environment; })
       .def_property_readonly("decisions", [](const graph::ExecutionPlan& p) { return p.decisions; })
       .def_property_readonly("pass_log", [](const graph::ExecutionPlan& p) { return p.pass_log; })
       .def_property_readonly("inputs", [](const graph::ExecutionPlan& p) { return io_info(p, p.inputs); })
@@ -313,64 +328,7 @@ void bind_graph(py::module_& m) {
             for (const HostTensor& t : res) l.append(to_numpy(t));
             return l;
           },
-          py::arg("inputs"), py::arg("output_names") = py::none())
-      .def(
-          "run_io",
-          [](const graph::Executor& ex, const py::dict& inputs, const py::object& output_names,
-             const py::object& outputs, int64_t stream, bool use_graph) {
-            graph::RunRequest req;
-            std::vector<Tensor> keep;  // the callers' tensors stay alive while the GIL is released
-            const Device plan_dev = ex.provider().device();
-            auto edge = [&](const std::string& what, const py::handle& obj) {
-              Tensor t = tensor_from_python(obj);
-              XRT_CHECK(t.is_contiguous(), InvalidArgumentError, what,
-                        " must be contiguous (call .contiguous() on it first)");
-              const Device d = t.device();
-              XRT_CHECK(d.is_cpu() || (d.type == plan_dev.type && d.index == plan_dev.index),
-                        InvalidArgumentError, what, " is on ", d.str(), " but the plan runs on ",
-                        plan_dev.str(), "; move it there first");
-              keep.push_back(t);
-              return graph::EdgeTensor{t.dtype(), t.shape(), t.data_ptr(), !d.is_cpu()};
-            };
-            for (const auto& [k, v] : inputs) {
-              req.input_names.push_back(k.cast<std::string>());
-              req.inputs.push_back(edge("input '" + req.input_names.back() + "'", v));
-            }
-            if (!output_names.is_none()) req.output_names = output_names.cast<std::vector<std::string>>();
-            if (!outputs.is_none()) {
-              for (const auto& o : outputs.cast<py::sequence>())
-                req.outputs.push_back(edge("output buffer " + std::to_string(req.outputs.size()), o));
-            }
-            req.stream = reinterpret_cast<NativeStream>(static_cast<uintptr_t>(stream));
-            req.use_graph = use_graph;
-            graph::RunStats st;
-            std::vector<HostTensor> res;
-            {
-              py::gil_scoped_release nogil;
-              res = ex.run(req, &st);
-            }
-            py::list l;
-            for (const HostTensor& t : res) l.append(t.defined() ? py::object(to_numpy(t)) : py::none());
-            py::dict d;
-            d["steps_run"] = st.steps_run;
-            d["copies_to_device"] = st.copies_to_device;
-            d["copies_to_host"] = st.copies_to_host;
-            d["copies_on_device"] = st.copies_on_device;
-            d["copy_bytes"] = st.copy_bytes;
-            d["device_copy_bytes"] = st.device_copy_bytes;
-            d["dynamic_bytes_peak"] = st.dynamic_bytes_peak;
-            d["graph_captured"] = st.graph_captured;
-            d["graph_replayed"] = st.graph_replayed;
-            return py::make_tuple(l, d);
-          },
-          py::arg("inputs"), py::arg("output_names") = py::none(), py::arg("outputs") = py::none(),
-          py::arg("stream") = 0, py::arg("use_graph") = false,
-          "Runs with host or device tensors (anything DLPack or numpy), optional caller output "
-          "buffers (written in place), the caller's stream (a raw handle; 0: the run's own) and "
-          "graph replay. Returns (outputs: numpy or None where a buffer was given, stats dict).")
-      .def("graph_status", &graph::Executor::graph_status,
-           "'captured', 'not captured yet', or why the plan cannot be replayed as a graph");
-
+          py::arg("inputs"), py::arg("output_names") = py::none());
 
   g.def(
       "compile",
@@ -393,16 +351,6 @@ void bind_graph(py::module_& m) {
       py::arg("graph"), py::arg("kernel_policy"), py::arg("exec_policy"),
       py::arg("model_hash") = "", py::arg("input_shapes") = std::map<std::string, graph::Shape>{},
       py::arg("fold") = true, py::arg("fuse") = true, py::arg("device") = "cpu");
-  g.def(
-      "check_supported",
-      [](const py::dict& desc, const std::string& device) {
-        graph::Graph gr = graph_from_py(desc);
-        py::gil_scoped_release nogil;
-        graph::check_supported(gr, device);
-      },
-      py::arg("graph"), py::arg("device") = "cpu",
-      "Raises UnsupportedOperationError listing every op of the graph the native engine "
-      "cannot run on `device`, all at once (what compile() checks first).");
   g.def(
       "scratch_peak_bytes",
       [] {

@@ -1,19 +1,97 @@
 // ExecutionPlan serialization (format described in plan.h) and summary().
+#include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "graph/plan_verify.h"
 #include "graph/prepare.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/plan.h"
+#include "xpuruntime/graph/provider.h"
 
 namespace xpuruntime::graph {
 namespace {
 
 using json = nlohmann::json;
-constexpr char kMagic[8] = {'X', 'R', 'T', 'P', 'L', 'A', 'N', '1'};
+
+// Typed reads of header fields. nlohmann's get<int>() converts a float with a
+// plain cast (undefined for 1e300) and wraps large integers: a file's numbers are
+// accepted only as integers of the field's range.
+int64_t as_i64(const json& j, const char* what) {
+  XRT_CHECK(j.is_number_integer() &&
+                (!j.is_number_unsigned() || j.get<uint64_t>() <= uint64_t{INT64_MAX}),
+            InvalidModelError, "plan file is corrupt: ", what, " is not a 64-bit integer");
+  return j.get<int64_t>();
+}
+
+int as_int(const json& j, const char* what) {
+  const int64_t v = as_i64(j, what);
+  XRT_CHECK(v >= INT32_MIN && v <= INT32_MAX, InvalidModelError, "plan file is corrupt: ", what,
+            " = ", v, " is out of range");
+  return static_cast<int>(v);
+}
+
+uint64_t as_u64(const json& j, const char* what) {
+  XRT_CHECK(j.is_number_unsigned() || (j.is_number_integer() && j.get<int64_t>() >= 0),
+            InvalidModelError, "plan file is corrupt: ", what, " is not a size");
+  return j.get<uint64_t>();
+}
+
+std::vector<int> ids_from(const json& j, const char* what) {
+  XRT_CHECK(j.is_array(), InvalidModelError, "plan file is corrupt: ", what, " is not a list");
+  std::vector<int> v;
+  v.reserve(j.size());
+  for (const json& x : j) v.push_back(as_int(x, what));
+  return v;
+}
+
+std::vector<int64_t> ints_from(const json& j, const char* what) {
+  XRT_CHECK(j.is_array(), InvalidModelError, "plan file is corrupt: ", what, " is not a list");
+  std::vector<int64_t> v;
+  v.reserve(j.size());
+  for (const json& x : j) v.push_back(as_i64(x, what));
+  return v;
+}
+
+DType dtype_from(const json& j) {
+  const int dt = as_int(j, "a dtype");
+  XRT_CHECK(dt >= 0 && dt < kNumDTypes, InvalidModelError, "plan file is corrupt: dtype code ", dt);
+  return static_cast<DType>(dt);
+}
+
+// A shape from the file, with its size bounded before anything is allocated.
+Shape shape_from(const json& j, DType dtype, const char* what) {
+  Shape s = ints_from(j, what);
+  long double bytes = static_cast<long double>(dtype_size(dtype));
+  for (int64_t d : s) {
+    XRT_CHECK(d >= 0, InvalidModelError, "plan file is corrupt: ", what, " has dimension ", d);
+    bytes *= static_cast<long double>(d);
+  }
+  XRT_CHECK(bytes <= static_cast<long double>(int64_t{1} << 48), InvalidModelError,
+            "plan file is corrupt: ", what, " ", shape_str(s), " is impossibly large");
+  return s;
+}
+
+// A library's message for ours: printable ASCII only (it may quote the file's
+// bytes), at most a few hundred bytes.
+std::string safe_text(const std::string& s) {
+  std::string o = s.substr(0, 300);
+  for (char& c : o)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return s.size() > 300 ? o + "..." : o;
+}
+
+// First bytes of a digest field as text for a message (hex digits only).
+std::string digest_text(std::string_view d) {
+  std::string o(d.substr(0, 16));
+  for (char& c : o)
+    if (!std::isxdigit(static_cast<unsigned char>(c))) c = '?';
+  return o + "...";
+}
 
 json dims_json(const std::vector<Dim>& dims) {
   json a = json::array();
@@ -25,8 +103,10 @@ std::vector<Dim> dims_from(const json& a) {
   std::vector<Dim> v;
   for (const json& d : a) {
     Dim x;
-    if (d.is_number_integer()) x.value = d.get<int64_t>();
-    else x.symbol = d.get<std::string>();
+    if (d.is_number())
+      x.value = as_i64(d, "a declared dimension");
+    else
+      x.symbol = d.get<std::string>();
     v.push_back(x);
   }
   return v;
@@ -39,8 +119,9 @@ json tensor_inline(const HostTensor& t) {
 }
 
 HostTensor tensor_from_inline(const json& j) {
-  HostTensor t = HostTensor::alloc(static_cast<DType>(j.at("dtype").get<int>()),
-                                   j.at("shape").get<Shape>());
+  const DType dt = dtype_from(j.at("dtype"));
+  HostTensor t =
+      HostTensor::alloc(dt, shape_from(j.at("shape"), dt, "an attribute tensor's shape"));
   auto bytes = j.at("bytes").get<std::vector<uint8_t>>();
   XRT_CHECK(bytes.size() == t.nbytes(), InvalidModelError,
             "plan file is corrupt: an attribute tensor has the wrong size");
@@ -50,22 +131,29 @@ HostTensor tensor_from_inline(const json& j) {
 
 json attr_json(const Attr& a) {
   switch (a.kind) {
-    case Attr::Kind::kInt: return {{"i", a.i}};
-    case Attr::Kind::kFloat: return {{"f", a.f}};
-    case Attr::Kind::kString: return {{"s", a.s}};
-    case Attr::Kind::kInts: return {{"ints", a.ints}};
-    case Attr::Kind::kFloats: return {{"floats", a.floats}};
-    case Attr::Kind::kStrings: return {{"strings", a.strings}};
-    case Attr::Kind::kTensor: return {{"t", tensor_inline(a.t)}};
+    case Attr::Kind::kInt:
+      return {{"i", a.i}};
+    case Attr::Kind::kFloat:
+      return {{"f", a.f}};
+    case Attr::Kind::kString:
+      return {{"s", a.s}};
+    case Attr::Kind::kInts:
+      return {{"ints", a.ints}};
+    case Attr::Kind::kFloats:
+      return {{"floats", a.floats}};
+    case Attr::Kind::kStrings:
+      return {{"strings", a.strings}};
+    case Attr::Kind::kTensor:
+      return {{"t", tensor_inline(a.t)}};
   }
   return {};
 }
 
 Attr attr_from(const json& j) {
-  if (j.contains("i")) return Attr::of_int(j["i"].get<int64_t>());
+  if (j.contains("i")) return Attr::of_int(as_i64(j["i"], "an integer attribute"));
   if (j.contains("f")) return Attr::of_float(j["f"].is_null() ? NAN : j["f"].get<double>());
   if (j.contains("s")) return Attr::of_string(j["s"].get<std::string>());
-  if (j.contains("ints")) return Attr::of_ints(j["ints"].get<std::vector<int64_t>>());
+  if (j.contains("ints")) return Attr::of_ints(ints_from(j["ints"], "an integer list attribute"));
   if (j.contains("floats")) {
     std::vector<double> v;
     for (const json& x : j["floats"]) v.push_back(x.is_null() ? NAN : x.get<double>());
@@ -99,11 +187,15 @@ std::string ExecutionPlan::serialize() const {
   h["workspace_limit_bytes"] = header.workspace_limit_bytes;
   h["allow_tf32"] = header.allow_tf32;
   h["deterministic"] = header.deterministic;
+  h["environment"] = header.environment;
   json vals = json::array();
   for (const PlanValue& v : values) {
-    json j = {{"name", v.name},          {"dtype", static_cast<int>(v.dtype)},
-              {"kind", static_cast<int>(v.kind)}, {"arena_offset", v.arena_offset},
-              {"alias_of", v.alias_of}, {"constant", v.constant},
+    json j = {{"name", v.name},
+              {"dtype", static_cast<int>(v.dtype)},
+              {"kind", static_cast<int>(v.kind)},
+              {"arena_offset", v.arena_offset},
+              {"alias_of", v.alias_of},
+              {"constant", v.constant},
               {"last_use", v.last_use}};
     if (v.shape) j["shape"] = *v.shape;
     if (v.declared) j["declared"] = dims_json(*v.declared);
@@ -148,7 +240,9 @@ std::string ExecutionPlan::serialize() const {
   json consts = json::array();
   uint64_t off = 0;
   for (const HostTensor& c : constants) {
-    consts.push_back({{"dtype", static_cast<int>(c.dtype)}, {"shape", c.shape}, {"offset", off},
+    consts.push_back({{"dtype", static_cast<int>(c.dtype)},
+                      {"shape", c.shape},
+                      {"offset", off},
                       {"nbytes", c.nbytes()}});
     off += (c.nbytes() + 63) / 64 * 64;
   }
@@ -156,18 +250,19 @@ std::string ExecutionPlan::serialize() const {
   h["blob_bytes"] = off;
   // Model names need not be valid UTF-8: replace bad bytes rather than fail.
   const std::string hs = h.dump(-1, ' ', false, json::error_handler_t::replace);
-  std::string out(kMagic, sizeof(kMagic));
+  std::string out(kPlanMagic, sizeof(kPlanMagic));
   uint64_t hl = hs.size();
   out.append(reinterpret_cast<const char*>(&hl), sizeof(hl));
+  out.append(2 * kPlanDigestBytes, '0');  // the digests, written last
   out += hs;
-  out.resize((out.size() + 63) / 64 * 64, '\0');
-  const std::size_t blob = out.size();
+  const std::size_t blob = plan_blob_offset(hl);
   out.resize(blob + off, '\0');
   off = 0;
   for (const HostTensor& c : constants) {
     if (c.nbytes()) std::memcpy(out.data() + blob + off, c.data, c.nbytes());
     off += (c.nbytes() + 63) / 64 * 64;
   }
+  seal_plan_bytes(out);
   return out;
 }
 
@@ -187,145 +282,187 @@ ExecutionPlan ExecutionPlan::load(const std::string& path, const PlanExpectation
   return deserialize(ss.str(), expect);
 }
 
-ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectation& expect) {
-  XRT_CHECK(bytes.size() >= 16 && std::memcmp(bytes.data(), kMagic, 7) == 0, InvalidModelError,
+namespace {
+
+// The container: magic, header length, both digests (before anything is parsed).
+// Returns the header length.
+uint64_t check_container(const std::string& bytes) {
+  XRT_CHECK(bytes.size() >= 16 && std::memcmp(bytes.data(), kPlanMagic, 7) == 0, InvalidModelError,
             "not an xpuruntime plan file (bad magic); save one with InferenceSession.save_plan()");
-  XRT_CHECK(bytes[7] == kMagic[7], InvalidModelError,
-            "plan file container version '", bytes[7], "' is not supported by this build "
-            "(expected '", kMagic[7], "'); recompile the plan with this version");
+  XRT_CHECK(bytes[7] != '1', InvalidModelError,
+            "this plan file was written by an older xpuruntime (container XRTPLAN1, plan format "
+            "2 or older, without a checksum), which this build does not load; compile the model "
+            "again with this version and re-save the plan (InferenceSession.save_plan)");
+  XRT_CHECK(bytes[7] == kPlanMagic[7], InvalidModelError, "plan file container version ",
+            static_cast<int>(static_cast<unsigned char>(bytes[7])),
+            " is not supported by this build (it reads XRTPLAN2); re-save the plan with this "
+            "version");
+  XRT_CHECK(bytes.size() >= kPlanPrefixBytes, InvalidModelError, "plan file is truncated (",
+            bytes.size(), " bytes, shorter than its ", kPlanPrefixBytes, "-byte prefix)");
   uint64_t hl = 0;
   std::memcpy(&hl, bytes.data() + 8, sizeof(hl));
-  XRT_CHECK(hl <= bytes.size() - 16, InvalidModelError,
-            "plan file is truncated or corrupt (header length ", hl, " exceeds file size ",
-            bytes.size(), ")");
+  XRT_CHECK(hl <= bytes.size() - kPlanPrefixBytes && plan_blob_offset(hl) <= bytes.size(),
+            InvalidModelError, "plan file is truncated or corrupt (header length ", hl,
+            " exceeds the file size ", bytes.size(), ")");
+  const PlanDigests d = plan_digests(bytes, hl);
+  const std::string_view file(bytes);
+  const std::string_view head_rec = file.substr(16, kPlanDigestBytes);
+  const std::string_view blob_rec = file.substr(16 + kPlanDigestBytes, kPlanDigestBytes);
+  XRT_CHECK(head_rec == d.header, InvalidModelError,
+            "plan file checksum mismatch in the header (its SHA-256 is ", digest_text(d.header),
+            ", the file records ", digest_text(head_rec),
+            "): the file is damaged or was edited; copy it again or re-save the plan");
+  XRT_CHECK(blob_rec == d.blob, InvalidModelError,
+            "plan file checksum mismatch in the constants blob (its SHA-256 is ",
+            digest_text(d.blob), ", the file records ", digest_text(blob_rec),
+            "): the file is damaged or was edited; copy it again or re-save the plan");
+  return hl;
+}
+
+ExecutionPlan parse_plan(std::string bytes, const PlanExpectation& expect) {
+  const uint64_t hl = check_container(bytes);
   json h;
   try {
-    h = json::parse(bytes.begin() + 16, bytes.begin() + 16 + static_cast<std::ptrdiff_t>(hl));
+    h = json::parse(bytes.begin() + kPlanPrefixBytes,
+                    bytes.begin() + static_cast<std::ptrdiff_t>(kPlanPrefixBytes + hl));
   } catch (const std::exception& e) {
-    XRT_THROW(InvalidModelError, "plan file header is corrupt: ", e.what());
+    XRT_THROW(InvalidModelError, "plan file header is corrupt: ", safe_text(e.what()));
   }
+  XRT_CHECK(h.is_object(), InvalidModelError, "plan file header is corrupt: not a JSON object");
   ExecutionPlan p;
-  try {
-    p.header.format_version = h.at("format_version").get<int>();
-    XRT_CHECK(p.header.format_version == kPlanFormatVersion, InvalidModelError,
-              "plan format version ", p.header.format_version,
-              " is not supported by this build (it reads version ", kPlanFormatVersion,
-              "); recompile the plan from the ONNX model with this version");
-    p.header.device = h.at("device").get<std::string>();
-    p.header.policy_fingerprint = h.at("policy_fingerprint").get<std::string>();
-    p.header.model_hash = h.at("model_hash").get<std::string>();
-    p.header.producer = h.value("producer", "");
-    p.header.workspace_limit_bytes = h.at("workspace_limit_bytes").get<std::size_t>();
-    p.header.allow_tf32 = h.at("allow_tf32").get<bool>();
-    p.header.deterministic = h.at("deterministic").get<bool>();
-    XRT_CHECK(expect.device.empty() || expect.device == p.header.device, InvalidModelError,
-              "plan was compiled for device '", p.header.device, "' but this session runs on '",
-              expect.device, "'; recompile the plan for this device");
-    XRT_CHECK(expect.policy_fingerprint.empty() ||
-                  expect.policy_fingerprint == p.header.policy_fingerprint,
-              InvalidModelError, "plan was compiled under another policy (fingerprint ",
-              p.header.policy_fingerprint.substr(0, 12), "…, this session's policy is ",
-              expect.policy_fingerprint.substr(0, 12),
-              "…); load it with the same KernelPolicy/ExecutionPolicy or recompile");
-    for (const json& j : h.at("values")) {
-      PlanValue v;
-      v.name = j.at("name").get<std::string>();
-      const int dt = j.at("dtype").get<int>();
-      XRT_CHECK(dt >= 0 && dt < kNumDTypes, InvalidModelError, "plan file is corrupt: dtype code ", dt);
-      v.dtype = static_cast<DType>(dt);
-      v.kind = static_cast<PlanValue::Kind>(j.at("kind").get<int>());
-      v.arena_offset = j.at("arena_offset").get<int64_t>();
-      v.alias_of = j.at("alias_of").get<int>();
-      v.constant = j.at("constant").get<int>();
-      v.last_use = j.at("last_use").get<int>();
-      if (j.contains("shape")) v.shape = j["shape"].get<Shape>();
-      if (j.contains("declared")) v.declared = dims_from(j["declared"]);
-      p.values.push_back(std::move(v));
-    }
-    const int nv = static_cast<int>(p.values.size());
-    auto check_id = [nv](int id) {
-      XRT_CHECK(id >= -1 && id < nv, InvalidModelError, "plan file is corrupt: value id ", id);
-    };
-    for (const json& j : h.at("steps")) {
-      PlanStep s;
-      s.node.name = j.at("name").get<std::string>();
-      s.node.op_type = j.at("op_type").get<std::string>();
-      s.node.domain = j.at("domain").get<std::string>();
-      s.node.inputs = j.at("inputs").get<std::vector<int>>();
-      s.node.outputs = j.at("outputs").get<std::vector<int>>();
-      for (int id : s.node.inputs) check_id(id);
-      for (int id : s.node.outputs) check_id(id);
-      for (auto it = j.at("attrs").begin(); it != j.at("attrs").end(); ++it) {
-        json a = it.value();
-        auto fix = [](const json& x) -> json {
-          if (x.is_string()) return x.get<std::string>() == "inf" ? INFINITY : -INFINITY;
-          return x;
-        };
-        if (a.contains("f")) a["f"] = fix(a["f"]);
-        if (a.contains("floats"))
-          for (auto& x : a["floats"]) x = fix(x);
-        s.node.attrs[it.key()] = attr_from(a);
-      }
-      s.op_key = j.at("op_key").get<std::string>();
-      s.kernel = j.at("kernel").get<std::string>();
-      s.algorithm = j.at("algorithm").get<std::string>();
-      s.rule = j.at("rule").get<std::string>();
-      s.alias = j.at("alias").get<bool>();
-      p.steps.push_back(std::move(s));
-    }
-    p.inputs = h.at("inputs").get<std::vector<int>>();
-    p.outputs = h.at("outputs").get<std::vector<int>>();
-    for (int id : p.inputs) check_id(id);
-    for (int id : p.outputs) check_id(id);
-    const json& m = h.at("memory");
-    p.memory.arena_bytes = m.at("arena_bytes").get<int64_t>();
-    p.memory.intermediate_bytes = m.at("intermediate_bytes").get<int64_t>();
-    p.memory.constant_bytes = m.at("constant_bytes").get<int64_t>();
-    p.memory.dynamic_values = m.at("dynamic_values").get<int64_t>();
-    p.memory.static_values = m.at("static_values").get<int64_t>();
-    p.decisions = h.at("decisions").get<std::vector<std::string>>();
-    p.pass_log = h.at("pass_log").get<std::vector<std::string>>();
-    // Constants: views into one shared buffer holding the file bytes.
-    auto buf = std::make_shared<std::string>(std::move(bytes));
-    const std::size_t blob = (16 + hl + 63) / 64 * 64;
-    const uint64_t blob_bytes = h.at("blob_bytes").get<uint64_t>();
-    XRT_CHECK(buf->size() == blob + blob_bytes, InvalidModelError, "plan file is truncated or has ",
-              "trailing bytes: ", buf->size(), " bytes, expected ", blob + blob_bytes);
-    for (const json& c : h.at("constants")) {
-      const uint64_t off = c.at("offset").get<uint64_t>(), nb = c.at("nbytes").get<uint64_t>();
-      XRT_CHECK(blob + off + nb <= buf->size() && off + nb >= off, InvalidModelError,
-                "plan file is truncated: a constant extends past the end of the file");
-      const int dt = c.at("dtype").get<int>();
-      XRT_CHECK(dt >= 0 && dt < kNumDTypes, InvalidModelError, "plan file is corrupt: dtype code ", dt);
-      Shape shape = c.at("shape").get<Shape>();
-      XRT_CHECK(shape_numel(shape) * static_cast<int64_t>(dtype_size(static_cast<DType>(dt))) ==
-                    static_cast<int64_t>(nb),
-                InvalidModelError, "plan file is corrupt: a constant's size does not match its shape");
-      // The blob offset is 64-byte aligned inside a std::string whose data is
-      // only 16-byte aligned: copy into aligned storage.
-      HostTensor t = HostTensor::alloc(static_cast<DType>(dt), shape);
-      if (nb) std::memcpy(t.data, buf->data() + blob + off, nb);
-      p.constants.push_back(std::move(t));
-    }
-    for (const PlanValue& v : p.values) {
-      XRT_CHECK(v.constant < static_cast<int>(p.constants.size()), InvalidModelError,
-                "plan file is corrupt: constant index out of range");
-      XRT_CHECK(v.alias_of >= -1 && v.alias_of < nv, InvalidModelError,
-                "plan file is corrupt: alias index out of range");
-    }
-  } catch (const json::exception& e) {
-    XRT_THROW(InvalidModelError, "plan file is corrupt or from an incompatible build: ", e.what());
+  p.header.format_version = as_int(h.at("format_version"), "format_version");
+  XRT_CHECK(p.header.format_version == kPlanFormatVersion, InvalidModelError,
+            "plan format version ", p.header.format_version,
+            " is not supported by this build (it reads version ", kPlanFormatVersion,
+            "); compile the model again with this version and re-save the plan");
+  p.header.device = h.at("device").get<std::string>();
+  p.header.policy_fingerprint = h.at("policy_fingerprint").get<std::string>();
+  p.header.model_hash = h.at("model_hash").get<std::string>();
+  p.header.producer = h.value("producer", "");
+  p.header.workspace_limit_bytes = as_u64(h.at("workspace_limit_bytes"), "workspace_limit_bytes");
+  p.header.allow_tf32 = h.at("allow_tf32").get<bool>();
+  p.header.deterministic = h.at("deterministic").get<bool>();
+  p.header.environment = h.at("environment").get<std::map<std::string, std::string>>();
+  XRT_CHECK(expect.device.empty() || expect.device == p.header.device, InvalidModelError,
+            "plan was compiled for device '", p.header.device, "' but this session runs on '",
+            expect.device, "'; recompile the plan for this device");
+  XRT_CHECK(
+      expect.policy_fingerprint.empty() || expect.policy_fingerprint == p.header.policy_fingerprint,
+      InvalidModelError, "plan was compiled under another policy (fingerprint ",
+      p.header.policy_fingerprint.substr(0, 12), "…, this session's policy is ",
+      expect.policy_fingerprint.substr(0, 12),
+      "…); load it with the same KernelPolicy/ExecutionPolicy or recompile");
+  for (const json& j : h.at("values")) {
+    PlanValue v;
+    v.name = j.at("name").get<std::string>();
+    v.dtype = dtype_from(j.at("dtype"));
+    const int kind = as_int(j.at("kind"), "a value's kind");
+    XRT_CHECK(kind >= 0 && kind <= 3, InvalidModelError, "plan file is corrupt: value kind ", kind);
+    v.kind = static_cast<PlanValue::Kind>(kind);
+    v.arena_offset = as_i64(j.at("arena_offset"), "an arena offset");
+    v.alias_of = as_int(j.at("alias_of"), "alias_of");
+    v.constant = as_int(j.at("constant"), "a constant index");
+    v.last_use = as_int(j.at("last_use"), "last_use");
+    if (j.contains("shape")) v.shape = shape_from(j["shape"], v.dtype, "a value's shape");
+    if (j.contains("declared")) v.declared = dims_from(j["declared"]);
+    p.values.push_back(std::move(v));
   }
-  // Every step's kernel, bound again (the same kernels the plan recorded).
+  for (const json& j : h.at("steps")) {
+    PlanStep s;
+    s.node.name = j.at("name").get<std::string>();
+    s.node.op_type = j.at("op_type").get<std::string>();
+    s.node.domain = j.at("domain").get<std::string>();
+    s.node.inputs = ids_from(j.at("inputs"), "a step input id");
+    s.node.outputs = ids_from(j.at("outputs"), "a step output id");
+    for (auto it = j.at("attrs").begin(); it != j.at("attrs").end(); ++it) {
+      json a = it.value();
+      auto fix = [](const json& x) -> json {
+        if (x.is_string()) return x.get<std::string>() == "inf" ? INFINITY : -INFINITY;
+        return x;
+      };
+      if (a.contains("f")) a["f"] = fix(a["f"]);
+      if (a.contains("floats"))
+        for (auto& x : a["floats"]) x = fix(x);
+      s.node.attrs[it.key()] = attr_from(a);
+    }
+    s.op_key = j.at("op_key").get<std::string>();
+    s.kernel = j.at("kernel").get<std::string>();
+    s.algorithm = j.at("algorithm").get<std::string>();
+    s.rule = j.at("rule").get<std::string>();
+    s.alias = j.at("alias").get<bool>();
+    p.steps.push_back(std::move(s));
+  }
+  p.inputs = ids_from(h.at("inputs"), "a plan input id");
+  p.outputs = ids_from(h.at("outputs"), "a plan output id");
+  const json& m = h.at("memory");
+  p.memory.arena_bytes = as_i64(m.at("arena_bytes"), "arena_bytes");
+  p.memory.intermediate_bytes = as_i64(m.at("intermediate_bytes"), "intermediate_bytes");
+  p.memory.constant_bytes = as_i64(m.at("constant_bytes"), "constant_bytes");
+  p.memory.dynamic_values = as_i64(m.at("dynamic_values"), "dynamic_values");
+  p.memory.static_values = as_i64(m.at("static_values"), "static_values");
+  p.decisions = h.at("decisions").get<std::vector<std::string>>();
+  p.pass_log = h.at("pass_log").get<std::vector<std::string>>();
+  const std::size_t blob = plan_blob_offset(hl);
+  const uint64_t blob_bytes = as_u64(h.at("blob_bytes"), "blob_bytes");
+  XRT_CHECK(bytes.size() - blob == blob_bytes, InvalidModelError,
+            "plan file is truncated or has trailing bytes: ", bytes.size(), " bytes, expected ",
+            blob, " + ", blob_bytes);
+  for (const json& c : h.at("constants")) {
+    const uint64_t off = as_u64(c.at("offset"), "a constant's offset");
+    const uint64_t nb = as_u64(c.at("nbytes"), "a constant's size");
+    XRT_CHECK(off % 64 == 0 && off <= blob_bytes && nb <= blob_bytes - off, InvalidModelError,
+              "plan file is corrupt: a constant (offset ", off, ", ", nb,
+              " bytes) is unaligned or extends past the end of the file");
+    const DType dt = dtype_from(c.at("dtype"));
+    const Shape shape = shape_from(c.at("shape"), dt, "a constant's shape");
+    XRT_CHECK(static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt) == nb, InvalidModelError,
+              "plan file is corrupt: a constant's size does not match its shape");
+    // The blob offset is 64-byte aligned inside a std::string whose data is
+    // only 16-byte aligned: copy into aligned storage.
+    HostTensor t = HostTensor::alloc(dt, shape);
+    if (nb) std::memcpy(t.data, bytes.data() + blob + off, nb);
+    p.constants.push_back(std::move(t));
+  }
+  // Nothing from the file is used before it is checked against the plan itself,
+  // the loading provider's environment, and (when the steps are bound again) the
+  // kernel registry.
+  verify_plan_structure(p);
+  verify_plan_environment(p.header, *ProviderRegistry::instance().get(p.header.device));
   prepare_loaded_steps(p);
   return p;
 }
 
+}  // namespace
+
+ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectation& expect) {
+  // One boundary for every failure a file can cause: typed errors pass through;
+  // anything else a damaged file provokes in a library (a JSON type error, a
+  // container length error, an allocation it asks for) becomes InvalidModelError.
+  try {
+    return parse_plan(std::move(bytes), expect);
+  } catch (const XpuRuntimeError&) {
+    throw;
+  } catch (const json::exception& e) {
+    XRT_THROW(InvalidModelError,
+              "plan file is corrupt or from an incompatible build: ", safe_text(e.what()));
+  } catch (const std::bad_alloc&) {
+    XRT_THROW(InvalidModelError, "plan file is corrupt: it asks for more memory than is available");
+  } catch (const std::exception& e) {
+    XRT_THROW(InvalidModelError, "plan file is corrupt: ", safe_text(e.what()));
+  }
+}
+
 std::string ExecutionPlan::summary() const {
   std::ostringstream os;
-  os << "ExecutionPlan (format " << header.format_version << ", device " << header.device
-     << ", " << steps.size() << " steps, " << values.size() << " values)\n";
-  os << "  model sha256 " << header.model_hash << "\n  policy " << header.policy_fingerprint << "\n";
+  os << "ExecutionPlan (format " << header.format_version << ", device " << header.device << ", "
+     << steps.size() << " steps, " << values.size() << " values)\n";
+  os << "  model sha256 " << header.model_hash << "\n  policy " << header.policy_fingerprint
+     << "\n";
+  if (!header.environment.empty()) {
+    os << "  environment:";
+    for (const auto& [k, v] : header.environment) os << " " << k << "=" << v;
+    os << "\n";
+  }
   os << "  memory: arena " << memory.arena_bytes << " B (peak) vs " << memory.intermediate_bytes
      << " B sum of intermediates; constants " << memory.constant_bytes << " B; "
      << memory.dynamic_values << " values shaped at run time\n";

@@ -3,13 +3,25 @@
 // device, policy fingerprint, model hash). Immutable once built, printable, and
 // serializable: a saved plan runs without the ONNX model or the onnx package.
 //
-// File format: "XRTPLAN1" magic, uint64 header length, a JSON header (nlohmann),
-// zero padding to 64 bytes, then the constants blob (each constant 64-byte
-// aligned at the offset the header lists). Little-endian.
+// File format (container "XRTPLAN2", plan format 3), little-endian:
+//   [0, 8)     magic "XRTPLAN2"
+//   [8, 16)    uint64 header length H
+//   [16, 80)   SHA-256 (hex) of the header: bytes [0, 16) followed by [144, blob)
+//   [80, 144)  SHA-256 (hex) of the constants blob: bytes [blob, end)
+//   [144, 144 + H)  the JSON header (nlohmann), then zero padding to 64 bytes
+//   [blob, end)     the constants blob (each constant 64-byte aligned at the offset
+//                   the header lists)
+// A loader trusts nothing in the file: both digests are checked before the header
+// is parsed, then every id, shape, size, offset, lifetime and alias is re-derived
+// and checked against the plan itself (graph/plan_verify.h), the recorded
+// environment against the loading provider's, and every kernel against the
+// KernelRegistry. Container "XRTPLAN1" (formats 1-2, no checksum) is refused with
+// a message that says to re-save the plan.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +35,9 @@ namespace xpuruntime::graph {
 // 2: steps hold prepared kernels (a conv's GEMM is a recorded sub-decision, not a
 //    "_gemm" attribute); steps record their algorithm; the header records the
 //    execution-policy fields kernels are prepared under.
-inline constexpr int kPlanFormatVersion = 2;
+// 3: container "XRTPLAN2" with SHA-256 digests of header and blob; the header
+//    records the provider's environment (ExecutionProvider::environment()).
+inline constexpr int kPlanFormatVersion = 3;
 
 struct PlanValue {
   enum class Kind : uint8_t { kInput = 0, kConstant = 1, kIntermediate = 2, kOutput = 3 };
@@ -56,6 +70,11 @@ struct PlanHeader {
   std::string policy_fingerprint;  // SHA-256 over the kernel and execution policies
   std::string model_hash;          // SHA-256 of the model bytes
   std::string producer;            // "xpuruntime 0.1.0"
+  // What the plan's kernels were chosen and prepared for beyond the device kind
+  // (ExecutionProvider::environment(): CUDA's GPU architecture and library
+  // versions). A loader refuses a plan whose environment differs from the loading
+  // provider's, naming the field.
+  std::map<std::string, std::string> environment;
   // The ExecutionPolicy fields a kernel may read when it is prepared (OpContext),
   // kept so that a loaded plan prepares its kernels as the compiler did.
   std::size_t workspace_limit_bytes = 0;
@@ -89,11 +108,14 @@ struct ExecutionPlan {
   std::vector<std::string> pass_log;   // one line per compiler pass ("constant folding: ...")
 
   // Serialization. save/serialize never fail for a valid plan; load/deserialize
-  // throw InvalidModelError for truncated or corrupt files and for another format
-  // version, device or policy than `expect` asks for (the message says which).
-  // Loading prepares every step again, pinned to the recorded kernels (and to the
-  // recorded sub-decisions): UnsupportedOperationError names the node and kernel a
-  // build lacks, or the device without an execution provider.
+  // throw InvalidModelError for truncated, damaged (checksum mismatch, naming
+  // header or blob) or inconsistent files (naming the field), for an older format
+  // (re-save it), another environment than the loading provider's (naming the
+  // field), and for another device or policy than `expect` asks for. Loading
+  // prepares every step again, pinned to the recorded kernels (and to the recorded
+  // sub-decisions): UnsupportedOperationError names the node and kernel a build
+  // lacks or that no longer supports the step, or the device without an execution
+  // provider. No file content crashes the loader.
   void save(const std::string& path) const;
   std::string serialize() const;
   static ExecutionPlan load(const std::string& path, const PlanExpectation& expect = {});

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -35,10 +36,6 @@ struct FusionSupport {
   bool fold_batchnorm = true;      // BatchNormalization into Conv/Gemm weights
   bool epilogues = true;           // bias, residual and activation into Conv/MatMul/Gemm
   bool elementwise_chains = true;  // chains of elementwise ops into one FusedElementwise
-  // Decomposed LayerNorm and attention subgraphs into one LayerNormalization /
-  // FusedAttention node each; a match fuses only where a kernel of the device runs
-  // the fused node (the compiler asks the registry), so no device needs to opt out.
-  bool patterns = true;
 };
 
 // The plan constants in the provider's device memory, uploaded once per
@@ -77,18 +74,6 @@ class RunResources {
   // Waits until everything issued on stream() has finished (before outputs are
   // handed to the caller).
   virtual void synchronize() = 0;
-  // A copy within the device's memory, on stream(): a caller's device tensor into
-  // a plan buffer or back (zero host bytes). Recorded as a profiler "d2d" copy.
-  virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) {
-    (void)dst, (void)src, (void)bytes;
-    throw_no_device_memory();
-  }
-  // Orders this run's stream after everything issued on `other` so far (the
-  // caller's stream, when a replayed graph runs on a stream of its own).
-  virtual void wait_for(NativeStream other) { (void)other; }
-
- protected:
-  [[noreturn]] static void throw_no_device_memory();
 };
 
 class ExecutionProvider {
@@ -105,6 +90,12 @@ class ExecutionProvider {
   // OpContext.capability (CUDA: sm major*10+minor); 0 where it does not apply.
   virtual int capability() const { return 0; }
   virtual FusionSupport fusions() const { return {}; }
+  // What a plan compiled here depends on beyond the device kind, as field ->
+  // value ("gpu_arch" -> "sm_90", library versions): stored in the plan header by
+  // the compiler and compared by the plan loader, which refuses a plan whose
+  // environment differs, naming the field. Empty by default (the CPU: its kernels
+  // run on any x86-64 CPU and choose their micro-kernel on the loading machine).
+  virtual std::map<std::string, std::string> environment() const { return {}; }
   // True when kernels read and write host memory: inputs bind and outputs are
   // written zero-copy, and no edge copies happen.
   virtual bool host_memory() const = 0;
@@ -118,16 +109,9 @@ class ExecutionProvider {
   // such as the CPU's OpenMP team size are applied here).
   virtual std::unique_ptr<RunResources> begin_run(std::size_t arena_bytes,
                                                   std::size_t workspace_bytes) const = 0;
-  // begin_run on the caller's stream (a torch or cupy stream, or ours): every
-  // kernel and copy of the run is issued on it, so the run is ordered after the
-  // caller's earlier work (the kernels that produced its input tensors) and its
-  // buffers return to that stream's pool. nullptr: begin_run. Providers without
-  // streams refuse a non-null stream.
-  virtual std::unique_ptr<RunResources> begin_run_on(NativeStream stream, std::size_t arena_bytes,
-                                                     std::size_t workspace_bytes) const;
   // The device backend's graph capture, for replaying a whole static plan as one
-  // graph (Executor, RunRequest.use_graph); nullptr when the device cannot capture
-  // (the CPU).
+  // graph; nullptr when the device cannot capture (the CPU). The executor does not
+  // replay plans yet (no provider in this build can capture): it runs step by step.
   virtual DeviceBackend::GraphOps* graph_ops() const { return nullptr; }
 };
 

@@ -15,11 +15,16 @@ device its header names.
 
 Engine-specific options (``EngineOptions.extra``): ``input_shapes`` (name → shape,
 a specialization of symbolic dimensions), ``fold`` and ``fuse`` (compiler passes,
-default on).
+default on). Loading a saved plan: ``source_model`` (the ONNX model it should have been
+compiled from: path, bytes or ``onnx.ModelProto``) or ``model_hash`` (its SHA-256 in
+hex) makes the session refuse a plan compiled from another model
+(``InvalidModelError`` naming both hashes; ``check_model_hash=False`` opts out), and
+``check_policy=False`` accepts a plan compiled under other policies.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -33,10 +38,14 @@ import numpy as np
 from ... import _core
 from ..._core import BackendUnavailableError, InvalidArgumentError, InvalidModelError
 from ...policies import coerce
+from .._common import host_array, normalize_output_names, parse_input_shapes
 from ..base import Availability, Engine, EngineOptions, TensorInfo
 from . import frontend
 
 PLAN_MAGIC = b"XRTPLAN"
+#: Where a plan's JSON header starts, by container version (the magic's last byte):
+#: "2" has the header and blob SHA-256 digests before it (cpp/include/.../graph/plan.h).
+_PLAN_HEADER_AT = {b"1": 16, b"2": 144}
 
 
 def core_kernel_policy(policy: Any) -> Any:
@@ -96,18 +105,34 @@ def plan_device(model: Any) -> str | None:
     try:
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
-            head, rest = data[:16], data[16:]
         else:
             with open(Path(model), "rb") as f:
-                head = f.read(16)
-                rest = f.read(int.from_bytes(head[8:16], "little")) if len(head) == 16 else b""
-        if head[:7] != PLAN_MAGIC or len(head) < 16:
+                data = f.read(144)
+                if len(data) == 144 and data[:7] == PLAN_MAGIC:
+                    data += f.read(int.from_bytes(data[8:16], "little"))
+        at = _PLAN_HEADER_AT.get(data[7:8])
+        if data[:7] != PLAN_MAGIC or at is None or len(data) < at:
             return None
-        size = int.from_bytes(head[8:16], "little")
-        device = json.loads(rest[:size]).get("device")
+        size = int.from_bytes(data[8:16], "little")
+        device = json.loads(data[at : at + size]).get("device")
     except (OSError, ValueError, TypeError, AttributeError):
         return None
     return device if isinstance(device, str) else None
+
+
+def model_sha256(model: Any) -> str:
+    """SHA-256 (hex) of a model as the compiler records it in a plan's ``model_hash``:
+    the bytes of a file or of ``bytes``; a ``ModelProto``'s serialization."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(bytes(model)).hexdigest()
+    if isinstance(model, (str, os.PathLike)):
+        try:
+            return hashlib.sha256(Path(model).read_bytes()).hexdigest()
+        except OSError as exc:
+            raise InvalidModelError(f"cannot read the model '{model}' to check the plan: {exc}") from exc
+    from ..onnx_model import load_model
+
+    return str(load_model(model).sha256)
 
 
 def is_plan(model: Any) -> bool:
@@ -188,6 +213,10 @@ def stream_handle(stream: Any) -> int:
     )
 
 
+#: numpy dtypes the executor reads (the C++ DTypes with a numpy equivalent).
+_NATIVE_DTYPES = frozenset(("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"))
+
+
 def as_numpy(name: str, value: Any) -> np.ndarray:
     """A C-contiguous numpy view of an input (numpy, xpuruntime Tensor, any __dlpack__)."""
     if isinstance(value, np.ndarray):
@@ -208,8 +237,15 @@ def as_numpy(name: str, value: Any) -> np.ndarray:
             arr = np.asarray(value)
         except Exception as exc:
             raise InvalidArgumentError(f"input '{name}' is not an array: {type(value).__name__}") from exc
-    if arr.dtype == object:
-        raise InvalidArgumentError(f"input '{name}' is not a numeric array")
+    # Native byte order and alignment (a >f4 array is converted, exactly); masked and
+    # structured arrays are refused, naming the input.
+    arr = host_array(name, arr)
+    if arr.dtype.name not in _NATIVE_DTYPES:
+        raise InvalidArgumentError(
+            f"input '{name}' has dtype {arr.dtype}, which the native engine does not run (it takes "
+            f"{', '.join(sorted(_NATIVE_DTYPES))}); convert it with arr.astype(...) to the dtype the "
+            "model declares"
+        )
     # np.ascontiguousarray would turn a 0-d array into a 1-d one.
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
@@ -261,25 +297,24 @@ class NativeEngine(Engine):
                     f"plan was compiled for device '{model.device}' but this session runs on "
                     f"'{self._kind}'; recompile the plan for this device"
                 )
+            self._check_model_hash(model)
             self._use(model)
         elif is_plan(model):
-            self._use(self._load_plan(model, extra.get("check_policy", True)))
+            plan = self._load_plan(model, extra.get("check_policy", True))
+            self._check_model_hash(plan)
+            self._use(plan)
         else:
             loaded = frontend.load(model)
             self._desc = frontend.describe(loaded)
             self._model_hash = loaded.model_hash
             self._inputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["inputs"]]
             self._outputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["outputs"]]
-            given = {k: [int(d) for d in v] for k, v in (extra.get("input_shapes") or {}).items()}
+            given = parse_input_shapes(extra.get("input_shapes"), self._inputs)
             static = all(all(isinstance(d, int) for d in i.shape) for i in self._inputs)
             if static or all(i.name in given for i in self._inputs):
                 # Shapes known now: compile at once. Otherwise each new set of input
                 # shapes gets its own plan at its first run (a specialization).
                 self._use(self._compile(given))
-            else:
-                # Not compiled before the first run: what the engine cannot run is
-                # reported now, all of it at once, as a compile would.
-                frontend.check_supported(self._desc, self._kind)
 
     def _compile(self, shapes: dict[str, list[int]]) -> Any:
         assert self._desc is not None
@@ -389,6 +424,29 @@ class NativeEngine(Engine):
             )
         return _core.graph.ExecutionPlan.load(str(model), device=self._kind, policy_fingerprint=fp)
 
+    def _check_model_hash(self, plan: Any) -> None:
+        """Refuses a plan compiled from another model than the one the caller names
+        (``source_model`` or ``model_hash``), unless ``check_model_hash=False``."""
+        extra = self._extra
+        if not extra.get("check_model_hash", True):
+            return
+        want = extra.get("model_hash")
+        what = "the given model_hash"
+        if extra.get("source_model") is not None:
+            want = model_sha256(extra["source_model"])
+            what = "the given source_model"
+        if want is None:
+            return
+        if not isinstance(want, str):
+            raise InvalidArgumentError(f"model_hash must be a SHA-256 hex string, got {type(want).__name__}")
+        if want.lower() != plan.model_hash:
+            raise InvalidModelError(
+                f"the plan was compiled from the model with SHA-256 {plan.model_hash or '(none recorded)'}, "
+                f"but {what} has SHA-256 {want.lower()}; compile the plan from this model "
+                "(InferenceSession(model, engine='native').save_plan(...)), or pass "
+                "check_model_hash=False to run it anyway"
+            )
+
     # ----------------------------------------------------------------- Engine API
     def inputs(self) -> Sequence[TensorInfo]:
         return list(self._inputs)
@@ -426,6 +484,7 @@ class NativeEngine(Engine):
             or any(on_device(v) for v in inputs.values())
         ):
             return self._run_io(inputs, output_names, outputs, stream)
+        output_names = normalize_output_names(output_names)  # [] means all, as in ORT
         arrays = {str(k): as_numpy(str(k), v) for k, v in inputs.items()}
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
         executor = self._executor_for(arrays)
@@ -445,7 +504,6 @@ class NativeEngine(Engine):
         }
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
         executor = self._executor_for(vals)
-        self._last_executor = executor
         handle = stream_handle(stream)
         torch_inputs = [v.value for v in vals.values() if isinstance(v, _DeviceMeta) and _is_torch(v.value)]
         if handle == 0 and torch_inputs:
@@ -485,8 +543,7 @@ class NativeEngine(Engine):
         """'captured', 'not captured yet', or why the plan cannot be replayed as a CUDA graph."""
         if not self._use_graph():
             return "off (ExecutionPolicy(cuda_graph=True) on device='cuda' turns it on)"
-        executor = getattr(self, "_last_executor", None) or self._executor
-        return str(executor.graph_status()) if executor is not None else "no plan yet"
+        return str(self._executor.graph_status()) if self._executor is not None else "no plan yet"
 
     def decisions(self) -> list[Any]:
         from ...dispatch.decision import Decision
