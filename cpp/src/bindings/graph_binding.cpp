@@ -328,7 +328,64 @@ void bind_graph(py::module_& m) {
             for (const HostTensor& t : res) l.append(to_numpy(t));
             return l;
           },
-          py::arg("inputs"), py::arg("output_names") = py::none());
+          py::arg("inputs"), py::arg("output_names") = py::none())
+      .def(
+          "run_io",
+          [](const graph::Executor& ex, const py::dict& inputs, const py::object& output_names,
+             const py::object& outputs, int64_t stream, bool use_graph) {
+            graph::RunRequest req;
+            std::vector<Tensor> keep;  // the callers' tensors stay alive while the GIL is released
+            const Device plan_dev = ex.provider().device();
+            auto edge = [&](const std::string& what, const py::handle& obj) {
+              Tensor t = tensor_from_python(obj);
+              XRT_CHECK(t.is_contiguous(), InvalidArgumentError, what,
+                        " must be contiguous (call .contiguous() on it first)");
+              const Device d = t.device();
+              XRT_CHECK(d.is_cpu() || (d.type == plan_dev.type && d.index == plan_dev.index),
+                        InvalidArgumentError, what, " is on ", d.str(), " but the plan runs on ",
+                        plan_dev.str(), "; move it there first");
+              keep.push_back(t);
+              return graph::EdgeTensor{t.dtype(), t.shape(), t.data_ptr(), !d.is_cpu()};
+            };
+            for (const auto& [k, v] : inputs) {
+              req.input_names.push_back(k.cast<std::string>());
+              req.inputs.push_back(edge("input '" + req.input_names.back() + "'", v));
+            }
+            if (!output_names.is_none()) req.output_names = output_names.cast<std::vector<std::string>>();
+            if (!outputs.is_none()) {
+              for (const auto& o : outputs.cast<py::sequence>())
+                req.outputs.push_back(edge("output buffer " + std::to_string(req.outputs.size()), o));
+            }
+            req.stream = reinterpret_cast<NativeStream>(static_cast<uintptr_t>(stream));
+            req.use_graph = use_graph;
+            graph::RunStats st;
+            std::vector<HostTensor> res;
+            {
+              py::gil_scoped_release nogil;
+              res = ex.run(req, &st);
+            }
+            py::list l;
+            for (const HostTensor& t : res) l.append(t.defined() ? py::object(to_numpy(t)) : py::none());
+            py::dict d;
+            d["steps_run"] = st.steps_run;
+            d["copies_to_device"] = st.copies_to_device;
+            d["copies_to_host"] = st.copies_to_host;
+            d["copies_on_device"] = st.copies_on_device;
+            d["copy_bytes"] = st.copy_bytes;
+            d["device_copy_bytes"] = st.device_copy_bytes;
+            d["dynamic_bytes_peak"] = st.dynamic_bytes_peak;
+            d["graph_captured"] = st.graph_captured;
+            d["graph_replayed"] = st.graph_replayed;
+            return py::make_tuple(l, d);
+          },
+          py::arg("inputs"), py::arg("output_names") = py::none(), py::arg("outputs") = py::none(),
+          py::arg("stream") = 0, py::arg("use_graph") = false,
+          "Runs with host or device tensors (anything DLPack or numpy), optional caller output "
+          "buffers (written in place), the caller's stream (a raw handle; 0: the run's own) and "
+          "graph replay. Returns (outputs: numpy or None where a buffer was given, stats dict).")
+      .def("graph_status", &graph::Executor::graph_status,
+           "'captured', 'not captured yet', or why the plan cannot be replayed as a graph");
+
 
   g.def(
       "compile",
@@ -351,6 +408,16 @@ void bind_graph(py::module_& m) {
       py::arg("graph"), py::arg("kernel_policy"), py::arg("exec_policy"),
       py::arg("model_hash") = "", py::arg("input_shapes") = std::map<std::string, graph::Shape>{},
       py::arg("fold") = true, py::arg("fuse") = true, py::arg("device") = "cpu");
+  g.def(
+      "check_supported",
+      [](const py::dict& desc, const std::string& device) {
+        graph::Graph gr = graph_from_py(desc);
+        py::gil_scoped_release nogil;
+        graph::check_supported(gr, device);
+      },
+      py::arg("graph"), py::arg("device") = "cpu",
+      "Raises UnsupportedOperationError listing every op of the graph the native engine "
+      "cannot run on `device`, all at once (what compile() checks first).");
   g.def(
       "scratch_peak_bytes",
       [] {

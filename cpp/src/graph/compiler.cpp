@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -26,56 +27,93 @@ bool has_kernel(const std::string& key, const ExecutionProvider& provider) {
   return false;
 }
 
-// Every node's op has a schema (checked before the passes, which need the schemas).
-void check_known(const Graph& g) {
-  for (const Node& n : g.nodes) {
-    if (!n.domain.empty() && n.domain != "ai.onnx" && n.domain != "xrt") {
-      XRT_THROW(UnsupportedOperationError, n.where(), ": op domain '", n.domain,
-                "' is not supported by the native engine (only the default ONNX domain)");
-    }
-    XRT_CHECK(ops::find_schema(n.op_type) != nullptr, UnsupportedOperationError, n.where(),
-              ": op '", n.op_type, "' is not supported by the native engine. Supported ops: ",
-              [] {
-                std::string all;
-                for (const std::string& t : ops::schema_op_types())
-                  if (ops::find_schema(t)->domain.empty()) all += t + " ";
-                return all;
-              }(),
-              "- use engine='onnxruntime' for this model, or see docs/ops.md");
-  }
+// What the engine cannot run in a graph: for each op (domain-qualified outside the
+// default domain), the names of its nodes, in graph order.
+using Unsupported = std::map<std::string, std::vector<std::string>>;
+
+bool known_domain(const Node& n) {
+  return n.domain.empty() || n.domain == "ai.onnx" || n.domain == "xrt";
 }
 
-// Every node has a kernel on the provider's device, except (with skip_constant) the
-// nodes that compute only from constants: a Constant, or a shape computation, folds at
-// compile time on the CPU kernels and needs no device kernel. Checked before the passes
-// (so a model the device cannot run fails before any shape is looked at) and again,
-// for every node left, after folding and dead-code elimination.
-void check_kernels(const Graph& g, const ExecutionProvider& provider, bool skip_constant) {
+// Ops with no schema (or from another domain), and - for a provider - ops with no
+// kernel on its device, except (with skip_constant) the nodes that compute only from
+// constants: a Constant, or a shape computation, folds at compile time on the CPU
+// kernels and needs no device kernel.
+Unsupported find_unsupported(const Graph& g, const ExecutionProvider* provider,
+                             bool skip_constant) {
+  Unsupported bad;
   std::vector<char> constant(g.values.size(), 0);
   for (std::size_t v = 0; v < g.values.size(); ++v) constant[v] = g.values[v].constant.defined();
   for (int k : g.topo_order()) {
     const Node& n = g.nodes[k];
-    const ops::OpSchema* schema = ops::find_schema(n.op_type);
+    const ops::OpSchema* schema = known_domain(n) ? ops::find_schema(n.op_type) : nullptr;
+    if (schema == nullptr) {
+      bad[n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + "." + n.op_type]
+          .push_back(n.name);
+      continue;
+    }
+    if (provider == nullptr) continue;
     if (skip_constant && schema->foldable &&
         std::all_of(n.inputs.begin(), n.inputs.end(), [&](int i) { return i < 0 || constant[i]; })) {
       for (int o : n.outputs)
         if (o >= 0) constant[o] = 1;
       continue;
     }
-    if (has_kernel(schema->key, provider)) continue;
-    std::ostringstream os;
-    for (const std::string& t : ops::schema_op_types()) {
-      const ops::OpSchema* s = ops::find_schema(t);
-      if (s->domain.empty() && has_kernel(s->key, provider)) os << t << " ";
-    }
-    XRT_THROW(UnsupportedOperationError, n.where(), ": op '", n.op_type,
-              "' has no kernel on device '", provider.name(),
-              "' in the native engine. Ops it runs there: ", os.str(),
-              "- use engine='onnxruntime' for this model, or see docs/ops.md");
+    if (!has_kernel(schema->key, *provider)) bad[n.op_type].push_back(n.name);
   }
+  return bad;
+}
+
+// One error for everything a model needs that the engine lacks: the first node in
+// graph order (what a reader looks at first), then every unsupported op with its
+// node count and first node names, then the ops the engine runs there.
+void throw_unsupported(const Graph& g, const Unsupported& bad, const ExecutionProvider* provider) {
+  if (bad.empty()) return;
+  std::string first, first_op;
+  for (int k : g.topo_order()) {
+    const Node& n = g.nodes[k];
+    for (const std::string& op : {n.op_type, n.domain + "." + n.op_type}) {
+      auto it = bad.find(op);
+      if (first.empty() && it != bad.end() &&
+          std::find(it->second.begin(), it->second.end(), n.name) != it->second.end()) {
+        first = n.where();
+        first_op = op;
+      }
+    }
+  }
+  std::size_t nodes = 0;
+  std::ostringstream list;
+  for (const auto& [op, names] : bad) {
+    list << (nodes ? "; " : "") << op << " (" << names.size()
+         << (names.size() == 1 ? " node: " : " nodes: ");
+    for (std::size_t i = 0; i < names.size() && i < 5; ++i)
+      list << (i ? ", '" : "'") << names[i] << "'";
+    if (names.size() > 5) list << " and " << names.size() - 5 << " more";
+    list << ")";
+    nodes += names.size();
+  }
+  std::ostringstream runs;
+  for (const std::string& t : ops::schema_op_types()) {
+    const ops::OpSchema* s = ops::find_schema(t);
+    if (s->domain.empty() && (provider == nullptr || has_kernel(s->key, *provider)))
+      runs << t << " ";
+  }
+  const std::string where = provider ? " on device '" + provider->name() + "'" : "";
+  XRT_THROW(UnsupportedOperationError, first, ": op '", first_op,
+            "' is not supported by the native engine", where, ". All ", bad.size(),
+            bad.size() == 1 ? " unsupported op" : " unsupported ops", " of the model (", nodes,
+            nodes == 1 ? " node): " : " nodes): ", list.str(), ". Ops it runs", where, ": ",
+            runs.str(), "- use engine='onnxruntime' for this model, or see docs/ops.md");
 }
 
 }  // namespace
+
+void check_supported(const Graph& g, const std::string& device) {
+  const ProviderPtr provider = ProviderRegistry::instance().get(device);
+  g.validate();
+  throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/true),
+                    provider.get());
+}
 
 std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep) {
   return sha256_hex(kp.canonical_json() + "\n" + ep.canonical_json());
@@ -97,8 +135,10 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   plan.header.environment = provider->environment();
 
   g.validate();
-  check_known(g);
-  check_kernels(g, *provider, /*skip_constant=*/true);
+  // Every op without a schema or without a kernel on the device, all reported at once,
+  // before the passes (which need the schemas) and again for the nodes left after them.
+  throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/true),
+                    provider.get());
   // Input shapes: declared dims, or the caller's specialization.
   for (int i : g.inputs) {
     Value& v = g.values[i];
@@ -141,6 +181,13 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   // Fusions run where the options ask for them and the provider says they pay.
   const FusionSupport pays = provider->fusions();
+  // The patterns first: the epilogue and elementwise fusions would take their pieces.
+  if (opt.fuse && pays.patterns) {
+    log("layernorm pattern fusion (subgraphs fused)",
+        passes::fuse_layernorm_patterns(g, *provider, plan.decisions));
+    log("attention pattern fusion (subgraphs fused)",
+        passes::fuse_attention_patterns(g, *provider, plan.decisions));
+  }
   if (opt.fold_batchnorm && pays.fold_batchnorm)
     log("batchnorm folding (BatchNormalization folded)", passes::fold_batchnorm(g));
   if (opt.fuse && pays.epilogues)
@@ -148,7 +195,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   if (opt.fuse && pays.elementwise_chains)
     log("elementwise fusion (chains fused)", passes::fuse_elementwise(g));
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
-  check_kernels(g, *provider, /*skip_constant=*/false);
+  throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/false),
+                    provider.get());
 
   // Steps in topological order, then values, then one dispatch + prepare per step
   // (each Decision recorded), then memory.

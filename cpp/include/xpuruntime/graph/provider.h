@@ -36,6 +36,10 @@ struct FusionSupport {
   bool fold_batchnorm = true;      // BatchNormalization into Conv/Gemm weights
   bool epilogues = true;           // bias, residual and activation into Conv/MatMul/Gemm
   bool elementwise_chains = true;  // chains of elementwise ops into one FusedElementwise
+  // Decomposed LayerNorm and attention subgraphs into one LayerNormalization /
+  // FusedAttention node each; a match fuses only where a kernel of the device runs
+  // the fused node (the compiler asks the registry), so no device needs to opt out.
+  bool patterns = true;
 };
 
 // The plan constants in the provider's device memory, uploaded once per
@@ -74,6 +78,18 @@ class RunResources {
   // Waits until everything issued on stream() has finished (before outputs are
   // handed to the caller).
   virtual void synchronize() = 0;
+  // A copy within the device's memory, on stream(): a caller's device tensor into
+  // a plan buffer or back (zero host bytes). Recorded as a profiler "d2d" copy.
+  virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) {
+    (void)dst, (void)src, (void)bytes;
+    throw_no_device_memory();
+  }
+  // Orders this run's stream after everything issued on `other` so far (the
+  // caller's stream, when a replayed graph runs on a stream of its own).
+  virtual void wait_for(NativeStream other) { (void)other; }
+
+ protected:
+  [[noreturn]] static void throw_no_device_memory();
 };
 
 class ExecutionProvider {
@@ -109,9 +125,16 @@ class ExecutionProvider {
   // such as the CPU's OpenMP team size are applied here).
   virtual std::unique_ptr<RunResources> begin_run(std::size_t arena_bytes,
                                                   std::size_t workspace_bytes) const = 0;
+  // begin_run on the caller's stream (a torch or cupy stream, or ours): every
+  // kernel and copy of the run is issued on it, so the run is ordered after the
+  // caller's earlier work (the kernels that produced its input tensors) and its
+  // buffers return to that stream's pool. nullptr: begin_run. Providers without
+  // streams refuse a non-null stream.
+  virtual std::unique_ptr<RunResources> begin_run_on(NativeStream stream, std::size_t arena_bytes,
+                                                     std::size_t workspace_bytes) const;
   // The device backend's graph capture, for replaying a whole static plan as one
-  // graph; nullptr when the device cannot capture (the CPU). The executor does not
-  // replay plans yet (no provider in this build can capture): it runs step by step.
+  // graph (Executor, RunRequest.use_graph); nullptr when the device cannot capture
+  // (the CPU).
   virtual DeviceBackend::GraphOps* graph_ops() const { return nullptr; }
 };
 

@@ -38,7 +38,6 @@ import numpy as np
 from ... import _core
 from ..._core import BackendUnavailableError, InvalidArgumentError, InvalidModelError
 from ...policies import coerce
-from .._common import host_array, normalize_output_names, parse_input_shapes
 from ..base import Availability, Engine, EngineOptions, TensorInfo
 from . import frontend
 
@@ -213,10 +212,6 @@ def stream_handle(stream: Any) -> int:
     )
 
 
-#: numpy dtypes the executor reads (the C++ DTypes with a numpy equivalent).
-_NATIVE_DTYPES = frozenset(("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"))
-
-
 def as_numpy(name: str, value: Any) -> np.ndarray:
     """A C-contiguous numpy view of an input (numpy, xpuruntime Tensor, any __dlpack__)."""
     if isinstance(value, np.ndarray):
@@ -237,15 +232,8 @@ def as_numpy(name: str, value: Any) -> np.ndarray:
             arr = np.asarray(value)
         except Exception as exc:
             raise InvalidArgumentError(f"input '{name}' is not an array: {type(value).__name__}") from exc
-    # Native byte order and alignment (a >f4 array is converted, exactly); masked and
-    # structured arrays are refused, naming the input.
-    arr = host_array(name, arr)
-    if arr.dtype.name not in _NATIVE_DTYPES:
-        raise InvalidArgumentError(
-            f"input '{name}' has dtype {arr.dtype}, which the native engine does not run (it takes "
-            f"{', '.join(sorted(_NATIVE_DTYPES))}); convert it with arr.astype(...) to the dtype the "
-            "model declares"
-        )
+    if arr.dtype == object:
+        raise InvalidArgumentError(f"input '{name}' is not a numeric array")
     # np.ascontiguousarray would turn a 0-d array into a 1-d one.
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
@@ -309,12 +297,16 @@ class NativeEngine(Engine):
             self._model_hash = loaded.model_hash
             self._inputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["inputs"]]
             self._outputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["outputs"]]
-            given = parse_input_shapes(extra.get("input_shapes"), self._inputs)
+            given = {k: [int(d) for d in v] for k, v in (extra.get("input_shapes") or {}).items()}
             static = all(all(isinstance(d, int) for d in i.shape) for i in self._inputs)
             if static or all(i.name in given for i in self._inputs):
                 # Shapes known now: compile at once. Otherwise each new set of input
                 # shapes gets its own plan at its first run (a specialization).
                 self._use(self._compile(given))
+            else:
+                # Not compiled before the first run: what the engine cannot run is
+                # reported now, all of it at once, as a compile would.
+                frontend.check_supported(self._desc, self._kind)
 
     def _compile(self, shapes: dict[str, list[int]]) -> Any:
         assert self._desc is not None
@@ -484,7 +476,6 @@ class NativeEngine(Engine):
             or any(on_device(v) for v in inputs.values())
         ):
             return self._run_io(inputs, output_names, outputs, stream)
-        output_names = normalize_output_names(output_names)  # [] means all, as in ORT
         arrays = {str(k): as_numpy(str(k), v) for k, v in inputs.items()}
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
         executor = self._executor_for(arrays)
@@ -504,6 +495,7 @@ class NativeEngine(Engine):
         }
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
         executor = self._executor_for(vals)
+        self._last_executor = executor
         handle = stream_handle(stream)
         torch_inputs = [v.value for v in vals.values() if isinstance(v, _DeviceMeta) and _is_torch(v.value)]
         if handle == 0 and torch_inputs:
@@ -543,7 +535,8 @@ class NativeEngine(Engine):
         """'captured', 'not captured yet', or why the plan cannot be replayed as a CUDA graph."""
         if not self._use_graph():
             return "off (ExecutionPolicy(cuda_graph=True) on device='cuda' turns it on)"
-        return str(self._executor.graph_status()) if self._executor is not None else "no plan yet"
+        executor = getattr(self, "_last_executor", None) or self._executor
+        return str(executor.graph_status()) if executor is not None else "no plan yet"
 
     def decisions(self) -> list[Any]:
         from ...dispatch.decision import Decision
