@@ -179,6 +179,19 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   };
   log("constant folding (nodes folded)", passes::infer_and_fold(g, opt.fold_constants));
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
+  // Precision: after folding (constants are converted once, in their final form),
+  // before fusion and dispatch (kernels are chosen for the narrowed dtypes).
+  using Precision = ExecutionPolicy::Precision;
+  if (opt.exec_policy.precision == Precision::FP16 || opt.exec_policy.precision == Precision::BF16) {
+    const DType to = opt.exec_policy.precision == Precision::FP16 ? DType::kFloat16 : DType::kBFloat16;
+    log("precision lowering to " + std::string(dtype_name(to)) + " (values and casts)",
+        passes::lower_precision(g, to));
+  } else {
+    XRT_CHECK(opt.exec_policy.precision == Precision::FP32, UnsupportedOperationError,
+              "the native engine compiles float models in fp32, fp16 or bf16; precision '",
+              to_string(opt.exec_policy.precision),
+              "' needs a quantized model (use engine='onnxruntime' or 'openvino' for int8)");
+  }
   // Fusions run where the options ask for them and the provider says they pay.
   const FusionSupport pays = provider->fusions();
   // The patterns first: the epilogue and elementwise fusions would take their pieces.
