@@ -1,6 +1,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
+#include "xpuruntime/checked.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
 #include "xpuruntime/stream.h"
@@ -16,6 +17,21 @@ NativeStream stream_arg(const std::string& device, py::object stream) {
     return d.is_cuda() ? StreamManager::instance().current_stream(d)->native() : nullptr;
   }
   return reinterpret_cast<NativeStream>(stream.cast<uintptr_t>());
+}
+// A byte count from Python: InvalidArgumentError for a non-int or a negative value,
+// OutOfMemoryError past 2**64-1 (no device holds that), never pybind11's TypeError.
+std::size_t bytes_arg(const py::handle& v, const char* what) {
+  XRT_CHECK(py::isinstance<py::int_>(v) && !py::isinstance<py::bool_>(v), InvalidArgumentError,
+            what, " must be an int (a number of bytes), got ",
+            std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+  XRT_CHECK(v.cast<py::int_>() >= py::int_(0), InvalidArgumentError, what,
+            " must be >= 0, got a negative number");
+  unsigned long long n = PyLong_AsUnsignedLongLong(v.ptr());
+  if (n == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    XRT_THROW(OutOfMemoryError, what, " is more than 2**64-1 bytes; no device holds that much");
+  }
+  return static_cast<std::size_t>(n);
 }
 }  // namespace
 
@@ -44,11 +60,15 @@ void bind_memory(py::module_& m) {
   }, py::arg("device") = "cpu");
   mem.def("reset_peak_stats", [](const std::string& d) { alloc_of(d).reset_peak_stats(); },
           py::arg("device") = "cpu");
-  mem.def("set_memory_limit", [](const std::string& d, std::size_t bytes) { alloc_of(d).set_memory_limit(bytes); },
+  mem.def("set_memory_limit",
+          [](const std::string& d, const py::object& bytes) {
+            alloc_of(d).set_memory_limit(bytes_arg(bytes, "limit_bytes"));
+          },
           py::arg("device"), py::arg("limit_bytes"));
   // Raw block interface (what torch's CUDAPluggableAllocator and benchmarks use).
   mem.def("raw_alloc",
-          [](std::size_t bytes, const std::string& d, py::object stream) {
+          [](const py::object& nbytes, const std::string& d, py::object stream) {
+            std::size_t bytes = bytes_arg(nbytes, "raw_alloc nbytes");
             return reinterpret_cast<uintptr_t>(alloc_of(d).allocate(bytes, stream_arg(d, stream)));
           },
           py::arg("nbytes"), py::arg("device") = "cpu", py::arg("stream") = py::none());
@@ -59,9 +79,14 @@ void bind_memory(py::module_& m) {
             alloc_of(d).record_stream(reinterpret_cast<void*>(ptr), reinterpret_cast<NativeStream>(stream));
           },
           py::arg("ptr"), py::arg("device"), py::arg("stream"));
-  mem.def("round_size_class", &round_size_class, py::arg("nbytes"));
+  mem.def("round_size_class",
+          [](const py::object& n) { return round_size_class(bytes_arg(n, "nbytes")); },
+          py::arg("nbytes"));
   mem.def("allocate_pinned",
-          [](std::size_t bytes) { return reinterpret_cast<uintptr_t>(MemoryManager::instance().allocate_pinned(bytes)); },
+          [](const py::object& nbytes) {
+            std::size_t bytes = bytes_arg(nbytes, "allocate_pinned nbytes");
+            return reinterpret_cast<uintptr_t>(MemoryManager::instance().allocate_pinned(bytes));
+          },
           py::arg("nbytes"));
   mem.def("free_pinned", [](uintptr_t p) { MemoryManager::instance().free_pinned(reinterpret_cast<void*>(p)); },
           py::arg("ptr"));

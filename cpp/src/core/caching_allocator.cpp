@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "xpuruntime/checked.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
 #include "xpuruntime/profiler.h"
@@ -36,6 +37,10 @@ std::string human_bytes(std::size_t b) {
 }  // namespace
 
 std::size_t round_size_class(std::size_t bytes) {
+  // Past the cap, rounding up would wrap to a tiny class (2**64-1 -> 0).
+  XRT_CHECK(bytes <= kMaxAllocationBytes, OutOfMemoryError, "cannot allocate ", bytes,
+            " bytes: more than any device holds (the most one block may be is ",
+            kMaxAllocationBytes, " bytes)");
   if (bytes <= kMinBlock) return kMinBlock;
   if (bytes > kLargeThreshold) return (bytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
   // Four classes per power of two: 2^k * {1, 1.25, 1.5, 1.75}.
@@ -151,8 +156,9 @@ CachingAllocator::~CachingAllocator() {
 
 void* CachingAllocator::allocate(std::size_t bytes, NativeStream stream) {
   Impl& m = *impl_;
-  std::size_t cls = round_size_class(bytes);
   std::lock_guard<std::mutex> lock(m.mu);
+  if (bytes > kMaxAllocationBytes) m.throw_oom(bytes, bytes, "no device holds that much");
+  std::size_t cls = round_size_class(bytes);
   if (!m.pending.empty()) m.process_pending(/*wait=*/false);
   void* p = m.take_cached(stream, cls, &cls);
   bool hit = p != nullptr;

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "core/no_destructor.h"
+#include "xpuruntime/checked.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
@@ -37,6 +38,10 @@ CachingAllocator& MemoryManager::allocator(const Device& d) {
 }
 
 void* MemoryManager::allocate_pinned(std::size_t bytes) {
+  // Backends round the size up to their alignment; past the cap that would wrap.
+  XRT_CHECK(bytes <= kMaxAllocationBytes, OutOfMemoryError, "could not allocate ", bytes,
+            " bytes of pinned host memory: more than any machine holds (at most ",
+            kMaxAllocationBytes, " bytes)");
   DeviceManager& dm = DeviceManager::instance();
   DeviceBackend* cuda = dm.backend_or_null(DeviceType::kCUDA);
   void* p = cuda ? cuda->host_alloc(bytes) : dm.backend(DeviceType::kCPU).host_alloc(bytes);

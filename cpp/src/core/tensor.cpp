@@ -2,8 +2,10 @@
 
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
+#include "xpuruntime/checked.h"
 #include "xpuruntime/cuda_kernels_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
@@ -53,7 +55,7 @@ Shape Tensor::contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    if (i > 0) s = checked_mul<InvalidArgumentError>(s, std::max<int64_t>(shape[i], 1), "stride");
   }
   return strides;
 }
@@ -66,31 +68,38 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int
   XRT_CHECK(shape_.size() == strides_.size(), InvalidArgumentError, "shape ", shape_str(shape_),
             " and strides ", shape_str(strides_), " differ in rank");
   XRT_CHECK(offset_ >= 0, InvalidArgumentError, "negative tensor offset ", offset_);
-  int64_t lo = 0, hi = 0;  // element extent relative to offset
-  bool empty = false;
-  for (std::size_t i = 0; i < shape_.size(); ++i) {
-    XRT_CHECK(shape_[i] >= 0, InvalidArgumentError, "negative dimension in shape ", shape_str(shape_));
-    if (shape_[i] == 0) empty = true;
-    int64_t span = (shape_[i] - 1) * strides_[i];
-    (span < 0 ? lo : hi) += span;
-  }
-  if (!empty) {
-    const auto esize = static_cast<int64_t>(dtype_size(dtype_));
-    XRT_CHECK(offset_ + lo >= 0 &&
-                  static_cast<std::size_t>((offset_ + hi + 1) * esize) <= storage_->nbytes(),
-              InvalidArgumentError, "view shape=", shape_str(shape_), " strides=",
+  // The element count must be representable (numel() and nbytes() rely on it), and
+  // the view's extent is computed with checked arithmetic: shapes and strides come
+  // from DLPack producers and plan files, and a wrapped extent would pass the bounds
+  // check below and address memory outside the storage.
+  const bool empty = checked_numel(shape_, "Tensor") == 0;
+  auto fail = [&] {
+    XRT_THROW(InvalidArgumentError, "view shape=", shape_str(shape_), " strides=",
               shape_str(strides_), " offset=", offset_, " does not fit in a storage of ",
               storage_->nbytes(), " bytes");
+  };
+  if (!empty) {
+    int64_t lo = 0, hi = 0;  // element extent relative to offset
+    for (std::size_t i = 0; i < shape_.size(); ++i) {
+      std::optional<int64_t> span = try_mul(shape_[i] - 1, strides_[i]);
+      if (!span) fail();
+      std::optional<int64_t> sum = try_add(*span < 0 ? lo : hi, *span);
+      if (!sum) fail();
+      (*span < 0 ? lo : hi) = *sum;
+    }
+    const auto esize = static_cast<int64_t>(dtype_size(dtype_));
+    std::optional<int64_t> first = try_add(offset_, lo);
+    std::optional<int64_t> end = try_add(offset_, hi);
+    if (end) end = try_add(*end, int64_t{1});
+    if (end) end = try_mul(*end, esize);
+    if (!first || *first < 0 || !end || static_cast<std::size_t>(*end) > storage_->nbytes()) {
+      fail();
+    }
   }
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device, NativeStream stream) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    XRT_CHECK(d >= 0, InvalidArgumentError, "negative dimension in shape ", shape_str(shape));
-    n *= d;
-  }
-  std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  std::size_t bytes = checked_nbytes(shape, dtype_size(dtype), "Tensor.empty");
   CachingAllocator& alloc = MemoryManager::instance().allocator(device);
   void* p = alloc.allocate(bytes, stream);
   auto storage = std::make_shared<Storage>(p, bytes, device, [&alloc](void* q) { alloc.free(q); });
@@ -118,6 +127,7 @@ int64_t Tensor::size(int64_t d) const {
 }
 
 int64_t Tensor::numel() const {
+  // The constructor checked that this product fits; the accumulate cannot wrap.
   return std::accumulate(shape_.begin(), shape_.end(), int64_t{1}, std::multiplies<>());
 }
 
@@ -139,8 +149,7 @@ bool Tensor::is_contiguous() const {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  int64_t n = checked_numel(shape, "Tensor.reshape");
   XRT_CHECK(n == numel(), InvalidArgumentError, "cannot reshape ", shape_str(shape_), " (", numel(),
             " elements) to ", shape_str(shape));
   Tensor src = is_contiguous() ? *this : contiguous();
