@@ -248,10 +248,19 @@ def _candidate(name: str, dev: _Device, verdict: str, code: str, detail: str) ->
 
 
 def _try(
-    names: tuple[str, ...], dev: _Device, exec_policy: Any, cands: list[Candidate], named: bool
+    names: tuple[str, ...],
+    dev: _Device,
+    exec_policy: Any,
+    cands: list[Candidate],
+    named: bool,
+    rejected: dict[str, tuple[str, str]] | None = None,
 ) -> str | None:
-    """First supported engine of ``names`` on ``dev``; every one tried is recorded."""
+    """First supported engine of ``names`` on ``dev``; every one tried is recorded.
+    ``rejected``: engines already found unable to build this model (reason code, detail)."""
     for name in names:
+        if rejected and name in rejected:
+            cands.append(_candidate(name, dev, "rejected", *rejected[name]))
+            continue
         verdict, code, detail = _check(name, dev, exec_policy, named=named)
         cands.append(_candidate(name, dev, verdict, code, detail))
         if verdict == "supported":
@@ -292,7 +301,10 @@ def _fallback_device(exec_policy: Any) -> _Device | None:
 
 
 def select_engine(
-    engine: str | None, device: str | None, exec_policy: Any = None
+    engine: str | None,
+    device: str | None,
+    exec_policy: Any = None,
+    rejected: dict[str, tuple[str, str]] | None = None,
 ) -> tuple[type[Engine], str, list[Decision]]:
     """Choose the engine class and the device for a session, deterministically.
 
@@ -305,6 +317,8 @@ def select_engine(
     (rule ``fallback``); with neither, devices are tried in ``AUTO_DEVICE_ORDER`` and
     engines in ``AUTO_ORDER`` (rule ``auto.first_available``). When nothing fits, raises
     ``BackendUnavailableError`` listing every candidate and why it was rejected.
+    ``rejected`` names engines that failed to build this model (engine -> (reason code,
+    detail)): auto selection records them as rejected and takes the next one.
     """
     want_engine, want_device = _resolve_requests(engine, device, exec_policy)
     cands: list[Candidate] = []
@@ -320,7 +334,7 @@ def select_engine(
     chosen_dev: _Device | None = None
     for dev in devices:
         names = (want_engine,) if want_engine else AUTO_ORDER[dev.kind]
-        chosen = _try(names, dev, exec_policy, cands, want_engine is not None)
+        chosen = _try(names, dev, exec_policy, cands, want_engine is not None, rejected)
         if chosen:
             chosen_dev = dev
             break
@@ -341,7 +355,7 @@ def select_engine(
             fb = None
         if fb is not None and fb.kind != devices[0].kind:
             names = (want_engine,) if want_engine else AUTO_ORDER[fb.kind]
-            chosen = _try(names, fb, exec_policy, cands, want_engine is not None)
+            chosen = _try(names, fb, exec_policy, cands, want_engine is not None, rejected)
             if chosen:
                 chosen_dev = fb
                 rule = _core.rule.FALLBACK

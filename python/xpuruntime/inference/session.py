@@ -71,7 +71,21 @@ class InferenceSession:
         self._device = dev
         self._kernel_policy = kernel_policy
         self._exec_policy = exec_policy
-        self._engine = cls(model, EngineOptions(dev, kernel_policy, exec_policy, dict(engine_options)))
+        try:
+            self._engine = cls(model, EngineOptions(dev, kernel_policy, exec_policy, dict(engine_options)))
+        except UnsupportedOperationError as exc:
+            # Auto selection only checks that an engine runs on the device; the native
+            # engine learns at build time whether its kernels cover the model's ops. Then
+            # the next engine gets the model, and the rejection is recorded.
+            auto = self._decisions and self._decisions[0].rule == "auto.first_available"
+            if not (auto and getattr(cls, "name", "") == "native"):
+                raise
+            cls, dev, decisions = select_engine(
+                engine, device, exec_policy, rejected={"native": ("op_unsupported", str(exc))}
+            )
+            self._decisions = list(decisions)
+            self._device = dev
+            self._engine = cls(model, EngineOptions(dev, kernel_policy, exec_policy, dict(engine_options)))
         self._engine_name = getattr(cls, "name", cls.__name__)
 
     @classmethod
