@@ -5,6 +5,7 @@
 #
 # Usage: scripts/gpu_compare.sh build BASE_SRC      build both trees (reused while the machine is warm)
 #        scripts/gpu_compare.sh round N BASE_SRC    one round: each benchmark on base, then on head
+#        scripts/gpu_compare.sh hostrounds N BASE_SRC   N pinned rounds of LayerNorm host us per call
 #        scripts/gpu_compare.sh report              compare every round so far -> $OUT
 # BASE_SRC is a source tree of the baseline commit (e.g. `git archive REV | tar -x -C .base`).
 # BENCHES (default: the three below) picks the benchmarks of a round; NAME (default
@@ -56,6 +57,23 @@ case "${1:-}" in
         (cd "$src" && XRT_BUILD_DIR="$bld" PYTHONPATH="$src/python" timeout 240 python3 "benchmarks/$b.py" --out "$d") \
           > "$d/$b.log" 2>&1
         echo "round $2 $who $b rc=$? $(grep -m1 -E 'speedup|ratios|wrote' "$d/$b.log" | cut -c1-80)"
+      done
+    done
+    ;;
+  hostrounds)
+    # LayerNorm host microseconds per call: this tree's bench_layernorm.py --host-only
+    # (the same harness for both builds) against each build, alternating, pinned to one
+    # core so that both builds' processes see the same CPU (unpinned, processes of one
+    # build differ by up to 60%).
+    BASE_SRC=$(cd "$3" && pwd); HEAD_SRC=$PWD
+    for r in $(seq 1 "$2"); do
+      for who in base head; do
+        src=$PWD; bld=$HEAD_B
+        [ $who = base ] && { src=$BASE_SRC; bld=$BASE_B; }
+        d="$CMP/${who}_h$r"; mkdir -p "$d"
+        (cd "$src" && XRT_BUILD_DIR="$bld" PYTHONPATH="$src/python" timeout 120 taskset -c 3 python3 \
+          "$HEAD_SRC/benchmarks/bench_layernorm.py" --host-only --out "$d") > "$d/host.log" 2>&1
+        echo "host round $r $who rc=$?"
       done
     done
     ;;
