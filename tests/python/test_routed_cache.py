@@ -109,6 +109,17 @@ def test_hits_give_the_bits_of_the_first_call_and_match_torch(name, selects):
     assert d.hits == 4
 
 
+@pytest.mark.parametrize("name", [n for n, _ in _forms()])
+def test_torch_kernel_hits_are_the_torch_call_bit_for_bit(name):
+    fn = dict(_forms())[name]
+    ref = fn()
+    xrt_torch.set_kernel_policy(matmul="torch", attention="torch", layernorm="torch")
+    for _ in range(3):
+        assert torch.equal(fn(), ref)
+    (d,) = xrt_torch.decision_log()
+    assert d.chosen == "torch" and d.hits == 3
+
+
 def test_layout_and_scalars_are_in_the_key(selects):
     xrt_torch.set_kernel_policy(**OURS)
     q = _rand(1, 2, 5, 8)

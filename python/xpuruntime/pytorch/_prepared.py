@@ -2,7 +2,7 @@
 
 A routed call's case is keyed by everything its decision and its launch depend on:
 the torch function, every argument (a tensor by dtype, shape, device, requires_grad
-and layout: ``None`` when contiguous, its strides otherwise; a number, string or
+and layout: ``True`` when contiguous, its strides otherwise; a number, string or
 ``None`` by value; a tuple or list element-wise), the torch autocast state and the
 precision hint. The policy is not in the key: routing forgets its cases whenever the
 policy changes or is cleared (:func:`.policy.set_kernel_policy`), so the cache
@@ -23,6 +23,7 @@ from operator import itemgetter
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from . import _kernels, _routing
 from .ops.attention import attention_forward, draw_rng_state
@@ -35,6 +36,10 @@ Launch = Callable[[tuple, dict], Any]
 
 _Tensor = torch.Tensor
 _SCALARS = (int, float, bool, str)
+_SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
+# nn.Parameter disables __torch_function__: it behaves as a plain tensor.
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_PLAIN_OR_NONE = (torch.Tensor, torch.nn.Parameter, type(None))
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
 
 
@@ -44,7 +49,7 @@ class _Uncacheable(Exception):
 
 def _arg_key(a: Any) -> Any:
     if isinstance(a, _Tensor):
-        return (a.dtype, a.shape, a.device, a.requires_grad, None if a.is_contiguous() else a.stride())
+        return (a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride())
     if a is None or isinstance(a, _SCALARS):
         return a
     if isinstance(a, (tuple, list)):  # torch.Size and normalized_shape lists included
@@ -53,16 +58,24 @@ def _arg_key(a: Any) -> Any:
 
 
 def case_key(func: Callable, args: tuple, kwargs: dict, hint: str) -> tuple | None:
-    """The routed call's case key, or None when an argument has no exact cheap key."""
+    """The routed call's case key, or None when an argument has no exact cheap key.
+
+    Written for host time (it runs on every routed call): one pass over the
+    positional and keyword values, tensors and scalars inline.
+    """
+    values = args + tuple(kwargs.values()) if kwargs else args
     try:
-        key = (
-            func,
-            tuple([_arg_key(a) for a in args]),
-            tuple([(k, _arg_key(v)) for k, v in kwargs.items()]) if kwargs else (),
-            hint,
-        )
+        key = [
+            (a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride())
+            if isinstance(a, _Tensor)
+            else (a if type(a) in _SCALAR_TYPES else _arg_key(a))
+            for a in values
+        ]
     except _Uncacheable:
         return None
+    key.append(func)
+    key.append(tuple(kwargs) if kwargs else None)  # which values were keywords
+    key.append(hint)
     if _any_autocast is None or _any_autocast():
         # The autocast dtype of the call's device decides what the kernels get.
         first = next((a for a in args if isinstance(a, _Tensor)), None)
@@ -70,8 +83,8 @@ def case_key(func: Callable, args: tuple, kwargs: dict, hint: str) -> tuple | No
             return None
         dev = first.device.type
         enabled = dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev)
-        return (*key, (enabled, torch.get_autocast_dtype(dev) if enabled else None))
-    return (*key, (False, None))
+        key.append((enabled, torch.get_autocast_dtype(dev) if enabled else None))
+    return tuple(key)
 
 
 def _getter(
@@ -181,8 +194,27 @@ def _layernorm_launch(call: _routing.Call, args: tuple, kwargs: dict, cast: bool
     return launch
 
 
-def prepare_torch(func: Callable) -> Launch:
-    """The launcher of torch's own kernel: the call itself, untouched."""
+def prepare_torch(func: Callable, args: tuple = (), kwargs: dict | None = None) -> Launch:
+    """The launcher of torch's own kernel: the call itself, untouched.
+
+    ``F.layer_norm`` is the one routed function with a Python wrapper: its body is
+    ``torch.layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enabled)``
+    after a torch-function check, which a routed call has already passed, so plain
+    tensors go straight to that body (a tensor subclass keeps the wrapper).
+    """
+    if func is F.layer_norm and kwargs is not None:
+        names = _routing._LN_NAMES
+        get = _getter(names, names, _routing._LN_DEFAULTS, args, kwargs)
+        # what torch.backends.cudnn.enabled reads, without its Python descriptor
+        cudnn_enabled = torch._C._get_cudnn_enabled
+
+        def run_layer_norm(a: tuple, k: dict) -> Any:
+            x, ns, w, b, eps = get(a, k)
+            if type(x) in _PLAIN and type(w) in _PLAIN_OR_NONE and type(b) in _PLAIN_OR_NONE:
+                return torch.layer_norm(x, ns, w, b, eps, cudnn_enabled())
+            return func(*a, **k)
+
+        return run_layer_norm
 
     def run_torch(a: tuple, k: dict) -> Any:
         return func(*a, **k)
@@ -199,7 +231,7 @@ def prepare(
     same casts, same paths in the ops modules); only the parsing is done once.
     """
     if kernel == _kernels.FALLBACK:
-        return prepare_torch(func)
+        return prepare_torch(func, args, kwargs)
     if call.op == "attention" and kernel != "flash_v2":
 
         def run_backend(a: tuple, k: dict) -> Any:

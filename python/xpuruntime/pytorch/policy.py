@@ -112,7 +112,7 @@ class _PolicyMode(TorchFunctionMode):
         op = _routing.FUNC_OPS.get(func) if view is not None else None
         if op is None or op not in view.named:
             return func(*args, **kwargs)
-        if _compiling():
+        if _is_compiling() or _tracing_state() is not None:
             return _compiled_call(view, op, func, args, kwargs)
         # The hot path: one key, one lookup, the case's prepared launcher.
         key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
@@ -129,11 +129,8 @@ class _PolicyMode(TorchFunctionMode):
             return _run_failed(view, op, func, args, kwargs, key, entry.kernel, e)
 
 
-def _compiling() -> bool:
-    return torch.compiler.is_compiling() or _tracing_state() is not None
-
-
-_tracing_state = torch._C._get_tracing_state
+_is_compiling = torch.compiler.is_compiling
+_tracing_state = torch._C._get_tracing_state  # not None inside torch.jit.trace
 
 
 def _miss(view: _PolicyView, op: str, func, args: tuple, kwargs: dict, key: tuple | None) -> Any:
@@ -190,7 +187,7 @@ def _run_failed(view, op, func, args, kwargs, key, kernel: str, error: Exception
     if kernel == _kernels.FALLBACK or str(view.core.mode) == "require":
         raise error
     tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
-    _log.remember(key, _kernels.FALLBACK, 0, op, _prepared.prepare_torch(func))
+    _log.remember(key, _kernels.FALLBACK, 0, op, _prepared.prepare_torch(func, args, kwargs))
     record_direct_fallback(op, kernel, (_core.reason.PYTHON_SUPPORTS_ERROR, str(error)), tensors)
     return func(*args, **kwargs)
 
