@@ -49,7 +49,10 @@ def test_best_performance_times_the_pool_and_the_dispatcher_keeps_the_fastest():
     assert d.rule == "auto.best_performance" and d.hits == 2
     timed = {c.kernel: c.time_ms for c in d.candidates if c.time_ms is not None}
     assert len(timed) >= 2 and d.timings == timed
-    assert d.chosen == min(timed, key=timed.get)
+    # Times within the measurement noise are a tie that the earlier candidate wins (issue 17).
+    fastest = min(timed, key=timed.get)
+    assert d.chosen == fastest or f"a tie with the fastest '{fastest}'" in d.detail, d.detail
+    assert "regime=eager" in d.detail
     pins = xrt.dispatch.export_pins(xrt.KernelPolicy(auto_strategy="best_performance")).pins
     assert pins[d.key]["kernel"] == d.chosen
 
