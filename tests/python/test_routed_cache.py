@@ -184,12 +184,16 @@ def test_autocast_is_in_the_key():
 def test_profile_sees_every_routed_call():
     xrt_torch.set_kernel_policy(layernorm="fused")
     x = _rand(2, 8)
-    F.layer_norm(x, (8,))  # the miss, outside the profile
     with xrt_torch.profile() as prof:
-        for _ in range(3):
+        for _ in range(3):  # the miss, then two hits
             F.layer_norm(x, (8,))
     names = [e.name for e in prof.events()]
     assert names.count("xpuruntime.layernorm:fused") == 3
+    with xrt_torch.profile() as prof:  # a profile ends: no per-call events after it
+        pass
+    with torch.profiler.profile() as plain:
+        F.layer_norm(x, (8,))
+    assert "xpuruntime.layernorm:fused" not in [e.name for e in plain.events()]
 
 
 class _Tiny(torch.nn.Module):

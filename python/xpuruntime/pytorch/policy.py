@@ -169,6 +169,9 @@ def _miss(view: _PolicyView, op: str, func, args: tuple, kwargs: dict, key: tupl
     launch = _prepared.prepare(kernel, call, func, args, kwargs, autocast)
     entry = _log.remember(key, kernel, decision.seq, call.op, launch)
     _log.counts[entry.count_key] += 1
+    if _state.profiling:
+        with torch.profiler.record_function(f"xpuruntime.{entry.count_key}"):
+            return _run_parsed(view, op, func, args, kwargs, key, kernel, call, autocast)
     return _run_parsed(view, op, func, args, kwargs, key, kernel, call, autocast)
 
 
