@@ -3,9 +3,12 @@
 // stream.
 #include "backends/cuda/cuda_provider.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -186,6 +189,19 @@ class CudaRun final : public graph::RunResources {
   std::vector<void *> live_;
 };
 
+// cudnnGetVersion() of the cuDNN this process loaded with the plugin, or "none".
+// Looked up rather than called: the plugin builds without cuDNN where CMake found
+// none (conv_cudnn_absent.cpp), and then the library is not linked.
+std::string cudnn_version() {
+  void* lib = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_NOLOAD);
+  if (lib == nullptr) return "none";
+  using GetVersion = std::size_t (*)();
+  auto fn = reinterpret_cast<GetVersion>(dlsym(lib, "cudnnGetVersion"));
+  const std::string v = fn != nullptr ? std::to_string(fn()) : std::string("none");
+  dlclose(lib);
+  return v;
+}
+
 class CudaProvider final : public graph::ExecutionProvider {
  public:
   explicit CudaProvider(CudaBackend &backend) : backend_(backend) {}
@@ -196,6 +212,20 @@ class CudaProvider final : public graph::ExecutionProvider {
   int capability() const override {
     const DeviceInfo info = backend_.device_info(current_device());
     return info.compute_capability_major * 10 + info.compute_capability_minor;
+  }
+  // What a CUDA plan's kernels were chosen for: the GPU architecture (kernels are
+  // built and algorithms tuned per architecture) and the versions of the libraries
+  // whose algorithm ids and heuristics a plan records (cuBLASLt, cuDNN) or whose
+  // kernels it runs (the CUDA runtime). A plan loads only where all four match.
+  std::map<std::string, std::string> environment() const override {
+    const DeviceInfo info = backend_.device_info(current_device());
+    int runtime = 0;
+    XRT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    return {{"gpu_arch", "sm_" + std::to_string(info.compute_capability_major) +
+                             std::to_string(info.compute_capability_minor)},
+            {"cuda_runtime", std::to_string(runtime)},
+            {"cublaslt", std::to_string(cublasLtGetVersion())},
+            {"cudnn", cudnn_version()}};
   }
   // Batchnorm folding rewrites weights only. Elementwise chains fuse where the
   // CUDA FusedElementwise kernel (NVRTC) is registered. Epilogues stay off: no
