@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU machine's run: build from source (sm_90), then `tests` runs the GPU test
 # suites and `bench` the benchmarks; logs and result files go to $OUT (or ./gpu-out).
-# Usage: scripts/gpu_check.sh tests|bench|all
+# Usage: scripts/gpu_check.sh tests|bench|sanitize|all|build
+#   sanitize: compute-sanitizer memcheck, racecheck and synccheck over the C++ GPU suites of
+#   our CUDA kernels, memcheck over one fp32 and one fp16 run of each zoo model through the
+#   native CUDA engine; logs under $OUT/sanitize_*.log, nonzero exit on any error.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGE=${1:-all}
@@ -38,5 +41,25 @@ if [ "$STAGE" = bench ] || [ "$STAGE" = all ]; then
   cp -r "$LOGS" benchmarks/results/logs
   tar czf "$OUT/results.tgz" benchmarks/results
   rm -rf benchmarks/results/logs "$LOGS"
+fi
+if [ "$STAGE" = sanitize ]; then
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  # Our kernels' suites: the CUDA op kernels, cuDNN conv and the GEMMs (C++), flash_v2,
+  # LayerNorm, skinny GEMM and column sums (Python, through torch).
+  KERNELS='CudaOp*:CudaFused*:CudnnConv*:GemmCuda*:CudaProvider*'
+  PYSUITES="tests/gpu/test_layernorm_gpu.py tests/gpu/test_column_sums_gpu.py tests/gpu/test_skinny_gemm_gpu.py tests/gpu/test_attention_gpu.py"
+  for tool in memcheck racecheck synccheck; do
+    timeout 900 "$CS" --tool $tool --error-exitcode 9 --log-file "$OUT/sanitize_${tool}_kernels.log" \
+      "$B/bin/xrt_gpu_tests" --gtest_filter="$KERNELS" > "$OUT/sanitize_${tool}_kernels.out" 2>&1
+    r=$?; echo "sanitize $tool C++ suites rc=$r"; rc=$((rc|r))
+    timeout 1200 "$CS" --tool $tool --error-exitcode 9 --log-file "$OUT/sanitize_${tool}_py.log" \
+      python3 -m pytest -q -x -p no:cacheprovider -m gpu $PYSUITES > "$OUT/sanitize_${tool}_py.out" 2>&1
+    r=$?; echo "sanitize $tool Python suites rc=$r"; rc=$((rc|r))
+  done
+  # The zoo is exported outside the sanitizer (torch), then run through the engine under it.
+  ZOO=$(python3 -c "import sys; sys.path.insert(0, 'tests/python'); import model_zoo as z; print(' '.join(str(z.export(n)) for n in z.MODELS))")
+  timeout 1200 "$CS" --tool memcheck --error-exitcode 9 --log-file "$OUT/sanitize_memcheck_zoo.log" \
+    python3 scripts/sanitize_native_cuda.py $ZOO > "$OUT/sanitize_memcheck_zoo.out" 2>&1
+  r=$?; echo "sanitize memcheck zoo rc=$r"; tail -12 "$OUT/sanitize_memcheck_zoo.out"; rc=$((rc|r))
 fi
 exit $rc
