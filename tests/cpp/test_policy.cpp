@@ -408,3 +408,20 @@ TEST(PolicyHardening, InvalidUtf8InAFieldGivesAValidMessage) {
   EXPECT_TRUE(is_valid_utf8(m)) << m;
   EXPECT_TRUE(contains(m, "'ma\\xfftmul'")) << m;
 }
+
+TEST(PolicyHardening, NumbersPastDoubleRangeAreAPolicyError) {
+  // Found by fuzz/policy_json_fuzzer.cpp: nlohmann throws out_of_range (not a
+  // parse_error) for 1.5e320, which escaped as an untyped exception.
+  std::string m = policy_error([] { ExecutionPolicy::from_json(R"({"threads": 1.5e320})"); });
+  EXPECT_TRUE(contains(m, "1.5e320")) << m;
+  policy_error([] { KernelPolicy::from_json(R"({"pins": {"a|b": -1e999}})"); });
+}
+
+TEST(PolicyHardening, StrictAssertionsReadFromJsonAreASortedSet) {
+  // Found by the fuzzer's round trip: to_json writes the set sorted, so a policy
+  // read with another order or a duplicate did not equal the one read back.
+  ExecutionPolicy p = ExecutionPolicy::from_json(
+      R"({"strict": ["pinned_only", "no_cpu_fallback", "pinned_only"]})");
+  EXPECT_EQ(p.strict, (std::vector<std::string>{"no_cpu_fallback", "pinned_only"}));
+  EXPECT_EQ(ExecutionPolicy::from_json(p.to_json(2)), p);
+}

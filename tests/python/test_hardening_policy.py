@@ -170,3 +170,18 @@ def test_policy_error_is_still_a_value_error() -> None:
     # Callers that caught ValueError for bad policy values keep working.
     with pytest.raises(ValueError):
         ExecutionPolicy(threads=2**40)
+
+
+@pytest.mark.parametrize("cls", [KernelPolicy, ExecutionPolicy])
+@pytest.mark.parametrize("number", ["1.5e320", "-1e999"])
+def test_numbers_past_double_range_are_policy_errors(cls, number) -> None:
+    # Found by fuzz/policy_json_fuzzer.cpp: an untyped RuntimeError before.
+    with pytest.raises(PolicyError):
+        cls.from_json('{"threads": ' + number + ', "mode": ' + number + "}")
+
+
+def test_strict_assertions_from_json_equal_their_round_trip() -> None:
+    # Found by the fuzzer's to_json -> from_json check on the C++ struct.
+    core = xrt._core.ExecutionPolicy.from_json('{"strict": ["pinned_only", "no_fallback", "pinned_only"]}')
+    assert core.strict == ["no_fallback", "pinned_only"]
+    assert xrt._core.ExecutionPolicy.from_json(core.to_json()) == core

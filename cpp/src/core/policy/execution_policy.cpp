@@ -152,6 +152,10 @@ ExecutionPolicy ExecutionPolicy::from_json(std::string_view text) {
                 policy_json::quoted_json(s));
       p.strict.push_back(s.get<std::string>());
     }
+    // Assertions are a set: hold them sorted and unique, as to_json writes them, so a
+    // policy read from a file equals the one written back from it.
+    std::sort(p.strict.begin(), p.strict.end());
+    p.strict.erase(std::unique(p.strict.begin(), p.strict.end()), p.strict.end());
   }
   p.validate();
   return p;

@@ -72,6 +72,11 @@ nlohmann::json parse_object(std::string_view text, std::string_view what) {
     XRT_THROW(PolicyError, "cannot parse ", what, " JSON at byte ", e.byte, ": ",
               quote_input(e.what(), 300),
               "; check the file is valid JSON in UTF-8 (or YAML through the Python API)");
+  } catch (const nlohmann::json::exception& e) {
+    // Not a parse_error but still the text's fault: a number past double's range
+    // (1.5e320) is out_of_range 406. Found by fuzz/policy_json_fuzzer.cpp.
+    XRT_THROW(PolicyError, "cannot read ", what, " JSON: ", quote_input(e.what(), 300),
+              "; numbers in a policy must fit a 64-bit integer or a double");
   }
   XRT_CHECK(j.is_object(), PolicyError, what, " JSON must be an object, got ", j.type_name());
   return j;
