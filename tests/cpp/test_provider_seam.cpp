@@ -357,7 +357,8 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
   ASSERT_EQ(plan.steps.size(), 1u);
   EXPECT_EQ(plan.steps[0].kernel, "cpu_im2col");
   EXPECT_FALSE(plan.steps[0].node.has("_gemm")) << "the GEMM is a sub-kernel, not an attribute";
-  ASSERT_EQ(plan.decisions.size(), 2u);
+  // The conv, its GEMM, and the plan's threads (engine.policy, always last).
+  ASSERT_EQ(plan.decisions.size(), 3u);
   auto sub = nlohmann::json::parse(plan.decisions[1]);
   EXPECT_EQ(sub.at("op"), "matmul");
   EXPECT_EQ(sub.at("node"), plan.steps[0].node.name + "/gemm");
@@ -390,7 +391,7 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
   EXPECT_EQ(std::memcmp(y[0].data, y2[0].data, y[0].nbytes()), 0);
   // ... and a plan whose sub-decision is gone is refused.
   ExecutionPlan damaged = plan;
-  damaged.decisions.pop_back();
+  damaged.decisions.erase(damaged.decisions.begin() + 1);
   EXPECT_THROW(ExecutionPlan::deserialize(damaged.serialize()), InvalidModelError);
 }
 

@@ -262,6 +262,8 @@ void bind_graph(py::module_& m) {
       .def_property_readonly("policy_fingerprint", [](const graph::ExecutionPlan& p) { return p.header.policy_fingerprint; })
       .def_property_readonly("model_hash", [](const graph::ExecutionPlan& p) { return p.header.model_hash; })
       .def_property_readonly("environment", [](const graph::ExecutionPlan& p) { return p.header.environment; })
+      .def_property_readonly("threads", [](const graph::ExecutionPlan& p) { return p.header.threads; },
+                             "ExecutionPolicy.threads the plan runs with (0 = the default)")
       .def_property_readonly("decisions", [](const graph::ExecutionPlan& p) { return p.decisions; })
       .def_property_readonly("pass_log", [](const graph::ExecutionPlan& p) { return p.pass_log; })
       .def_property_readonly("inputs", [](const graph::ExecutionPlan& p) { return io_info(p, p.inputs); })

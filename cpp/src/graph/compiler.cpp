@@ -10,6 +10,7 @@
 #include "graph/passes.h"
 #include "graph/planner.h"
 #include "graph/prepare.h"
+#include "xpuruntime/decision.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/provider.h"
 #include "xpuruntime/ops/op_schema.h"
@@ -106,6 +107,28 @@ void throw_unsupported(const Graph& g, const Unsupported& bad, const ExecutionPr
             runs.str(), "- use engine='onnxruntime' for this model, or see docs/ops.md");
 }
 
+// The host threads every run of the plan uses, as the engine-policy Decision the
+// other engines record for their thread knobs (explain() lists it with the kernels).
+Decision threads_decision(int threads, const ExecutionProvider& provider) {
+  Decision d;
+  d.op = "engine.policy";
+  d.node = "native:threads";
+  d.device = provider.device().str();
+  d.chosen = "threads=" + (threads > 0 ? std::to_string(threads) : std::string("default"));
+  d.rule = threads > 0 ? "policy.threads" : "default";
+  d.detail = threads > 0 ? "ExecutionPolicy.threads=" + std::to_string(threads) +
+                               ": each run uses at most that many host threads (the calling "
+                               "thread included) in the native kernels and GEMMs"
+                         : "ExecutionPolicy.threads=0: the provider's default (CPU: "
+                           "XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's threads)";
+  Candidate c;
+  c.kernel = d.chosen;
+  c.verdict = verdict::kSupported;
+  c.detail = d.detail;
+  d.candidates.push_back(c);
+  return d;
+}
+
 }  // namespace
 
 void check_supported(const Graph& g, const std::string& device) {
@@ -130,6 +153,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   plan.header.workspace_limit_bytes = opt.exec_policy.workspace_limit_bytes;
   plan.header.allow_tf32 = opt.exec_policy.allow_tf32;
   plan.header.deterministic = opt.exec_policy.deterministic;
+  plan.header.threads = opt.exec_policy.threads;
   // Where the kernels are chosen (GPU architecture, library versions): a loader
   // refuses the plan elsewhere.
   plan.header.environment = provider->environment();
@@ -224,6 +248,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   }
   build_plan_values(g, plan);
   dispatch_steps(plan, *provider, opt.kernel_policy, opt.exec_policy);
+  plan.decisions.push_back(threads_decision(opt.exec_policy.threads, *provider).to_json());
   plan_memory(plan);
   auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::ostringstream os;

@@ -523,6 +523,7 @@ std::vector<HostTensor> Executor::run(const RunRequest& req, RunStats* stats) co
   std::unique_ptr<RunResources> res = provider_->begin_run_on(
       req.stream, static_cast<std::size_t>(std::max<int64_t>(plan.memory.arena_bytes, 64)),
       workspace_bytes_);
+  res->set_threads(plan.header.threads);
   for (int v : plan.inputs) {
     if (host || b.on_device[v]) continue;  // read in place
     const std::size_t n = nbytes_of(plan.values[v].dtype, b.shapes[v]);

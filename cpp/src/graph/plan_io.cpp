@@ -187,6 +187,7 @@ std::string ExecutionPlan::serialize() const {
   h["workspace_limit_bytes"] = header.workspace_limit_bytes;
   h["allow_tf32"] = header.allow_tf32;
   h["deterministic"] = header.deterministic;
+  h["threads"] = header.threads;
   h["environment"] = header.environment;
   json vals = json::array();
   for (const PlanValue& v : values) {
@@ -342,6 +343,13 @@ ExecutionPlan parse_plan(std::string bytes, const PlanExpectation& expect) {
   p.header.workspace_limit_bytes = as_u64(h.at("workspace_limit_bytes"), "workspace_limit_bytes");
   p.header.allow_tf32 = h.at("allow_tf32").get<bool>();
   p.header.deterministic = h.at("deterministic").get<bool>();
+  // (absent in plans saved before the field existed: the default)
+  if (h.contains("threads")) {
+    const int64_t t = as_i64(h.at("threads"), "threads");
+    XRT_CHECK(t >= 0 && t <= INT32_MAX, InvalidModelError, "plan file is corrupt: threads ", t,
+              " is negative or too large");
+    p.header.threads = static_cast<int>(t);
+  }
   p.header.environment = h.at("environment").get<std::map<std::string, std::string>>();
   XRT_CHECK(expect.device.empty() || expect.device == p.header.device, InvalidModelError,
             "plan was compiled for device '", p.header.device, "' but this session runs on '",
@@ -457,6 +465,10 @@ std::string ExecutionPlan::summary() const {
   os << "ExecutionPlan (format " << header.format_version << ", device " << header.device << ", "
      << steps.size() << " steps, " << values.size() << " values)\n";
   os << "  model sha256 " << header.model_hash << "\n  policy " << header.policy_fingerprint
+     << "\n";
+  os << "  threads: "
+     << (header.threads > 0 ? std::to_string(header.threads) + " (ExecutionPolicy.threads)"
+                            : std::string("default (ExecutionPolicy.threads=0)"))
      << "\n";
   if (!header.environment.empty()) {
     os << "  environment:";

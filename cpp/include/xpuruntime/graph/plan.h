@@ -80,6 +80,9 @@ struct PlanHeader {
   std::size_t workspace_limit_bytes = 0;
   bool allow_tf32 = false;
   bool deterministic = false;
+  // ExecutionPolicy.threads: the host threads each run uses (0 = the provider's
+  // default; the CPU's is XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's).
+  int threads = 0;
 };
 
 struct MemoryReport {

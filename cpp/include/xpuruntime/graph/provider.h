@@ -87,6 +87,10 @@ class RunResources {
   // Orders this run's stream after everything issued on `other` so far (the
   // caller's stream, when a replayed graph runs on a stream of its own).
   virtual void wait_for(NativeStream other) { (void)other; }
+  // The host threads this run's kernels may use (ExecutionPolicy.threads, from the
+  // plan header; 0 = the device's default), applied on the calling thread until the
+  // run ends. Devices whose kernels use no host threads ignore it.
+  virtual void set_threads(int threads) { (void)threads; }
 
  protected:
   [[noreturn]] static void throw_no_device_memory();

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/ops/parallel.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
 
@@ -45,6 +48,7 @@ class CpuRun final : public graph::RunResources {
     if (workspace_bytes > 0) workspace_ = alloc_.allocate(workspace_bytes);
   }
   ~CpuRun() override {
+    restore_threads();
     for (void* p : live_) alloc_.free(p);
     if (workspace_) alloc_.free(workspace_);
     alloc_.free(arena_);
@@ -75,12 +79,36 @@ class CpuRun final : public graph::RunResources {
     if (bytes) std::memcpy(dst, src, bytes);
   }
   void synchronize() override {}
+  // ExecutionPolicy.threads for this run, on the calling thread: the parallel loops'
+  // cap, the OpenMP team of the blocked GEMM, and OpenBLAS's threads (process-wide:
+  // runs of plans with different counts at the same time share the last one set).
+  void set_threads(int threads) override {
+    if (threads <= 0 || cap_) return;
+    cap_.emplace(threads);
+#ifdef _OPENMP
+    omp_before_ = omp_get_max_threads();
+    omp_set_num_threads(threads);
+#endif
+    blas_before_ = matmul::cpu_blas_set_threads(threads);
+  }
 
  private:
+  void restore_threads() {
+    if (!cap_) return;
+#ifdef _OPENMP
+    omp_set_num_threads(omp_before_);
+#endif
+    if (blas_before_ > 0) matmul::cpu_blas_set_threads(blas_before_);
+    cap_.reset();
+  }
+
   CachingAllocator& alloc_;
   void* arena_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<void*> live_;
+  std::optional<ThreadCap> cap_;
+  int omp_before_ = 0;
+  int blas_before_ = 0;
 };
 
 class CpuProvider final : public graph::ExecutionProvider {

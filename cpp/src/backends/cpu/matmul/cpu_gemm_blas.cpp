@@ -114,6 +114,12 @@ void run_blas(const GemmProblem& p) {
 
 bool cpu_blas_available() { return true; }
 
+int cpu_blas_set_threads(int threads) {
+  const int before = openblas_get_num_threads();
+  if (threads > 0 && threads != before) openblas_set_num_threads(threads);
+  return before;
+}
+
 std::string cpu_blas_info() {
   std::string info = openblas_get_config();
   return info;
@@ -131,6 +137,8 @@ void cpu_gemm_blas(const GemmProblem& p) {
 #else  // no CBLAS in this build
 
 bool cpu_blas_available() { return false; }
+
+int cpu_blas_set_threads(int) { return 0; }
 
 std::string cpu_blas_info() {
   return "built without CBLAS (install libopenblas-dev and rebuild to enable cpu_blas)";

@@ -38,6 +38,9 @@ std::string_view cpu_isa_name(CpuIsa isa);
 void cpu_gemm_blocked(const GemmProblem& p, int threads = 0, CpuIsa isa = CpuIsa::kAuto);
 
 bool cpu_blas_available();
+// Sets OpenBLAS's thread count (process-wide; threads > 0) and returns the one it
+// replaced; 0 without CBLAS. Thread-safe; cheap when the count does not change.
+int cpu_blas_set_threads(int threads);
 // "OpenBLAS 0.3.21 (pthread)" or why there is none ("built without CBLAS").
 std::string cpu_blas_info();
 // Throws BackendUnavailableError when built without CBLAS, InvalidArgumentError for

@@ -16,6 +16,10 @@ namespace xpuruntime::cpu {
 namespace {
 
 thread_local bool t_in_job = false;
+// The calling thread's ThreadCap (0: none).
+thread_local int t_cap = 0;
+// A cap above this is a typo, not a machine (the pool would spawn that many threads).
+constexpr int kMaxThreads = 1024;
 
 constexpr auto kSpin = std::chrono::microseconds(200);
 
@@ -30,6 +34,8 @@ inline void cpu_relax() {
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0, chunks = 0;
+  // Helpers that may still join (a capped job takes fewer than the pool has).
+  std::atomic<int> seats{0};
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
 
@@ -58,14 +64,25 @@ class Pool {
     static Pool* p = new Pool(env_threads());  // never destroyed: helpers outlive statics
     return *p;
   }
-  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  int threads() const { return helpers_.load(std::memory_order_acquire) + 1; }
 
-  void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-    if (workers_.empty()) {
+  // Starts helpers until the pool has `threads` threads (the caller included).
+  void grow(int threads) {
+    std::lock_guard<std::mutex> lk(grow_mu_);
+    while (helpers_.load(std::memory_order_relaxed) + 1 < threads) {
+      std::thread([this] { loop(); }).detach();
+      helpers_.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  // fn over [0, n) on at most `threads` threads (the caller included).
+  void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int threads) {
+    threads = std::min(threads, this->threads());
+    if (threads <= 1) {
       fn(0, n);
       return;
     }
-    const int64_t chunks = std::min<int64_t>(n, 4 * threads());
+    const int64_t chunks = std::min<int64_t>(n, 4 * threads);
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
     if (!busy.owns_lock()) {
       // Another thread's job holds the pool: work alone, over the same chunks and
@@ -83,6 +100,7 @@ class Pool {
     job->fn = &fn;
     job->n = n;
     job->chunks = chunks;
+    job->seats.store(threads - 1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lk(mu_);
       job_ = job;
@@ -99,10 +117,7 @@ class Pool {
   }
 
  private:
-  explicit Pool(int threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { loop(); });
-    for (auto& w : workers_) w.detach();
-  }
+  explicit Pool(int threads) { grow(threads); }
   void loop() {
     uint64_t seen = 0;
     for (;;) {
@@ -122,7 +137,8 @@ class Pool {
         seen = gen_.load(std::memory_order_relaxed);
         job = job_;
       }
-      if (!job) continue;
+      // No seat left: the job is capped below the pool's size.
+      if (!job || job->seats.fetch_sub(1, std::memory_order_relaxed) <= 0) continue;
       t_in_job = true;
       job->work();
       t_in_job = false;
@@ -134,12 +150,26 @@ class Pool {
   std::condition_variable cv_;
   std::shared_ptr<Job> job_;
   std::atomic<uint64_t> gen_{0};  // written under mu_, read lock-free while spinning
-  std::vector<std::thread> workers_;
+  std::mutex grow_mu_;
+  std::atomic<int> helpers_{0};  // detached helper threads; only grows
 };
 
 }  // namespace
 
-int parallel_threads() { return Pool::instance().threads(); }
+int default_threads() {
+  static const int n = std::min(env_threads(), kMaxThreads);
+  return n;
+}
+
+int parallel_threads() { return t_cap > 0 ? t_cap : Pool::instance().threads(); }
+
+ThreadCap::ThreadCap(int threads) : previous_(t_cap) {
+  if (threads <= 0) return;
+  t_cap = std::min(threads, kMaxThreads);
+  Pool::instance().grow(t_cap);
+}
+
+ThreadCap::~ThreadCap() { t_cap = previous_; }
 
 void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
@@ -147,7 +177,8 @@ void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int
     fn(0, n);
     return;
   }
-  Pool::instance().run(n, fn);
+  Pool& pool = Pool::instance();
+  pool.run(n, fn, t_cap > 0 ? t_cap : pool.threads());
 }
 
 }  // namespace xpuruntime::cpu

@@ -5,7 +5,9 @@
 // and sleep on a condition variable between jobs.
 //
 // Threads: XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware concurrency
-// (the caller counts as one). A parallel_for inside another runs inline on the
+// (the caller counts as one); a ThreadCap on the calling thread (a plan run under
+// ExecutionPolicy.threads) sets another count for its loops, growing the pool when
+// it asks for more. A parallel_for inside another runs inline on the
 // calling thread; while another thread's job holds the pool, the calling thread
 // runs the same chunks itself (so split-dependent results keep their bits).
 // Thread-safe.
@@ -19,7 +21,25 @@ namespace xpuruntime::cpu {
 // fn(begin, end) over [0, n) in chunks. `work` estimates the total cost in
 // element-operations; below kParallelGrain (cpu_op.h) everything runs inline.
 void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
-// Threads parallel_for may use (helpers + the caller).
+// Threads parallel_for may use on the calling thread (helpers + the caller): the
+// innermost ThreadCap's count, else default_threads().
 int parallel_threads();
+// The pool's count without a cap: XRT_NUM_THREADS, else OMP_NUM_THREADS, else the
+// hardware concurrency.
+int default_threads();
+
+// While alive, parallel_for on the constructing thread uses at most `threads` threads
+// (the caller included); threads <= 0 changes nothing. Caps nest: the destructor
+// restores the previous one. Create and destroy on the same thread.
+class ThreadCap {
+ public:
+  explicit ThreadCap(int threads);
+  ~ThreadCap();
+  ThreadCap(const ThreadCap&) = delete;
+  ThreadCap& operator=(const ThreadCap&) = delete;
+
+ private:
+  int previous_;
+};
 
 }  // namespace xpuruntime::cpu
