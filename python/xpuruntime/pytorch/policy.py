@@ -28,7 +28,9 @@ A routed call costs a cache hit: the case key (function, every argument's dtype,
 shape, device, requires_grad and strides, scalars, autocast, precision hint) finds
 the case's prepared launcher (:mod:`._prepared`); the Dispatcher is asked on the
 first call of a case only. Under ``torch.compile`` the kernel is decided when the
-graph is traced (and recorded then) and runs as our custom ops, without graph breaks.
+graph is traced (and recorded then) and runs as our custom ops, without graph breaks
+for static shapes (a dimension dynamo made dynamic breaks the graph at the routed
+call, which then runs eagerly).
 
 :func:`clear_kernel_policy` pops the mode: torch then runs exactly as it does
 without xpuruntime (nothing stays registered). Like torch's own modes, the policy
@@ -197,7 +199,12 @@ def _run_failed(view, op, func, args, kwargs, key, kernel: str, error: Exception
 
 # ---- torch.compile: decisions at trace time ---------------------------------------------------
 def _spec(a: Any) -> Any:
-    """A constant describing an argument (what dynamo can pass to a constant function)."""
+    """A constant describing an argument (what dynamo can pass to a constant function).
+
+    Static shapes only: with dynamic shapes (``dynamic=True``, or dims dynamo made
+    dynamic after a recompile) a symbolic size is no constant, and dynamo breaks the
+    graph at the routed call (fullgraph=True raises), which then runs eagerly.
+    """
     if isinstance(a, torch.Tensor):
         return (
             "tensor",
