@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -258,3 +259,34 @@ def test_dynamic_axes_run_at_several_shapes(batch: int, seq: int) -> None:
 @functools.cache
 def _dynamic_session() -> Any:
     return _session(export("roberta_dynamic")[0])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name", ["resnet18", "bert_tiny", "convnext_tiny"])
+def test_a_saved_plan_gives_bit_identical_outputs_in_another_process(
+    name: str, precision: str, tmp_path: Path
+) -> None:
+    feeds, _ = _reference(name, 2, None)
+    shapes = {k: list(v.shape) for k, v in feeds.items()}
+    policy = {"allow_tf32": False, "precision": precision}
+    sess = xrt.InferenceSession(
+        export(name)[0],
+        engine="native",
+        device="cuda",
+        input_shapes=shapes,
+        exec_policy=xrt.ExecutionPolicy(**policy),
+    )
+    got = sess.run(feeds)
+    plan = tmp_path / "p.xrtplan"
+    sess.save_plan(plan)
+    np.savez(tmp_path / "x.npz", **feeds)
+    code = f"""
+import numpy as np
+import xpuruntime as xrt
+s = xrt.InferenceSession.load_plan({str(plan)!r}, exec_policy=xrt.ExecutionPolicy(**{policy!r}))
+np.savez({str(tmp_path / "y.npz")!r}, **s.run(dict(np.load({str(tmp_path / "x.npz")!r}))))
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ), timeout=300)
+    other = dict(np.load(tmp_path / "y.npz"))
+    for k, v in got.items():
+        np.testing.assert_array_equal(other[k], v)
