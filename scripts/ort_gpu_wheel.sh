@@ -13,7 +13,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=1.31.1
-WHEEL=onnxruntime_gpu-$VERSION-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
 case "${1:-}" in
   split)
     tmp=$(mktemp -d)
