@@ -120,12 +120,20 @@ json tensor_inline(const HostTensor& t) {
 
 HostTensor tensor_from_inline(const json& j) {
   const DType dt = dtype_from(j.at("dtype"));
-  HostTensor t =
-      HostTensor::alloc(dt, shape_from(j.at("shape"), dt, "an attribute tensor's shape"));
-  auto bytes = j.at("bytes").get<std::vector<uint8_t>>();
-  XRT_CHECK(bytes.size() == t.nbytes(), InvalidModelError,
-            "plan file is corrupt: an attribute tensor has the wrong size");
-  if (!bytes.empty()) std::memcpy(t.data, bytes.data(), bytes.size());
+  const Shape shape = shape_from(j.at("shape"), dt, "an attribute tensor's shape");
+  const json& bytes = j.at("bytes");
+  // The size is checked against the bytes the file holds before anything is allocated.
+  XRT_CHECK(bytes.is_array() &&
+                bytes.size() == static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt),
+            InvalidModelError, "plan file is corrupt: an attribute tensor has the wrong size");
+  HostTensor t = HostTensor::alloc(dt, shape);
+  auto* out = static_cast<uint8_t*>(t.data);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const int64_t b = as_i64(bytes[i], "an attribute tensor's byte");
+    XRT_CHECK(b >= 0 && b <= 255, InvalidModelError,
+              "plan file is corrupt: an attribute tensor's byte is ", b);
+    out[i] = static_cast<uint8_t>(b);
+  }
   return t;
 }
 
