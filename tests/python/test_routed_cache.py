@@ -309,3 +309,73 @@ def test_timing_noise_is_the_spread_of_the_middle_blocks():
 
 def test_module_state_is_private():
     assert policy._state.profiling == 0
+
+
+# ---- on a GPU (skipped without CUDA and our kernels; the lead's GPU run) -----------------------
+def _gpu_skip_reason() -> str:
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    from xpuruntime.pytorch.ops import _bridge
+
+    return _bridge.cuda_kernels_unavailable() or _bridge.capability_problem(0)
+
+
+gpu = pytest.mark.skipif(bool(_gpu_skip_reason()), reason=_gpu_skip_reason() or "ok")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("regime", ["eager", "captured"])
+def test_gpu_time_kernel_measures_device_time_in_the_regime(regime):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a, b = (torch.randn(512, 512, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
+    call = _routing.parse_call(torch.matmul, (a, b), {})
+    ms, noise = _routing.time_kernel("torch", call, torch.matmul, (a, b), {}, regime)
+    assert 0 < ms < 5.0 and 0 <= noise < ms
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_best_performance_in_the_captured_regime():
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (torch.randn(2, 8, 256, 64, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    xrt_torch.set_kernel_policy(attention="auto", auto_strategy="best_performance", regime="captured")
+    for _ in range(2):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert (out.double() - ref).abs().max().item() < 2e-2
+    (d,) = xrt_torch.decision_log()
+    assert d.rule == "auto.best_performance" and d.hits == 2 and "regime=captured" in d.detail
+    timed = {c.kernel: c.time_ms for c in d.candidates if c.time_ms is not None}
+    assert len(timed) >= 2 and d.timings == timed
+    fastest = min(timed, key=timed.get)
+    assert d.chosen == fastest or f"a tie with the fastest '{fastest}'" in d.detail, d.detail
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_hits_give_the_bits_of_the_first_call():
+    g = torch.Generator(device="cuda").manual_seed(2)
+    dt = torch.bfloat16
+    x = torch.randn(4, 128, 768, device="cuda", dtype=dt, generator=g)
+    w = torch.randn(768, 768, device="cuda", dtype=dt, generator=g) / 768**0.5
+    b = torch.randn(768, device="cuda", dtype=dt, generator=g)
+    q = torch.randn(4, 12, 128, 64, device="cuda", dtype=dt, generator=g)
+    calls = {
+        "linear": lambda: F.linear(x, w, b),
+        "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+        "layer_norm": lambda: F.layer_norm(x, (768,), b, b),
+    }
+    refs = {n: fn().double() for n, fn in calls.items()}
+    xrt_torch.set_kernel_policy(**OURS)
+    for name, fn in calls.items():
+        first = fn()
+        for _ in range(3):
+            assert torch.equal(fn(), first), name
+        assert (first.double() - refs[name]).abs().max().item() < 0.1, name
+    chosen = {d.node: (d.chosen, d.hits) for d in xrt_torch.decision_log()}
+    assert chosen == {
+        "linear": ("cublasLt", 4),
+        "scaled_dot_product_attention": ("flash_v2", 4),
+        "layer_norm": ("fused", 4),
+    }
