@@ -76,6 +76,24 @@ CUDA_EXCLUDED: dict[str, str] = {
     "test_reduce_max_empty_set_bool": _REFUSED.format("ReduceMax on bool: dtype_unsupported"),
     "test_reduce_min_bool_inputs": _REFUSED.format("ReduceMin on bool: dtype_unsupported"),
 }
+# Resize on CUDA takes nearest and linear; cubic and antialiased linear downsampling
+# are refused by its supports() (cpp/src/backends/cuda/kernels/resize/).
+for _t in (
+    "test_resize_downsample_scales_cubic",
+    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+    "test_resize_downsample_scales_cubic_align_corners",
+    "test_resize_downsample_scales_cubic_antialias",
+    "test_resize_downsample_sizes_cubic",
+    "test_resize_downsample_sizes_cubic_antialias",
+    "test_resize_upsample_scales_cubic",
+    "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",
+    "test_resize_upsample_scales_cubic_align_corners",
+    "test_resize_upsample_scales_cubic_asymmetric",
+    "test_resize_upsample_sizes_cubic",
+):
+    CUDA_EXCLUDED[_t] = _REFUSED.format("cubic Resize: attribute_unsupported")
+for _t in ("test_resize_downsample_scales_linear_antialias", "test_resize_downsample_sizes_linear_antialias"):
+    CUDA_EXCLUDED[_t] = _REFUSED.format("antialiased linear downsampling Resize: attribute_unsupported")
 RUN = [t for t in RUN if t not in CUDA_EXCLUDED]
 
 _backend_test = onnx.backend.test.BackendTest(NativeBackend, __name__)

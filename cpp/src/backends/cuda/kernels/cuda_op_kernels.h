@@ -1,6 +1,7 @@
 // The CUDA op kernels of the native engine (issue 15): elementwise, softmax,
-// reductions, data movement, pooling and the NVRTC-compiled FusedElementwise
-// chains, registered under (lower-case ONNX op type, "cuda")
+// reductions, data movement, index ops (GatherND, ScatterND, ScatterElements),
+// InstanceNormalization, pooling, Resize and the NVRTC-compiled
+// FusedElementwise chains, registered under (lower-case ONNX op type, "cuda")
 // with provider "cuda_raw". The plugin entry point calls this once.
 #pragma once
 

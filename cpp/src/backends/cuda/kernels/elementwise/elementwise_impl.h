@@ -87,6 +87,12 @@ void launch_binary(BinaryOp op, DType t, const StridedIndex& ix, const void* a, 
 void launch_variadic(BinaryOp op, DType t, const StridedIndex& ix, const void* const* inputs,
                      int count, void* out, double scale, void* stream);
 
+// IsNaN / IsInf: y[i] (bool) classifies float x[i] of dtype t (fp32, fp16, bf16,
+// fp64). IsInf counts +inf when detect_positive, -inf when detect_negative.
+enum class ClassifyOp : int32_t { kIsNaN, kIsInf };
+void launch_classify(ClassifyOp op, DType t, const void* x, void* y, int64_t n,
+                     bool detect_positive, bool detect_negative, void* stream);
+
 // y = cast(x) (float -> int saturates, NaN -> 0; -> bool is != 0), as the CPU kernel.
 void launch_cast(DType from, DType to, const void* x, void* y, int64_t n, void* stream);
 

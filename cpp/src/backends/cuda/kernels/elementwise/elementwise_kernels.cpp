@@ -1,7 +1,7 @@
 // Registry kernels of the elementwise family: unary ops, Clip, binary ops with
-// numpy broadcasting, Min/Max/Sum/Mean, Cast and Where. prepare() reads the
-// attributes and builds the broadcast plan once; run() rebuilds the plan only when
-// the run's shapes differ from the prepared ones (a dynamic-shape plan).
+// numpy broadcasting, Min/Max/Sum/Mean, Cast, Where, IsNaN and IsInf. prepare()
+// reads the attributes and builds the broadcast plan once; run() rebuilds the plan
+// only when the run's shapes differ from the prepared ones (a dynamic-shape plan).
 #include "backends/cuda/kernels/elementwise/elementwise_kernels.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "backends/cuda/kernels/common/op_kernel.h"
 #include "backends/cuda/kernels/elementwise/elementwise_impl.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/ops/classify.h"
 
 namespace xpuruntime::cuda_ops {
 namespace {
@@ -377,6 +378,28 @@ void add_cast_where_not(KernelRegistry& r) {
       });
 }
 
+// IsNaN, IsInf: float in, bool out (transformers' SDPA masks test scores with them).
+void add_classify(KernelRegistry& r) {
+  for (const ClassifyOp op : {ClassifyOp::kIsNaN, ClassifyOp::kIsInf}) {
+    const bool nan = op == ClassifyOp::kIsNaN;
+    add_kernel(
+        r, nan ? "isnan" : "isinf", kFloatTypes,
+        nan ? "IsNaN (float in, bool out)"
+            : "IsInf (float in, bool out; detect_positive / detect_negative)",
+        [](const OpContext& ctx) {
+          return first_refusal(
+              {require_arity(ctx, 1), require_dense(ctx), require_dtype(ctx, 0, kFloatTypes, "X")});
+        },
+        [op](const PrepareContext& pc) {
+          const ops::IsInfAttrs attrs = ops::IsInfAttrs::from_node(*pc.node);
+          return make_prepared([op, attrs](const KernelArgs& a) {
+            launch_classify(op, a.inputs[0].dtype, a.inputs[0].data, a.outputs[0].data,
+                            a.inputs[0].numel(), attrs.positive, attrs.negative, a.stream);
+          });
+        });
+  }
+}
+
 }  // namespace
 
 void register_elementwise_kernels(KernelRegistry& registry) {
@@ -389,6 +412,7 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   add_variadic(registry, "Mean", BinaryOp::kAdd, true);
   add_clip(registry);
   add_cast_where_not(registry);
+  add_classify(registry);
 }
 
 }  // namespace xpuruntime::cuda_ops
