@@ -169,3 +169,34 @@ def test_policy_file_names_that_are_not_utf8_are_quoted(tmp_path) -> None:
     with pytest.raises(PolicyError) as info:
         KernelPolicy.load(tmp_path / os.fsdecode(b"missing\xfe.json"))
     _assert_clean(str(info.value))
+
+
+def _model_bytes(input_name: str = "XINPUTXX", node_name: str = "XNODEXXX") -> bytes:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    node = helper.make_node("Relu", [input_name], ["y"], name=node_name)
+    graph = helper.make_graph([node], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.ModelProto.SerializeToString(model)
+
+
+@pytest.mark.parametrize(
+    "placeholder, raw",
+    [
+        (b"XINPUTXX", b"\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8"),
+        (b"XNODEXXX", b"\xc3\x28abcdef"),
+        (b"Relu", b"R\xffl\xfe"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["native", "onnxruntime"])
+def test_non_utf8_model_names_are_invalid_model_errors(placeholder: bytes, raw: bytes, engine: str) -> None:
+    # protobuf hands such names over as bytes; they used to end in a UnicodeDecodeError.
+    if engine == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+    data = _model_bytes().replace(placeholder, raw)
+    with pytest.raises(xrt.InvalidModelError, match="not UTF-8") as info:
+        xrt.InferenceSession(data, device="cpu", engine=engine)
+    _assert_clean(str(info.value))

@@ -127,6 +127,39 @@ def _parse(onnx: Any, data: bytes, what: str) -> Any:
         raise InvalidModelError(f"{what} is not a valid ONNX model (truncated or corrupt?): {exc}") from exc
 
 
+def check_names_are_text(proto: Any) -> None:
+    """InvalidModelError naming the first name in ``proto`` that is not UTF-8.
+
+    protobuf hands a string field holding other bytes over as ``bytes``; every later
+    step (engines, plans, messages) needs text, so such a model is refused here with
+    the typed error instead of a UnicodeDecodeError deep inside (issue 19).
+    """
+    graphs = [("graph", proto.graph)]
+    while graphs:
+        where, g = graphs.pop()
+        names = [(f"{where} input", v.name) for v in g.input]
+        names += [(f"{where} output", v.name) for v in g.output]
+        names += [(f"{where} value_info", v.name) for v in g.value_info]
+        names += [(f"{where} initializer", t.name) for t in g.initializer]
+        for i, node in enumerate(g.node):
+            at = f"{where} node {i}"
+            names += [(at, node.name), (f"{at} op_type", node.op_type), (f"{at} domain", node.domain)]
+            names += [(f"{at} input", n) for n in node.input] + [(f"{at} output", n) for n in node.output]
+            for a in node.attribute:
+                names.append((f"{at} attribute", a.name))
+                if a.HasField("g"):
+                    graphs.append((f"{at} attribute {a.name}", a.g))
+                graphs.extend((f"{at} attribute {a.name}", sub) for sub in a.graphs)
+        for what, value in names:
+            if isinstance(value, bytes):
+                from .._core import policy_util
+
+                raise InvalidModelError(
+                    f"the model's {what} name {policy_util.quote_input(value)} is not UTF-8 text; "
+                    "ONNX names are UTF-8 strings: rename it in the model"
+                )
+
+
 def load_model(model: Any) -> ModelSource:
     """Reads ``model`` (path, bytes, ``onnx.ModelProto`` or a ModelSource).
 
@@ -138,10 +171,13 @@ def load_model(model: Any) -> ModelSource:
         return model
     onnx = import_onnx()
     if isinstance(model, onnx.ModelProto):
+        check_names_are_text(model)
         return ModelSource(model)
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
-        return ModelSource(_parse(onnx, data, "the model bytes"), origin="bytes", _bytes=data)
+        proto = _parse(onnx, data, "the model bytes")
+        check_names_are_text(proto)
+        return ModelSource(proto, origin="bytes", _bytes=data)
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
@@ -150,6 +186,7 @@ def load_model(model: Any) -> ModelSource:
             )
         data = path.read_bytes()
         proto = _parse(onnx, data, f"'{path}'")
+        check_names_are_text(proto)
         try:
             from onnx.external_data_helper import load_external_data_for_model
 
