@@ -72,20 +72,24 @@ def test_a_kernel_policy_dict_is_validated_like_keywords() -> None:
                 KernelPolicy(**bad)
 
 
-def test_an_execution_policy_dict_is_validated_like_keywords() -> None:
+def test_an_execution_policy_dict_is_validated() -> None:
     assert coerce.core_exec_policy({"precision": "float16"}).precision == "fp16"
-    assert coerce.core_exec_policy({"engine": "onnxrt"}).engine == "onnxruntime"  # canonical, as keywords
+    assert ExecutionPolicy.from_mapping({"engine": "onnxrt"}).engine == "onnxruntime"  # as keywords
     for bad, pattern in [
         ({"precision": "fp12"}, "unknown precision"),
-        ({"engine": "no_such_engine"}, "unknown engine"),
         ({"static_shape": "yes"}, "static_shape"),
         ({"strict": 5}, "strict"),
         ({"tagret": "cpu"}, "did you mean 'target'"),
+        ({"target": "cpu", "allow_fallback": "cpu"}, "equals the target"),
     ]:
         with pytest.raises(PolicyError, match=pattern):
             coerce.core_exec_policy(bad)
         with pytest.raises(PolicyError, match=pattern):
+            ExecutionPolicy.from_mapping(bad)
+        with pytest.raises(PolicyError, match=pattern):
             ExecutionPolicy(**bad)
+    with pytest.raises(PolicyError, match="unknown engine"):
+        ExecutionPolicy.from_mapping({"engine": "no_such_engine"})
 
 
 @pytest.mark.parametrize("cls", [KernelPolicy, ExecutionPolicy])

@@ -7,9 +7,10 @@ routing, the dispatcher helpers) accepts the same forms and unwraps them here:
 * the core object (``_core.KernelPolicy`` / ``_core.ExecutionPolicy``);
 * the Python wrapper (:class:`~xpuruntime.KernelPolicy` /
   :class:`~xpuruntime.ExecutionPolicy`);
-* a mapping: the keyword arguments of the wrapper (``{"matmul": "cpu_blas",
-  "mode": "require"}``, ``{"precision": "fp16"}``) or its JSON document (with
-  ``"kind"`` or ``"schema_version"``), checked exactly as those keywords are;
+* a mapping: for a KernelPolicy the wrapper's keyword arguments
+  (``{"matmul": "cpu_blas", "mode": "require"}``, checked exactly as those keywords
+  are) or its JSON document (with ``"kind"`` or ``"schema_version"``); for an
+  ExecutionPolicy its JSON document (``{"precision": "fp16"}``);
 * a path to a JSON (or YAML) policy file.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import _core
+from . import _io
 
 __all__ = ["core_exec_policy", "core_kernel_policy", "policy_kind"]
 
@@ -39,18 +41,16 @@ def _inner(policy: Any) -> Any:
     return get() if callable(get) else policy
 
 
-def _coerce(policy: Any, core_cls: Any, wrapper: Any, what: str) -> Any:
+def _coerce(policy: Any, core_cls: Any, from_mapping: Any, load: Any, what: str) -> Any:
     if policy is None:
         return None
     inner = _inner(policy)
     if isinstance(inner, core_cls):
         return inner
-    # Mappings and files go through the wrapper, so they are checked exactly as the
-    # same values given as keyword arguments are (types, ranges, names, engines).
     if isinstance(policy, Mapping):
-        return wrapper.from_mapping(policy)._get_internal()
+        return from_mapping(policy)
     if isinstance(policy, (str, os.PathLike)):
-        return wrapper.load(policy)._get_internal()
+        return load(policy)
     raise _core.InvalidArgumentError(
         f"expected a {what} (the object, its core object, a dict or a path to a JSON/YAML policy "
         f"file), got {type(policy).__name__}; build one with xpuruntime.{what}(...)"
@@ -66,7 +66,14 @@ def core_kernel_policy(policy: Any) -> Any:
     """
     from .kernel_policy import KernelPolicy
 
-    return _coerce(policy, _core.KernelPolicy, KernelPolicy, "KernelPolicy")
+    # Through the wrapper: a mapping is checked exactly as the same keyword arguments.
+    return _coerce(
+        policy,
+        _core.KernelPolicy,
+        lambda d: KernelPolicy.from_mapping(d)._get_internal(),
+        lambda path: KernelPolicy.load(path)._get_internal(),
+        "KernelPolicy",
+    )
 
 
 def core_exec_policy(policy: Any) -> Any:
@@ -76,6 +83,18 @@ def core_exec_policy(policy: Any) -> Any:
         InvalidArgumentError: ``policy`` is none of the accepted forms.
         PolicyError: its content is invalid.
     """
-    from .execution_policy import ExecutionPolicy
 
-    return _coerce(policy, _core.ExecutionPolicy, ExecutionPolicy, "ExecutionPolicy")
+    # The C++ reader checks fields, types, ranges and combinations. Not through the
+    # wrapper: it canonicalizes engine names with the engine registry, which imports
+    # the engines, which import this module (an import circle); an unknown engine is
+    # refused when the session selects its engine.
+    def from_mapping(d: Mapping[str, Any]) -> Any:
+        return _core.ExecutionPolicy.from_json(_io.to_json(d, "an ExecutionPolicy mapping"))
+
+    return _coerce(
+        policy,
+        _core.ExecutionPolicy,
+        from_mapping,
+        lambda path: _core.ExecutionPolicy.from_json(_io.read(path, None)),
+        "ExecutionPolicy",
+    )
