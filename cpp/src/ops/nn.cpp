@@ -36,6 +36,12 @@ bool layernorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
   return true;
 }
 
+bool softmax_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  const bool known = infer_same(n, in, out);
+  if (known) norm_axis(n, SoftmaxAttrs::from_node(n).axis, in[0].rank());  // axis in range
+  return known;
+}
+
 bool batchnorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 5);
   XRT_CHECK(!BatchNormAttrs::from_node(n).training_mode && out.size() == 1, UnsupportedOperationError,
@@ -44,6 +50,19 @@ bool batchnorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
             "export the model in eval mode");
   if (in[0].shape) {
     XRT_CHECK(in[0].rank() >= 2, InvalidModelError, n.where(), ": input must have rank >= 2");
+  }
+  // scale, B, mean and var hold one value per channel (X's dimension 1): the kernels
+  // and the folding pass index them by channel.
+  static const char* kParams[] = {"scale", "B", "input_mean", "input_var"};
+  for (std::size_t i = 1; i < 5; ++i) {
+    if (!in[i].shape) continue;
+    XRT_CHECK(in[i].rank() == 1, InvalidModelError, n.where(), ": ", kParams[i - 1], " is ",
+              graph::shape_str(*in[i].shape), " but must be 1-D (one value per channel)");
+    if (in[0].shape)
+      XRT_CHECK((*in[i].shape)[0] == (*in[0].shape)[1], InvalidModelError, n.where(), ": ",
+                kParams[i - 1], " has ", (*in[i].shape)[0], " values but X ",
+                graph::shape_str(*in[0].shape), " has ", (*in[0].shape)[1],
+                " channels; give one value per channel");
   }
   return infer_same(n, in, out);
 }
@@ -114,7 +133,7 @@ void register_nn_schemas(std::vector<OpSchema>& s) {
     s.push_back(make_schema(t, kFloatTypes, t + " over all spatial dimensions", global_pool_infer));
   for (const std::string t : {"Softmax", "LogSoftmax"})
     s.push_back(
-        make_schema(t, kFloatTypes, t + " along one axis (opset >= 13 semantics)", infer_same));
+        make_schema(t, kFloatTypes, t + " along one axis (opset >= 13 semantics)", softmax_infer));
   s.push_back(make_schema("LayerNormalization", kFloatTypes,
                           "LayerNormalization over the trailing axes from `axis`",
                           layernorm_infer));

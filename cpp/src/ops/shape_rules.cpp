@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "xpuruntime/checked.h"
 #include "xpuruntime/error.h"
 
 namespace xpuruntime::ops {
@@ -11,6 +12,18 @@ namespace xpuruntime::ops {
 using graph::HostTensor;
 using graph::shape_numel;
 using graph::shape_str;
+
+namespace {
+
+// Element count of a shape taken from a model: InvalidModelError naming the node when
+// the product does not fit int64 (a wrapped count could pass the checks below).
+int64_t numel_of(const Node& n, const Shape& s, const char* what) {
+  int64_t p = 1;
+  for (int64_t d : s) p = checked_mul<InvalidModelError>(p, d, n.where() + ": " + what);
+  return p;
+}
+
+}  // namespace
 
 Shape reshape_target(const Node& n, const Shape& in, const std::vector<int64_t>& spec) {
   const bool allowzero = n.attr_int("allowzero", 0) != 0;
@@ -33,17 +46,17 @@ Shape reshape_target(const Node& n, const Shape& in, const std::vector<int64_t>&
     XRT_CHECK(d >= 0, InvalidModelError, n.where(), ": invalid dimension ", d, " in shape ",
               shape_str(spec));
     out[i] = d;
-    known *= d;
+    known = checked_mul<InvalidModelError>(known, d, n.where() + ": reshape target size");
   }
-  const int64_t total = shape_numel(in);
+  const int64_t total = numel_of(n, in, "reshape input size");
   if (infer_at >= 0) {
     XRT_CHECK(known != 0 && total % known == 0, InvalidModelError, n.where(), ": cannot reshape ",
               shape_str(in), " (", total, " elements) into ", shape_str(spec));
     out[infer_at] = total / known;
   }
-  XRT_CHECK(shape_numel(out) == total, InvalidModelError, n.where(), ": cannot reshape ",
-            shape_str(in), " (", total, " elements) into ", shape_str(out), " (", shape_numel(out),
-            " elements)");
+  const int64_t got = numel_of(n, out, "reshape target size");
+  XRT_CHECK(got == total, InvalidModelError, n.where(), ": cannot reshape ", shape_str(in), " (",
+            total, " elements) into ", shape_str(out), " (", got, " elements)");
   return out;
 }
 
@@ -179,8 +192,12 @@ std::vector<SliceAxis> slice_plan(const Node& n, const Shape& s, const std::vect
     const int64_t a = norm_axis(n, axes[i], r);
     XRT_CHECK(!seen[a], InvalidModelError, n.where(), ": axis ", axes[i], " repeated");
     seen[a] = true;
-    const int64_t dim = s[a], step = steps[i];
-    XRT_CHECK(step != 0, InvalidModelError, n.where(), ": step must not be 0");
+    const int64_t dim = s[a];
+    XRT_CHECK(steps[i] != 0, InvalidModelError, n.where(), ": step must not be 0");
+    // A step past the dimension takes one element, as a step of dim + 1 does; clamping
+    // keeps the count arithmetic and the kernels' offsets from wrapping (INT64_MIN).
+    const int64_t lim = dim < INT64_MAX ? dim + 1 : dim;
+    const int64_t step = std::clamp<int64_t>(steps[i], -lim, lim);
     int64_t b = starts[i], e = ends[i];
     if (b < 0) b += dim;
     if (e < 0) e += dim;
@@ -227,6 +244,7 @@ std::vector<int64_t> split_sizes(const Node& n, const std::vector<Meta>& in, int
   } else {
     sizes = n.attr_ints("split", {});
   }
+  XRT_CHECK(outputs > 0, InvalidModelError, n.where(), ": Split needs at least one output");
   if (sizes.empty()) {
     const int64_t k = static_cast<int64_t>(outputs);
     const int64_t chunk = (dim + k - 1) / k;  // opset 18: last chunk may be smaller
@@ -238,7 +256,7 @@ std::vector<int64_t> split_sizes(const Node& n, const std::vector<Meta>& in, int
   int64_t total = 0;
   for (int64_t v : sizes) {
     XRT_CHECK(v >= 0, InvalidModelError, n.where(), ": negative split size");
-    total += v;
+    total = checked_add<InvalidModelError>(total, v, n.where() + ": split sizes");
   }
   XRT_CHECK(total == dim, InvalidModelError, n.where(), ": split sizes sum to ", total,
             " but the axis has ", dim, " elements");

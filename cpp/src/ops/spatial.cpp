@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "xpuruntime/checked.h"
 #include "xpuruntime/error.h"
 
 namespace xpuruntime::ops {
@@ -45,6 +46,24 @@ PoolAttrs PoolAttrs::from_node(const Node& n) {
   return a;
 }
 
+namespace {
+
+// A window that does not fit the padded input would give an empty output (ONNX
+// Runtime refuses it too): an error naming the node, not a silently empty tensor.
+void require_window_fits(const WindowAttrs& a, std::size_t dim, int64_t in, int64_t pb, int64_t pe,
+                         int64_t k, int64_t d, int64_t extent) {
+  XRT_CHECK(
+      extent <= in + pb + pe, InvalidModelError, a.where, ": the kernel (size ", k,
+      d > 1 ? ", dilation " + std::to_string(d) + ": extent " + std::to_string(extent)
+            : std::string(),
+      ") is larger than the padded input in spatial dimension ", dim, " (size ", in,
+      pb + pe > 0 ? ", pads " + std::to_string(pb) + " + " + std::to_string(pe) : std::string(),
+      "); the output would be empty: use a smaller kernel or dilation, pad the input, or "
+      "check the input shape");
+}
+
+}  // namespace
+
 Spatial make_spatial(const WindowAttrs& a, const Shape& in, const std::vector<int64_t>& kernel) {
   const std::string& where = a.where;
   const bool ceil_mode = a.ceil_mode;
@@ -67,41 +86,59 @@ Spatial make_spatial(const WindowAttrs& a, const Shape& in, const std::vector<in
   g.pe.resize(r);
   for (std::size_t i = 0; i < r; ++i) {
     XRT_CHECK(g.k[i] > 0 && g.s[i] > 0 && g.d[i] > 0, InvalidModelError, where,
-              ": kernel, strides and dilations must be positive");
-    const int64_t ek = (g.k[i] - 1) * g.d[i] + 1;
+              ": kernel, strides and dilations must be positive (spatial dimension ", i,
+              ": kernel ", g.k[i], ", stride ", g.s[i], ", dilation ", g.d[i], ")");
+    XRT_CHECK(g.in[i] >= 0, InvalidModelError, where, ": input dimension ", i + 2, " is ", g.in[i]);
+    // Extent of the dilated kernel, (k - 1) * d + 1, without wrapping.
+    const int64_t ek = checked_add<InvalidModelError>(
+        checked_mul<InvalidModelError>(g.k[i] - 1, g.d[i], where + ": dilated kernel extent"),
+        int64_t{1}, where + ": dilated kernel extent");
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      g.out[i] = (g.in[i] + g.s[i] - 1) / g.s[i];
-      int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * g.s[i] + ek - g.in[i]);
+      g.out[i] = g.in[i] / g.s[i] + (g.in[i] % g.s[i] != 0);  // ceil, without wrapping
+      // (out - 1) * s <= in, so this cannot wrap either.
+      int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * g.s[i] - g.in[i] + ek);
       g.pb[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       g.pe[i] = total - g.pb[i];
     } else if (auto_pad == "VALID") {
       g.pb[i] = g.pe[i] = 0;
       int64_t span = g.in[i] - ek;
-      g.out[i] = span < 0 ? 0 : (ceil_mode ? (span + g.s[i] - 1) / g.s[i] : span / g.s[i]) + 1;
+      require_window_fits(a, i, g.in[i], 0, 0, g.k[i], g.d[i], ek);
+      g.out[i] = (ceil_mode ? span / g.s[i] + (span % g.s[i] != 0) : span / g.s[i]) + 1;
     } else {
       XRT_CHECK(auto_pad == "NOTSET", InvalidModelError, where, ": unknown auto_pad '",
                 auto_pad, "' (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
       g.pb[i] = pads[i];
       g.pe[i] = pads[i + r];
-      XRT_CHECK(g.pb[i] >= 0 && g.pe[i] >= 0, InvalidModelError, where, ": negative pads");
-      int64_t span = g.in[i] + g.pb[i] + g.pe[i] - ek;
-      if (span < 0) {
-        g.out[i] = 0;
-      } else if (ceil_mode) {
-        g.out[i] = (span + g.s[i] - 1) / g.s[i] + 1;
+      XRT_CHECK(g.pb[i] >= 0 && g.pe[i] >= 0, InvalidModelError, where, ": negative pads (",
+                g.pb[i], ", ", g.pe[i], ") in spatial dimension ", i);
+      const int64_t padded = checked_add<InvalidModelError>(
+          g.in[i], checked_add<InvalidModelError>(g.pb[i], g.pe[i], where + ": pads"),
+          where + ": padded input size");
+      require_window_fits(a, i, g.in[i], g.pb[i], g.pe[i], g.k[i], g.d[i], ek);
+      const int64_t span = padded - ek;
+      if (ceil_mode) {
+        g.out[i] = span / g.s[i] + (span % g.s[i] != 0) + 1;
         // The last window must start inside the input or its leading pad.
         if ((g.out[i] - 1) * g.s[i] >= g.in[i] + g.pb[i]) --g.out[i];
       } else {
         g.out[i] = span / g.s[i] + 1;
       }
     }
+    XRT_CHECK(g.out[i] > 0, InvalidModelError, where, ": spatial dimension ", i,
+              " of the output would be empty (input size ", g.in[i], "); check the input shape");
   }
   return g;
 }
 
 Spatial conv_geometry(const ConvAttrs& a, const Shape& x, const Shape& w) {
-  std::vector<int64_t> k = a.window.kernel_shape;
-  if (k.empty()) k.assign(w.begin() + 2, w.end());
+  // The kernels walk W's own taps: a kernel_shape attribute must agree with them.
+  XRT_CHECK(w.size() >= 2, InvalidModelError, a.window.where, ": W ", graph::shape_str(w),
+            " must have rank >= 3");
+  const std::vector<int64_t> k(w.begin() + 2, w.end());
+  XRT_CHECK(a.window.kernel_shape.empty() || a.window.kernel_shape == k, InvalidModelError,
+            a.window.where, ": kernel_shape ", graph::shape_str(a.window.kernel_shape),
+            " does not match the weights' spatial dimensions ", graph::shape_str(k), " (W is ",
+            graph::shape_str(w), "); drop the attribute or fix the weights");
   return make_spatial(a.window, x, k);
 }
 

@@ -1,18 +1,148 @@
-"""Helpers shared by the external-engine adapters (not public API).
+"""Helpers shared by the engines (not public API).
 
 Policy field access that works with the pybind-wrapped policies or plain objects,
-and the Decision shapes adapters record (models and dtypes: :mod:`.onnx_model`):
+the Decision shapes adapters record (models and dtypes: :mod:`.onnx_model`):
 one per policy mapping (``op="engine.policy"``) and one per node placement
-(``op=<node op type>``, ``rule="engine.placement"``).
+(``op=<node op type>``, ``rule="engine.placement"``), and the checks every engine's
+inputs pass before an engine reads their memory (:func:`host_array`,
+:func:`normalize_inputs`, :func:`normalize_output_names`, :func:`parse_input_shapes`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import operator
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from .._core import InvalidArgumentError
 from ..dispatch.decision import Candidate, Decision
+
+
+# ------------------------------------------------------------------------ inputs
+def host_array(name: str, arr: np.ndarray) -> np.ndarray:
+    """``arr`` as an array whose raw memory every engine reads correctly, or a typed error.
+
+    Engines (ours, ONNX Runtime) read an input's bytes as little-endian values of its
+    element type: a big-endian (``>f4``) array would be read as other numbers, a masked
+    array would lose its mask, a structured array has no element type. So a byte order
+    other than the machine's is converted (exactly: the same values, native bytes), an
+    unaligned array is copied, and masked or structured arrays are refused with
+    ``InvalidArgumentError`` naming the input. Arrays that need none of this are
+    returned as they are (no copy).
+    """
+    if isinstance(arr, np.ma.MaskedArray):
+        raise InvalidArgumentError(
+            f"input '{name}' is a numpy masked array: engines read its data and would ignore the "
+            "mask; pass arr.filled(value) to fill the masked entries, or np.asarray(arr) to drop the "
+            "mask on purpose"
+        )
+    dt = arr.dtype
+    if dt.fields is not None or (dt.kind == "V" and dt.type is np.void):
+        raise InvalidArgumentError(
+            f"input '{name}' has the structured or raw-bytes dtype {dt!r}, which no engine reads as "
+            "a tensor; pass one array per field (arr['field']) with a numeric dtype"
+        )
+    if not dt.isnative:
+        # Same values in the machine's byte order (a >f4 array read as <f4 would be garbage).
+        arr = arr.astype(dt.newbyteorder("="))
+    if not arr.flags.aligned:
+        arr = arr.copy()
+    return arr
+
+
+def normalize_inputs(inputs: Any) -> Any:
+    """The input mapping with every numpy array passed through :func:`host_array`.
+
+    Anything that is not a mapping is returned as is (the engine says what it expects);
+    tensors that are not numpy arrays (DLPack, torch, ...) always hold native values."""
+    if not isinstance(inputs, Mapping):
+        return inputs
+    return {k: host_array(str(k), v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+
+
+def normalize_output_names(output_names: Any) -> list[str] | None:
+    """``run``'s ``output_names`` as a list of names, or None for every output.
+
+    As in ONNX Runtime (``InferenceSession.run([], feeds)``), None and an empty list
+    both mean every output in the model's order; a single string is one name. Names
+    must be strings (``InvalidArgumentError`` otherwise)."""
+    if output_names is None:
+        return None
+    if isinstance(output_names, str):
+        return [output_names]
+    if isinstance(output_names, (bytes, Mapping)) or not isinstance(output_names, (Sequence, np.ndarray)):
+        raise InvalidArgumentError(
+            f"output_names must be a list of output names (or None for all), got {type(output_names).__name__}"
+        )
+    names = list(output_names)
+    for n in names:
+        if not isinstance(n, str):
+            raise InvalidArgumentError(
+                f"output_names must hold strings, got {type(n).__name__} {n!r}; pass the outputs' names"
+            )
+    return names or None
+
+
+def parse_input_shapes(value: Any, inputs: Sequence[Any]) -> dict[str, list[int]]:
+    """Validates the ``input_shapes`` engine option against the model's inputs.
+
+    ``value``: None, or a mapping input name -> sequence of non-negative integers (Python
+    or numpy integers; not bools, floats or strings). ``inputs``: the model's inputs
+    (objects with ``name`` and ``shape``, symbolic dimensions as strings or None). Each
+    shape must have the input's rank and agree with its fixed dimensions. Returns plain
+    ``{name: [int, ...]}``; raises ``InvalidArgumentError`` saying which entry is wrong.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            f"input_shapes must be a dict of input name -> shape (a list of integers), got {type(value).__name__}"
+        )
+    declared = {str(i.name): tuple(i.shape) for i in inputs}
+
+    def decl(shape: tuple[Any, ...]) -> str:
+        return "[" + ", ".join(str(d) if isinstance(d, int) else "?" for d in shape) + "]"
+
+    out: dict[str, list[int]] = {}
+    for name, shape in value.items():
+        if not isinstance(name, str) or name not in declared:
+            raise InvalidArgumentError(
+                f"input_shapes names {name!r}, which is not an input of the model; its inputs are: "
+                + ", ".join(f"{n}{decl(s)}" for n, s in declared.items())
+            )
+        if isinstance(shape, (str, bytes, Mapping)) or not isinstance(shape, (Sequence, np.ndarray)):
+            raise InvalidArgumentError(
+                f"input_shapes[{name!r}] must be a list of integers, got {type(shape).__name__} {shape!r}"
+            )
+        dims: list[int] = []
+        for k, d in enumerate(list(shape)):
+            if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+                raise InvalidArgumentError(
+                    f"input_shapes[{name!r}] dimension {k} is {type(d).__name__} {d!r}; dimensions must "
+                    "be integers (int(...) a float only if it is whole)"
+                )
+            dims.append(operator.index(d))
+            if dims[-1] < 0:
+                raise InvalidArgumentError(
+                    f"input_shapes[{name!r}] dimension {k} is {dims[-1]}; dimensions must be >= 0"
+                )
+        want = declared[name]
+        if len(dims) != len(want):
+            raise InvalidArgumentError(
+                f"input_shapes[{name!r}] = {dims} has rank {len(dims)} but the model declares "
+                f"{name}{decl(want)} (rank {len(want)})"
+            )
+        for k, (got, fixed) in enumerate(zip(dims, want)):
+            if isinstance(fixed, int) and got != fixed:
+                raise InvalidArgumentError(
+                    f"input_shapes[{name!r}] = {dims} disagrees with the model's {name}{decl(want)} "
+                    f"at dimension {k} ({got} != {fixed})"
+                )
+        out[name] = dims
+    return out
 
 
 # ---------------------------------------------------------------------- policies

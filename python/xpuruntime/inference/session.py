@@ -132,8 +132,13 @@ class InferenceSession:
         (caller buffers, one per requested output, written in place) and ``stream`` (the
         caller's CUDA stream: torch, cupy, ours or a raw handle).
         """
-        if isinstance(output_names, str):
-            output_names = [output_names]
+        from ..engines._common import normalize_inputs, normalize_output_names
+
+        # Every engine sees the same inputs: [] means every output (as in ONNX Runtime);
+        # numpy arrays in a non-native byte order are converted exactly, masked or
+        # structured ones refused naming the input (engines._common.host_array).
+        output_names = normalize_output_names(output_names)
+        inputs = normalize_inputs(inputs)
         if outputs is None and stream is None:
             return self._engine.run(inputs, output_names)
         if self._engine_name != "native":

@@ -38,6 +38,7 @@ import numpy as np
 from ... import _core
 from ..._core import BackendUnavailableError, InvalidArgumentError, InvalidModelError
 from ...policies import coerce
+from .._common import host_array, normalize_output_names, parse_input_shapes
 from ..base import Availability, Engine, EngineOptions, TensorInfo
 from . import frontend
 
@@ -212,6 +213,12 @@ def stream_handle(stream: Any) -> int:
     )
 
 
+#: numpy dtypes the executor reads (the C++ DTypes with a numpy equivalent).
+_NATIVE_DTYPES = frozenset(
+    ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+)
+
+
 def as_numpy(name: str, value: Any) -> np.ndarray:
     """A C-contiguous numpy view of an input (numpy, xpuruntime Tensor, any __dlpack__)."""
     if isinstance(value, np.ndarray):
@@ -232,8 +239,15 @@ def as_numpy(name: str, value: Any) -> np.ndarray:
             arr = np.asarray(value)
         except Exception as exc:
             raise InvalidArgumentError(f"input '{name}' is not an array: {type(value).__name__}") from exc
-    if arr.dtype == object:
-        raise InvalidArgumentError(f"input '{name}' is not a numeric array")
+    # Native byte order and alignment (a >f4 array is converted, exactly); masked and
+    # structured arrays are refused, naming the input.
+    arr = host_array(name, arr)
+    if arr.dtype.name not in _NATIVE_DTYPES:
+        raise InvalidArgumentError(
+            f"input '{name}' has dtype {arr.dtype}, which the native engine does not run (it takes "
+            f"{', '.join(sorted(_NATIVE_DTYPES))}); convert it with arr.astype(...) to the dtype the "
+            "model declares"
+        )
     # np.ascontiguousarray would turn a 0-d array into a 1-d one.
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
@@ -297,7 +311,7 @@ class NativeEngine(Engine):
             self._model_hash = loaded.model_hash
             self._inputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["inputs"]]
             self._outputs = [TensorInfo(n, tuple(d), t) for n, t, d in self._desc["outputs"]]
-            given = {k: [int(d) for d in v] for k, v in (extra.get("input_shapes") or {}).items()}
+            given = parse_input_shapes(extra.get("input_shapes"), self._inputs)
             static = all(all(isinstance(d, int) for d in i.shape) for i in self._inputs)
             if static or all(i.name in given for i in self._inputs):
                 # Shapes known now: compile at once. Otherwise each new set of input
@@ -476,6 +490,7 @@ class NativeEngine(Engine):
             or any(on_device(v) for v in inputs.values())
         ):
             return self._run_io(inputs, output_names, outputs, stream)
+        output_names = normalize_output_names(output_names)  # [] means all, as in ORT
         arrays = {str(k): as_numpy(str(k), v) for k, v in inputs.items()}
         names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
         executor = self._executor_for(arrays)

@@ -14,7 +14,7 @@ template <typename T>
 inline T activate(T v, Activation act) {
   switch (act) {
     case Activation::kRelu:
-      return v > T(0) ? v : T(0);
+      return v < T(0) ? T(0) : v;  // NaN passes through, as ONNX Relu
     case Activation::kGelu: {
       constexpr T kSqrt2OverPi = T(0.7978845608028654);
       const T inner = kSqrt2OverPi * (v + T(0.044715) * v * v * v);

@@ -79,7 +79,7 @@ parallel_for(nb * m, y.numel(), [&](int64_t q_begin, int64_t q_end) {
       }
       if (act) {
         if (k == Unary::kRelu) {
-          for (int64_t i = 0; i < plane; ++i) yp[i] = yp[i] > T(0) ? yp[i] : T(0);
+          for (int64_t i = 0; i < plane; ++i) yp[i] = yp[i] < T(0) ? T(0) : yp[i];  // NaN stays
         } else {
           // The vectorized activation loops (one instantiation per kind); nested in
           // this parallel loop they run on the calling thread.

@@ -22,7 +22,7 @@ using Act = ConvEpilogue::Act;
 
 inline float act_scalar(Act a, const ConvEpilogue& e, float x) {
   switch (a) {
-    case Act::kRelu: return x > 0.f ? x : 0.f;
+    case Act::kRelu: return x < 0.f ? 0.f : x;  // NaN stays NaN
     case Act::kClip: {
       const float v = x < e.lo ? e.lo : x;
       return v > e.hi ? e.hi : v;
@@ -82,7 +82,7 @@ XRT_AVX2 inline __m256i tail_mask(int64_t rem) {
 template <Act A>
 XRT_AVX2 inline __m256 act_vec(const VecParams& p, __m256 x) {
   if constexpr (A == Act::kRelu) {
-    return _mm256_max_ps(x, p.zero);  // x > 0 ? x : 0
+    return _mm256_max_ps(p.zero, x);  // 0 > x ? 0 : x: NaN (second operand) passes
   } else if constexpr (A == Act::kClip) {
     return _mm256_min_ps(p.hi, _mm256_max_ps(p.lo, x));
   } else if constexpr (A == Act::kHardSigmoid) {

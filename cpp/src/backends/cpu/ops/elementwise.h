@@ -51,7 +51,9 @@ inline __attribute__((always_inline)) C apply_unary_k(C x, const UnaryParams& p)
     case Unary::kSigmoid:
       if constexpr (kF32) return fast_sigmoid(x);
       else return static_cast<C>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
-    case Unary::kRelu: return x > C(0) ? x : C(0);
+    // NaN passes through (ONNX/numpy: maximum(NaN, 0) is NaN); x < 0 ? 0 : x is one
+    // ordered compare (maxps with x second), as fast as the x > 0 ? x : 0 it replaces.
+    case Unary::kRelu: return x < C(0) ? C(0) : x;
     case Unary::kLeakyRelu: return x >= C(0) ? x : static_cast<C>(x * static_cast<C>(p.alpha));
     case Unary::kHardSigmoid: {
       C v = static_cast<C>(static_cast<C>(p.alpha) * x + static_cast<C>(p.beta));
@@ -88,7 +90,7 @@ inline __attribute__((always_inline)) C apply_unary_k(C x, const UnaryParams& p)
       double d = static_cast<double>(x);
       return static_cast<C>(d > 20 ? d : std::log1p(std::exp(d)));
     }
-    case Unary::kSign: return x > C(0) ? C(1) : (x < C(0) ? C(-1) : C(0));
+    case Unary::kSign: return x > C(0) ? C(1) : (x < C(0) ? C(-1) : x);  // ±0, NaN: x
     case Unary::kElu:
       return x >= C(0) ? x : static_cast<C>(p.alpha * (std::exp(static_cast<double>(x)) - 1.0));
     case Unary::kNot: return static_cast<C>(!x);

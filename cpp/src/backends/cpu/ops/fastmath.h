@@ -1,8 +1,9 @@
 // Branch-free float32 exp/tanh/erf/sigmoid that GCC vectorizes (SSE2 baseline),
 // used by the activation kernels where libm calls would dominate (GELU over
-// 128×3072 BERT activations). Accuracy, checked in tests/cpp/test_cpu_ops.cpp
-// against double-precision libm: exp ≤ 2 ulp over [-87, 88]; tanh, sigmoid ≤ 3e-7
-// absolute; erf ≤ 3e-7 absolute.
+// 128×3072 BERT activations). Accuracy, checked against double-precision libm in
+// tests/cpp/test_cpu_ops.cpp (inf and NaN: tests/python/test_hardening_semantics.py): exp ≤ 2 ulp
+// over [-87, 88], +inf above 88.72, 0 below -103.97, NaN for NaN; tanh, sigmoid ≤ 3e-7 absolute;
+// erf ≤ 3e-7 absolute.
 #pragma once
 
 #include <algorithm>
@@ -11,8 +12,14 @@
 
 namespace xpuruntime::cpu {
 
-inline float fast_exp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
+inline float fast_exp(float in) {
+  // Clamp to [-104, 89] with comparisons that map NaN to a number (the int
+  // conversion below must never see NaN or an out-of-range value), and give NaN
+  // back at the end. 89 makes the result overflow to +inf and -104 underflow to 0
+  // exactly where float exp does (88.72, -103.97); in between, the two scale
+  // factors below stay normal and the product rounds into the subnormals.
+  float x = in > -104.0f ? in : -104.0f;
+  x = x < 89.0f ? x : 89.0f;
   const float t = x * 1.44269504088896341f;
   // Round to nearest with the 1.5·2^23 trick (branch-free, vectorizes on SSE2).
   const float fi = (t + 12582912.0f) - 12582912.0f;
@@ -27,17 +34,20 @@ inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   float y = p * r * r + r + 1.0f;
-  // 2^ni; ni is in [-126, 128) here, fold 128 into two factors.
+  // 2^ni; ni is in [-150, 128] here, folded into two normal factors.
   const int e1 = ni / 2;
   const int e2 = ni - e1;
   float s1 = std::bit_cast<float>(static_cast<uint32_t>(e1 + 127) << 23);
   float s2 = std::bit_cast<float>(static_cast<uint32_t>(e2 + 127) << 23);
-  return y * s1 * s2;
+  const float e = y * s1 * s2;
+  return in == in ? e : in;
 }
 
 inline float fast_tanh(float x) {
   float ax = x < 0.0f ? -x : x;
-  ax = ax > 9.0f ? 9.0f : ax;
+  // Past 10 the result is ±1 exactly (as float tanh is from 9.01 on); the clamp keeps
+  // exp finite. NaN passes (the comparisons are false).
+  ax = ax > 10.0f ? 10.0f : ax;
   // Large |x|: 1 - 2/(e^{2|x|}+1); small |x|: odd minimax polynomial (cephes).
   float big = 1.0f - 2.0f / (fast_exp(2.0f * ax) + 1.0f);
   float z = x * x;

@@ -27,6 +27,13 @@ Spatial as3d(Spatial g) {
   return g;
 }
 
+// One step of a running maximum that keeps NaN: a NaN value replaces the maximum,
+// and a NaN maximum stays (v > NaN is false), as numpy's max and torch's max_pool.
+template <typename C>
+inline C nan_max_step(C best, C v) {
+  return v > best || v != v ? v : best;
+}
+
 // 2-D max pooling without indices: per output row/column the valid kernel window
 // is computed once, so the inner loops carry no bounds checks.
 template <typename T>
@@ -60,15 +67,12 @@ parallel_for(planes, planes * OH * OW * KH * KW, [&](int64_t p_begin, int64_t p_
         for (int64_t w = 0; w < W; ++w) rm[w] = lowest;
         for (int64_t kh = kh0; kh < kh1; ++kh) {
           const T* xr = xp + (bh + kh * DH) * W;
-          for (int64_t w = 0; w < W; ++w) {
-            const C v = N::load(xr[w]);
-            rm[w] = v > rm[w] ? v : rm[w];
-          }
+          for (int64_t w = 0; w < W; ++w) rm[w] = nan_max_step(rm[w], N::load(xr[w]));
         }
         for (int64_t ow = 0; ow < OW; ++ow) {
           const C* r = rm + ow * SW - PW;
           C best = lowest;
-          for (int64_t kw = kw0[ow]; kw < kw1[ow]; ++kw) best = r[kw * DW] > best ? r[kw * DW] : best;
+          for (int64_t kw = kw0[ow]; kw < kw1[ow]; ++kw) best = nan_max_step(best, r[kw * DW]);
           yp[oh * OW + ow] = N::store(best);
         }
       }
@@ -119,7 +123,8 @@ parallel_for(planes, planes * out_sz * g.k_size(), [&](int64_t p_begin, int64_t 
                   const int64_t off = (i0 * g.in[1] + i1) * g.in[2] + i2;
                   const C v = N::load(xp[off]);
                   if (is_max) {
-                    if (v > best || best_i < 0) {
+                    // The first NaN wins (and its index), as nan_max_step.
+                    if (v > best || best_i < 0 || (v != v && best == best)) {
                       best = v;
                       best_i = off;
                     }
@@ -185,7 +190,8 @@ parallel_for(planes, in[0].numel(), [&](int64_t p_begin, int64_t p_end) {
   for (int64_t p = p_begin; p < p_end; ++p) {
             double acc = is_max ? -INFINITY : 0.0;
             if (is_max) {
-              for (int64_t i = 0; i < sz; ++i) acc = std::max<double>(acc, N::load(x[p * sz + i]));
+              for (int64_t i = 0; i < sz; ++i)
+                acc = nan_max_step<double>(acc, N::load(x[p * sz + i]));
             } else {
               // Four running sums break the add latency chain (vectorizes); the
               // order is fixed, so results are deterministic.
