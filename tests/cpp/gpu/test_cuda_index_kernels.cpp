@@ -23,7 +23,7 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
                                     DType::kFloat64};
 
-std::vector<int64_t> coords_of(int64_t i, const Shape &s) {
+std::vector<int64_t> coords_of(int64_t i, const Shape& s) {
   std::vector<int64_t> c(s.size());
   for (std::size_t d = s.size(); d-- > 0;) {
     c[d] = i % s[d];
@@ -32,7 +32,7 @@ std::vector<int64_t> coords_of(int64_t i, const Shape &s) {
   return c;
 }
 
-int64_t linear_of(const std::vector<int64_t> &c, const Shape &s) {
+int64_t linear_of(const std::vector<int64_t>& c, const Shape& s) {
   int64_t i = 0;
   for (std::size_t d = 0; d < s.size(); ++d) i = i * s[d] + c[d];
   return i;
@@ -40,7 +40,7 @@ int64_t linear_of(const std::vector<int64_t> &c, const Shape &s) {
 
 // Random indices in [-dim, dim) per tuple entry (dims[k] for entry k of a tuple
 // of dims.size() entries), as an int array of shape s.
-HostArray random_indices(std::mt19937_64 &rng, DType t, const Shape &s, const Shape &dims) {
+HostArray random_indices(std::mt19937_64& rng, DType t, const Shape& s, const Shape& dims) {
   HostArray a{t, s, {}};
   for (int64_t i = 0; i < a.numel(); ++i) {
     const int64_t dim = dims[static_cast<std::size_t>(i) % dims.size()];
@@ -54,11 +54,11 @@ double resolved(double v, int64_t dim) { return v < 0 ? v + static_cast<double>(
 
 // Runs c and expects InvalidArgumentError naming the index (from prepare or
 // run).
-void expect_bad_index(CudaOpTest &t, const OpCall &c, const std::string &what) {
+void expect_bad_index(CudaOpTest& t, const OpCall& c, const std::string& what) {
   std::optional<CudaOpTest::Staged> st;
   try {
     st = t.stage(c);
-  } catch (const InvalidArgumentError &e) {
+  } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
     return;
   }
@@ -69,7 +69,7 @@ void expect_bad_index(CudaOpTest &t, const OpCall &c, const std::string &what) {
     st->kernel->run(st->args);
     stream->synchronize();
     ADD_FAILURE() << what << ": an out-of-range index raised no error";
-  } catch (const InvalidArgumentError &e) {
+  } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos)
         << what << ": " << e.what();
   }
@@ -79,7 +79,7 @@ void expect_bad_index(CudaOpTest &t, const OpCall &c, const std::string &what) {
 
 TEST_F(CudaOpTest, IsNaNIsInfEveryFloatDtype) {
   for (DType t : kFloats) {
-    for (const Shape &s : std::vector<Shape>{{0}, {1}, {1000}, {3, 17, 5}}) {
+    for (const Shape& s : std::vector<Shape>{{0}, {1}, {1000}, {3, 17, 5}}) {
       HostArray x = random_array(rng, t, s, -1e3, 1e3);
       const double specials[] = {kNaN, kInf, -kInf, 0.0, -0.0};
       for (int64_t i = 0; i < x.numel(); i += 3)
@@ -122,7 +122,7 @@ TEST_F(CudaOpTest, GatherNDBatchDimsNegativeIndices) {
                                            {{3, 4}, {0, 2}, 0}};
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kInt64, DType::kUInt8}) {
     for (DType it : {DType::kInt64, DType::kInt32}) {
-      for (const GatherNDCase &c : cases) {
+      for (const GatherNDCase& c : cases) {
         HostArray data = random_array(rng, t, c.data, 0, 100);
         const int64_t last = c.indices.back(), b = c.batch_dims;
         Shape dims(c.data.begin() + b, c.data.begin() + b + last);
@@ -177,7 +177,7 @@ TEST_F(CudaOpTest, GatherNDOutOfRangeIsTypedError) {
 
 // ---- ScatterND, ScatterElements ----
 
-double reduce_ref(const std::string &r, double a, double b) {
+double reduce_ref(const std::string& r, double a, double b) {
   if (r == "add") return a + b;
   if (r == "mul") return a * b;
   if (r == "max") return a < b ? b : a;
@@ -194,7 +194,7 @@ TEST_F(CudaOpTest, ScatterNDEveryReductionDuplicatesInOrder) {
       {{8}, {12, 1}}, {{6, 5}, {9, 1}}, {{4, 3, 5}, {7, 2}}, {{3, 4}, {2, 3, 2}}, {{4, 6}, {0, 1}}};
   for (const std::string red : {"none", "add", "mul", "max", "min"}) {
     for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32}) {
-      for (const ScatterNDCase &c : cases) {
+      for (const ScatterNDCase& c : cases) {
         const int64_t last = c.indices.back();
         // At most three distinct positions per axis, so duplicates are certain;
         // each written as itself or as its negative alias (i - dim).
@@ -222,7 +222,7 @@ TEST_F(CudaOpTest, ScatterNDEveryReductionDuplicatesInOrder) {
           pc.resize(ds.size(), 0);
           const int64_t base = linear_of(pc, ds);
           for (int64_t j = 0; j < inner; ++j) {
-            double &w = want[static_cast<std::size_t>(base + j)];
+            double& w = want[static_cast<std::size_t>(base + j)];
             w = round_to(t, reduce_ref(red, w, upd.v[static_cast<std::size_t>(tu * inner + j)]));
           }
         }
@@ -255,7 +255,7 @@ TEST_F(CudaOpTest, ScatterElementsEveryAxisAndReduction) {
   for (const std::string red : {"none", "add", "mul", "max", "min"}) {
     for (DType t : {DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt64}) {
       for (DType it : {DType::kInt64, DType::kInt32}) {
-        for (const ScatterElementsCase &c : cases) {
+        for (const ScatterElementsCase& c : cases) {
           const int64_t r = static_cast<int64_t>(c.data.size());
           const std::size_t axis = static_cast<std::size_t>(c.axis < 0 ? c.axis + r : c.axis);
           HostArray data = random_array(rng, t, c.data, -2, 2);
@@ -266,7 +266,7 @@ TEST_F(CudaOpTest, ScatterElementsEveryAxisAndReduction) {
             std::vector<int64_t> cc = coords_of(e, c.indices);
             cc[axis] =
                 static_cast<int64_t>(resolved(idx.v[static_cast<std::size_t>(e)], c.data[axis]));
-            double &w = want[static_cast<std::size_t>(linear_of(cc, c.data))];
+            double& w = want[static_cast<std::size_t>(linear_of(cc, c.data))];
             w = round_to(t, reduce_ref(red, w, upd.v[static_cast<std::size_t>(e)]));
           }
           for (bool constant : {true, false}) {
@@ -333,7 +333,7 @@ TEST_F(CudaOpTest, ScatterWithBoolDataAndReductionIsRefused) {
 TEST_F(CudaOpTest, InstanceNormalizationEveryFloatDtype) {
   const std::vector<Shape> shapes = {{2, 3, 5}, {1, 4, 33, 17}, {3, 2, 4099}, {2, 3, 1}, {2, 5}};
   for (DType t : kFloats) {
-    for (const Shape &s : shapes) {
+    for (const Shape& s : shapes) {
       for (double offset : {0.0, 50.0}) {
         const int64_t n = s[0], ch = s[1];
         const int64_t inner = graph::shape_numel(s) / (n * ch);
@@ -380,7 +380,7 @@ TEST_F(CudaOpTest, InstanceNormalizationEveryFloatDtype) {
 // Where output position y samples the input, by ONNX's formulas (out: the
 // integer output length; the cases below use pytorch_half_pixel and
 // align_corners only where it is above 1).
-double resize_source(const std::string &coord, double y, double scale, int64_t in, int64_t out) {
+double resize_source(const std::string& coord, double y, double scale, int64_t in, int64_t out) {
   if (coord == "align_corners")
     return y * static_cast<double>(in - 1) / static_cast<double>(out - 1);
   if (coord == "asymmetric") return y / scale;
@@ -388,10 +388,10 @@ double resize_source(const std::string &coord, double y, double scale, int64_t i
 }
 
 // One axis of a separable resize in float64.
-std::vector<double> resize_axis_ref(const std::vector<double> &src, const Shape &s,
+std::vector<double> resize_axis_ref(const std::vector<double>& src, const Shape& s,
                                     std::size_t axis, int64_t out_w, double scale,
-                                    const std::string &mode, const std::string &coord,
-                                    const std::string &nearest) {
+                                    const std::string& mode, const std::string& coord,
+                                    const std::string& nearest) {
   int64_t outer = 1, inner = 1;
   for (std::size_t d = 0; d < axis; ++d) outer *= s[d];
   for (std::size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
@@ -439,7 +439,7 @@ TEST_F(CudaOpTest, ResizeNearestAndLinearModes) {
       {{1, 2, 5, 4}, {1, 2, 10, 12}, true, "nearest", "asymmetric", "ceil"},
       {{3, 9}, {3, 4}, false, "linear", "half_pixel", ""}};
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (const ResizeCase &c : cases) {
+    for (const ResizeCase& c : cases) {
       HostArray x = random_array(rng, t, c.in);
       std::vector<double> scales;
       for (std::size_t d = 0; d < c.in.size(); ++d)
@@ -482,7 +482,7 @@ TEST_F(CudaOpTest, ResizeCubicAndAntialiasedDownsamplingAreRefused) {
   ASSERT_TRUE(k);
   HostArray x = random_array(rng, DType::kFloat32, {1, 1, 8, 8});
   HostArray sizes = make_array(DType::kInt64, {4}, {1, 1, 4, 4});
-  for (const auto &[mode, antialias] :
+  for (const auto& [mode, antialias] :
        std::vector<std::pair<std::string, int>>{{"cubic", 0}, {"linear", 1}}) {
     OpCall c{"Resize",
              {{"mode", Attr::of_string(mode)}, {"antialias", Attr::of_int(antialias)}},

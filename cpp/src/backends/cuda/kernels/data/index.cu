@@ -12,7 +12,7 @@ using ops::ScatterReduction;
 // The index value raw resolved against an axis of size dim (negatives from the
 // end); false, with the first such case recorded in *err, when out of range.
 template <typename I>
-__device__ __forceinline__ bool resolve(I raw, int64_t dim, int axis, IndexError *err, int64_t &v) {
+__device__ __forceinline__ bool resolve(I raw, int64_t dim, int axis, IndexError* err, int64_t& v) {
   v = static_cast<int64_t>(raw);
   if (v < 0) v += dim;
   if (v >= 0 && v < dim) return true;
@@ -26,8 +26,8 @@ __device__ __forceinline__ bool resolve(I raw, int64_t dim, int axis, IndexError
 
 // The data offset (elements) of index tuple t.
 template <typename I>
-__device__ __forceinline__ bool nd_offset(const NDIndex &ix, const I *__restrict__ idx, int64_t t,
-                                          IndexError *err, int64_t &off) {
+__device__ __forceinline__ bool nd_offset(const NDIndex& ix, const I* __restrict__ idx, int64_t t,
+                                          IndexError* err, int64_t& off) {
   off = 0;
   for (int k = 0; k < ix.last; ++k) {
     int64_t v = 0;
@@ -57,8 +57,8 @@ __device__ __forceinline__ T combine(T a, T b) {
 }
 
 template <typename E, typename I>
-__global__ void gather_nd_kernel(const E *__restrict__ data, const I *__restrict__ idx,
-                                 E *__restrict__ out, NDIndex ix, IndexError *err) {
+__global__ void gather_nd_kernel(const E* __restrict__ data, const I* __restrict__ idx,
+                                 E* __restrict__ out, NDIndex ix, IndexError* err) {
   const int64_t n = ix.tuples * ix.inner;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -74,15 +74,15 @@ __global__ void gather_nd_kernel(const E *__restrict__ data, const I *__restrict
 // One thread per element j of a slice walks the tuples in order: the updates of
 // one destination element are all applied by one thread, in the CPU's order.
 template <ScatterReduction R, typename T, typename I>
-__global__ void scatter_nd_kernel(const I *__restrict__ idx, const T *__restrict__ upd,
-                                  T *__restrict__ out, NDIndex ix, IndexError *err) {
+__global__ void scatter_nd_kernel(const I* __restrict__ idx, const T* __restrict__ upd,
+                                  T* __restrict__ out, NDIndex ix, IndexError* err) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < ix.inner;
        j += stride) {
     for (int64_t t = 0; t < ix.tuples; ++t) {
       int64_t off = 0;
       if (!nd_offset(ix, idx, t, err, off)) continue;
-      T *p = out + off + j;
+      T* p = out + off + j;
       *p = combine<R>(*p, upd[t * ix.inner + j]);
     }
   }
@@ -91,9 +91,9 @@ __global__ void scatter_nd_kernel(const I *__restrict__ idx, const T *__restrict
 // One thread per line (the indices' coordinates other than axis) walks the axis
 // in order: only updates of one line can meet at a destination.
 template <ScatterReduction R, typename T, typename I>
-__global__ void scatter_elements_kernel(const I *__restrict__ idx, const T *__restrict__ upd,
-                                        T *__restrict__ out, ElementsScatterIndex ix,
-                                        IndexError *err) {
+__global__ void scatter_elements_kernel(const I* __restrict__ idx, const T* __restrict__ upd,
+                                        T* __restrict__ out, ElementsScatterIndex ix,
+                                        IndexError* err) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t count = ix.dims[ix.axis];
   for (int64_t l = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; l < ix.lines;
@@ -111,14 +111,14 @@ __global__ void scatter_elements_kernel(const I *__restrict__ idx, const T *__re
       const int64_t pos = base_i + k * ix.index_strides[ix.axis];
       int64_t v = 0;
       if (!resolve(idx[pos], ix.axis_len, ix.axis, err, v)) continue;
-      T *p = out + base_d + v * ix.data_strides[ix.axis];
+      T* p = out + base_d + v * ix.data_strides[ix.axis];
       *p = combine<R>(*p, upd[pos]);
     }
   }
 }
 
 template <typename F>
-void visit_index_dtype(DType t, const char *what, F &&f) {
+void visit_index_dtype(DType t, const char* what, F&& f) {
   if (t == DType::kInt32) return f(TypeTag<int32_t>{});
   if (t == DType::kInt64) return f(TypeTag<int64_t>{});
   XRT_THROW(UnsupportedOperationError, what, " (cuda): indices must be int32 or int64, got ",
@@ -128,7 +128,7 @@ void visit_index_dtype(DType t, const char *what, F &&f) {
 // Calls f(TypeTag<T>{}, std::integral_constant<ScatterReduction, R>{}) with the
 // element type a reduction needs: byte-generic for kNone, numeric otherwise.
 template <typename F>
-void visit_scatter(DType t, ScatterReduction r, const char *what, F &&f) {
+void visit_scatter(DType t, ScatterReduction r, const char* what, F&& f) {
   auto typed = [&](auto rc) {
     visit_dtype<TypeSet::kNumeric>(t, what, [&](auto tag) { f(tag, rc); });
   };
@@ -150,8 +150,8 @@ void visit_scatter(DType t, ScatterReduction r, const char *what, F &&f) {
 
 }  // namespace
 
-void launch_gather_nd(std::size_t elem, const NDIndex &ix, const void *data, DType index_dtype,
-                      const void *indices, void *out, IndexError *err, void *stream) {
+void launch_gather_nd(std::size_t elem, const NDIndex& ix, const void* data, DType index_dtype,
+                      const void* indices, void* out, IndexError* err, void* stream) {
   const int64_t n = ix.tuples * ix.inner;
   if (n <= 0) return;
   visit_elem_size(elem, "GatherND", [&](auto et) {
@@ -159,42 +159,42 @@ void launch_gather_nd(std::size_t elem, const NDIndex &ix, const void *data, DTy
     visit_index_dtype(index_dtype, "GatherND", [&](auto it) {
       using I = typename decltype(it)::type;
       gather_nd_kernel<E, I><<<grid_for(n, 256), 256, 0, as_stream(stream)>>>(
-          static_cast<const E *>(data), static_cast<const I *>(indices), static_cast<E *>(out), ix,
+          static_cast<const E*>(data), static_cast<const I*>(indices), static_cast<E*>(out), ix,
           err);
       XRT_CUDA_LAUNCH_CHECK();
     });
   });
 }
 
-void launch_scatter_nd(DType t, ScatterReduction r, const NDIndex &ix, const void *indices,
-                       DType index_dtype, const void *updates, void *out, IndexError *err,
-                       void *stream) {
+void launch_scatter_nd(DType t, ScatterReduction r, const NDIndex& ix, const void* indices,
+                       DType index_dtype, const void* updates, void* out, IndexError* err,
+                       void* stream) {
   if (ix.tuples <= 0 || ix.inner <= 0) return;
   visit_scatter(t, r, "ScatterND", [&](auto tag, auto rc) {
     using T = typename decltype(tag)::type;
     visit_index_dtype(index_dtype, "ScatterND", [&](auto it) {
       using I = typename decltype(it)::type;
       scatter_nd_kernel<decltype(rc)::value, T, I>
-          <<<grid_for(ix.inner, 128), 128, 0, as_stream(stream)>>>(static_cast<const I *>(indices),
-                                                                   static_cast<const T *>(updates),
-                                                                   static_cast<T *>(out), ix, err);
+          <<<grid_for(ix.inner, 128), 128, 0, as_stream(stream)>>>(static_cast<const I*>(indices),
+                                                                   static_cast<const T*>(updates),
+                                                                   static_cast<T*>(out), ix, err);
       XRT_CUDA_LAUNCH_CHECK();
     });
   });
 }
 
-void launch_scatter_elements(DType t, ScatterReduction r, const ElementsScatterIndex &ix,
-                             const void *indices, DType index_dtype, const void *updates, void *out,
-                             IndexError *err, void *stream) {
+void launch_scatter_elements(DType t, ScatterReduction r, const ElementsScatterIndex& ix,
+                             const void* indices, DType index_dtype, const void* updates, void* out,
+                             IndexError* err, void* stream) {
   if (ix.lines <= 0 || ix.dims[ix.axis] <= 0) return;
   visit_scatter(t, r, "ScatterElements", [&](auto tag, auto rc) {
     using T = typename decltype(tag)::type;
     visit_index_dtype(index_dtype, "ScatterElements", [&](auto it) {
       using I = typename decltype(it)::type;
       scatter_elements_kernel<decltype(rc)::value, T, I>
-          <<<grid_for(ix.lines, 128), 128, 0, as_stream(stream)>>>(static_cast<const I *>(indices),
-                                                                   static_cast<const T *>(updates),
-                                                                   static_cast<T *>(out), ix, err);
+          <<<grid_for(ix.lines, 128), 128, 0, as_stream(stream)>>>(static_cast<const I*>(indices),
+                                                                   static_cast<const T*>(updates),
+                                                                   static_cast<T*>(out), ix, err);
       XRT_CUDA_LAUNCH_CHECK();
     });
   });

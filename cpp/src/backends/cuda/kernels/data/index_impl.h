@@ -52,16 +52,16 @@ struct NDIndex {
 
 // GatherND: out[t * inner + j] = data[batch(t) * batch_stride + offset(tuple t)
 // + j].
-void launch_gather_nd(std::size_t elem, const NDIndex &ix, const void *data, DType index_dtype,
-                      const void *indices, void *out, IndexError *err, void *stream);
+void launch_gather_nd(std::size_t elem, const NDIndex& ix, const void* data, DType index_dtype,
+                      const void* indices, void* out, IndexError* err, void* stream);
 
 // ScatterND on out (already holding data): out[offset(tuple t) + j] =
 // reduce(out[...], updates[t * inner + j]), tuples in order. dtype: the
 // reduction's element type (any dtype of 1, 2, 4 or 8 bytes for kNone; numeric
 // dtypes otherwise).
-void launch_scatter_nd(DType t, ops::ScatterReduction r, const NDIndex &ix, const void *indices,
-                       DType index_dtype, const void *updates, void *out, IndexError *err,
-                       void *stream);
+void launch_scatter_nd(DType t, ops::ScatterReduction r, const NDIndex& ix, const void* indices,
+                       DType index_dtype, const void* updates, void* out, IndexError* err,
+                       void* stream);
 
 // ScatterElements: indices and updates of shape dims; out (holding data) at the
 // indices' coordinates with `axis` replaced by the index value.
@@ -74,8 +74,8 @@ struct ElementsScatterIndex {
   int64_t data_strides[kMaxIndexRank] = {};   // dense strides of data
   int64_t index_strides[kMaxIndexRank] = {};  // dense strides of indices
 };
-void launch_scatter_elements(DType t, ops::ScatterReduction r, const ElementsScatterIndex &ix,
-                             const void *indices, DType index_dtype, const void *updates, void *out,
-                             IndexError *err, void *stream);
+void launch_scatter_elements(DType t, ops::ScatterReduction r, const ElementsScatterIndex& ix,
+                             const void* indices, DType index_dtype, const void* updates, void* out,
+                             IndexError* err, void* stream);
 
 }  // namespace xpuruntime::cuda_ops

@@ -4,5 +4,5 @@
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime::cuda_ops {
-void register_index_kernels(KernelRegistry &registry);
+void register_index_kernels(KernelRegistry& registry);
 }

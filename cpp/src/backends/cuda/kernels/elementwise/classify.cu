@@ -10,7 +10,7 @@ namespace xpuruntime::cuda_ops {
 namespace {
 
 template <typename T>
-__global__ void classify_kernel(const T *__restrict__ x, bool *__restrict__ y, int64_t n, bool nan,
+__global__ void classify_kernel(const T* __restrict__ x, bool* __restrict__ y, int64_t n, bool nan,
                                 bool pos, bool neg) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -22,15 +22,14 @@ __global__ void classify_kernel(const T *__restrict__ x, bool *__restrict__ y, i
 
 }  // namespace
 
-void launch_classify(ClassifyOp op, DType t, const void *x, void *y, int64_t n,
-                     bool detect_positive, bool detect_negative, void *stream) {
+void launch_classify(ClassifyOp op, DType t, const void* x, void* y, int64_t n,
+                     bool detect_positive, bool detect_negative, void* stream) {
   if (n <= 0) return;
   const bool nan = op == ClassifyOp::kIsNaN;
   visit_dtype<TypeSet::kFloat>(t, nan ? "IsNaN" : "IsInf", [&](auto tag) {
     using T = typename decltype(tag)::type;
     classify_kernel<T><<<grid_for(n, 256), 256, 0, as_stream(stream)>>>(
-        static_cast<const T *>(x), static_cast<bool *>(y), n, nan, detect_positive,
-        detect_negative);
+        static_cast<const T*>(x), static_cast<bool*>(y), n, nan, detect_positive, detect_negative);
     XRT_CUDA_LAUNCH_CHECK();
   });
 }

@@ -12,7 +12,7 @@ namespace xpuruntime::cuda_ops {
 // bias, with the biased variance. Statistics in fp32 (fp64 for fp64 inputs),
 // two passes (mean, then squared deviations: no cancellation), one thread block
 // per row.
-void launch_instance_norm(DType t, const void *x, const void *scale, const void *bias, void *y,
-                          int64_t batch, int64_t channels, int64_t inner, double eps, void *stream);
+void launch_instance_norm(DType t, const void* x, const void* scale, const void* bias, void* y,
+                          int64_t batch, int64_t channels, int64_t inner, double eps, void* stream);
 
 }  // namespace xpuruntime::cuda_ops

@@ -10,12 +10,12 @@
 namespace xpuruntime::cuda_ops {
 namespace {
 
-void add_instance_norm(KernelRegistry &r) {
+void add_instance_norm(KernelRegistry& r) {
   add_kernel(
       r, "instancenormalization", kFloatTypes,
       "InstanceNormalization (one block per batch x channel row, two-pass fp32 "
       "statistics)",
-      [](const OpContext &ctx) {
+      [](const OpContext& ctx) {
         Support s = first_refusal({require_arity(ctx, 3), require_dense(ctx),
                                    require_dtype(ctx, 0, kFloatTypes, "input")});
         if (!s.ok) return s;
@@ -26,11 +26,11 @@ void add_instance_norm(KernelRegistry &r) {
                              "InstanceNormalization needs an input of rank >= 2 (N, C, ...)");
         return s;
       },
-      [](const PrepareContext &pc) {
+      [](const PrepareContext& pc) {
         const double eps = ops::InstanceNormAttrs::from_node(*pc.node).epsilon;
         const std::string what = where(pc);
-        return make_prepared([eps, what](const KernelArgs &a) {
-          const Shape &s = a.inputs[0].shape;
+        return make_prepared([eps, what](const KernelArgs& a) {
+          const Shape& s = a.inputs[0].shape;
           XRT_CHECK(s.size() >= 2, InvalidArgumentError, what, ": input ", graph::shape_str(s),
                     " must have rank >= 2 (N, C, ...)");
           const int64_t batch = s[0], channels = s[1];
@@ -49,6 +49,6 @@ void add_instance_norm(KernelRegistry &r) {
 
 }  // namespace
 
-void register_norm_kernels(KernelRegistry &registry) { add_instance_norm(registry); }
+void register_norm_kernels(KernelRegistry& registry) { add_instance_norm(registry); }
 
 }  // namespace xpuruntime::cuda_ops
