@@ -1,7 +1,9 @@
-// FusedAttention on the CPU (xpuruntime/ops/attention.h), float32: the scores of all
-// batch x head pairs in one batched GEMM (Q·Kᵀ, Kᵀ read through strides), then per
-// score row the scale, mask, causal cut and softmax in place (fp32, the Softmax
-// kernel's exp), then one batched GEMM with V into the output. The GEMM is a
+// FusedAttention on the CPU (xpuruntime/ops/attention.h), float32: per (batch, head)
+// pair the scores from one GEMM (Q·Kᵀ, Kᵀ read through strides), then per score row
+// the scale, mask, causal cut and softmax in place (fp32, the Softmax kernel's exp),
+// then one GEMM with V into the output; pairs spread over the threads, each pair's
+// scores in that thread's buffer (with fewer pairs than threads, all pairs at once
+// and the GEMMs and rows split instead). The GEMM is a
 // sub-kernel chosen through the Dispatcher under the plan's policies and recorded as
 // node "<attention>/gemm" (cpu_blas or cpu_blocked), as a convolution's is.
 #include "xpuruntime/ops/attention.h"
@@ -27,85 +29,115 @@ float* score_buffer(std::size_t floats) {
   return buf.data();
 }
 
+struct Operands {
+  const float *q, *k, *v, *mask;
+  float* out;
+  int64_t H, Sq, Sk, D, Dv;
+  int64_t ms[4];  // mask strides over [B, H, Sq, Sk] (0 along broadcast dims)
+  float scale;
+  bool causal;
+};
+
+// Pairs [p0, p1) of (batch, head): their scores in `s` ([p1 - p0, Sq, Sk]) from one
+// batched GEMM, softmax rows in place, then one batched GEMM with V into the output.
+void attend(const std::string& gemm, const Operands& o, int64_t p0, int64_t p1, float* s) {
+  const int64_t pairs = p1 - p0, Sq = o.Sq, Sk = o.Sk, D = o.D, Dv = o.Dv;
+  matmul::GemmProblem qk;
+  qk.batch = pairs;
+  qk.m = Sq, qk.n = Sk, qk.k = D;
+  qk.a = {o.q + p0 * Sq * D, D, 1, Sq * D};
+  qk.b = {o.k + p0 * Sk * D, 1, D, Sk * D};  // Kᵀ: column j of the product is key j
+  qk.c = s, qk.c_rs = Sk, qk.c_cs = 1, qk.c_bs = Sq * Sk;
+  if (D > 0) {
+    run_gemm(gemm, qk);
+  } else {
+    std::fill(s, s + pairs * Sq * Sk, 0.0f);
+  }
+  parallel_for(pairs * Sq, pairs * Sq * Sk * 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bh = p0 + r / Sq, i = r % Sq;
+      float* row = s + r * Sk;
+      const int64_t keys = o.causal ? std::min(Sk, i + 1) : Sk;
+      const float* mrow =
+          o.mask ? o.mask + (bh / o.H) * o.ms[0] + (bh % o.H) * o.ms[1] + i * o.ms[2] : nullptr;
+      // Simple loops the compiler vectorizes (as the Softmax kernel's): scale and
+      // mask, max, exp and sum, normalize.
+      const float scale = o.scale;
+      if (mrow && o.ms[3] == 1) {
+#pragma omp simd
+        for (int64_t j = 0; j < keys; ++j) row[j] = row[j] * scale + mrow[j];
+      } else {
+        const float add = mrow ? mrow[0] : 0.0f;  // a mask broadcast along the keys
+#pragma omp simd
+        for (int64_t j = 0; j < keys; ++j) row[j] = row[j] * scale + add;
+      }
+      float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < keys; ++j) mx = row[j] > mx ? row[j] : mx;
+      if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf row: 0/0 -> NaN, as the ONNX graph
+#pragma omp simd
+      for (int64_t j = 0; j < keys; ++j) row[j] = fast_exp(row[j] - mx);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < keys; ++j) sum += row[j];
+      const float inv = 1.0f / sum;
+#pragma omp simd
+      for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+      std::fill(row + keys, row + Sk, 0.0f);
+    }
+  });
+  matmul::GemmProblem pv;
+  pv.batch = pairs;
+  pv.m = Sq, pv.n = Dv, pv.k = Sk;
+  pv.a = {s, Sk, 1, Sq * Sk};
+  pv.b = {o.v + p0 * Sk * Dv, Dv, 1, Sk * Dv};
+  pv.c = o.out + p0 * Sq * Dv, pv.c_rs = Dv, pv.c_cs = 1, pv.c_bs = Sq * Dv;
+  if (Sk > 0) {
+    run_gemm(gemm, pv);
+  } else {
+    std::fill(o.out + p0 * Sq * Dv, o.out + p1 * Sq * Dv, 0.0f);
+  }
+}
+
 void attention_f32(const std::string& gemm, const ops::AttentionAttrs& a, const Node& n,
                    const std::vector<TensorView>& in, std::vector<TensorView>& out) {
   for (std::size_t i = 0; i < in.size(); ++i)
     XRT_CHECK(in[i].data == nullptr || in[i].dtype == DType::kFloat32, UnsupportedOperationError,
               n.where(), ": FusedAttention on the CPU takes float32, input ", i, " is ",
               dtype_name(in[i].dtype),
-              "; compile for float32 or run on a device whose kernel "
-              "takes this dtype");
+              "; compile for float32 or run on a device whose kernel takes this dtype");
   const TensorView &q = in[0], &k = in[1], &v = in[2];
   XRT_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, InvalidArgumentError, n.where(),
             ": query, key and value must be 4-D, got ", shape_str(q.shape), ", ",
             shape_str(k.shape), ", ", shape_str(v.shape));
-  const int64_t B = q.shape[0], H = q.shape[1], Sq = q.shape[2], D = q.shape[3];
-  const int64_t Sk = k.shape[2], Dv = v.shape[3], BH = B * H;
-  if (BH == 0 || Sq == 0 || Dv == 0) return;
-  float* s = score_buffer(static_cast<std::size_t>(BH * Sq * Sk));
-
-  matmul::GemmProblem qk;
-  qk.batch = BH;
-  qk.m = Sq, qk.n = Sk, qk.k = D;
-  qk.a = {q.data, D, 1, Sq * D};
-  qk.b = {k.data, 1, D, Sk * D};  // Kᵀ: column j of the product is key j
-  qk.c = s, qk.c_rs = Sk, qk.c_cs = 1, qk.c_bs = Sq * Sk;
-  if (D > 0) {
-    run_gemm(gemm, qk);
-  } else {
-    std::fill(s, s + BH * Sq * Sk, 0.0f);
-  }
-
-  // Mask strides over [B, H, Sq, Sk] (0 along broadcast dims).
-  const bool has_mask = in.size() > 3 && in[3].data != nullptr;
-  int64_t ms[4] = {0, 0, 0, 0};
-  const float* mask = has_mask ? in[3].ptr<const float>() : nullptr;
-  if (has_mask) {
+  Operands o{};
+  o.q = q.ptr<const float>(), o.k = k.ptr<const float>(), o.v = v.ptr<const float>();
+  o.out = out[0].ptr<float>();
+  o.H = q.shape[1], o.Sq = q.shape[2], o.D = q.shape[3], o.Sk = k.shape[2], o.Dv = v.shape[3];
+  o.scale = static_cast<float>(a.scale);
+  o.causal = a.causal;
+  const int64_t BH = q.shape[0] * o.H;
+  if (BH == 0 || o.Sq == 0 || o.Dv == 0) return;
+  if (in.size() > 3 && in[3].data != nullptr) {
+    o.mask = in[3].ptr<const float>();
     const Shape& m = in[3].shape;
     int64_t stride = 1;
     for (int64_t i = static_cast<int64_t>(m.size()) - 1; i >= 0; --i) {
-      ms[4 - m.size() + i] = m[i] == 1 ? 0 : stride;
+      o.ms[4 - m.size() + i] = m[i] == 1 ? 0 : stride;
       stride *= m[i];
     }
   }
-  const float scale = static_cast<float>(a.scale);
-  const bool causal = a.causal;
-  parallel_for(BH * Sq, BH * Sq * Sk * 4, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t bh = r / Sq, i = r % Sq;
-      float* row = s + r * Sk;
-      const int64_t keys = causal ? std::min(Sk, i + 1) : Sk;
-      const float* mrow =
-          has_mask ? mask + (bh / H) * ms[0] + (bh % H) * ms[1] + i * ms[2] : nullptr;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < keys; ++j) {
-        float x = row[j] * scale;
-        if (mrow) x += mrow[j * ms[3]];
-        row[j] = x;
-        mx = x > mx ? x : mx;
-      }
-      if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf row: 0/0 -> NaN, as the ONNX graph
-      float sum = 0.0f;
-      for (int64_t j = 0; j < keys; ++j) {
-        row[j] = fast_exp(row[j] - mx);
-        sum += row[j];
-      }
-      const float inv = 1.0f / sum;
-      for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
-      std::fill(row + keys, row + Sk, 0.0f);
-    }
-  });
-
-  matmul::GemmProblem pv;
-  pv.batch = BH;
-  pv.m = Sq, pv.n = Dv, pv.k = Sk;
-  pv.a = {s, Sk, 1, Sq * Sk};
-  pv.b = {v.data, Dv, 1, Sk * Dv};
-  pv.c = out[0].data, pv.c_rs = Dv, pv.c_cs = 1, pv.c_bs = Sq * Dv;
-  if (Sk > 0) {
-    run_gemm(gemm, pv);
+  const std::size_t per_pair = static_cast<std::size_t>(o.Sq * o.Sk);
+  if (BH >= parallel_threads()) {
+    // One (batch, head) pair at a time per thread: its scores stay in cache between
+    // the two GEMMs and the softmax (the nested parallel loops run inline).
+    const int64_t flops = 2 * BH * o.Sq * o.Sk * (o.D + o.Dv);
+    parallel_for(BH, flops, [&](int64_t p0, int64_t p1) {
+      float* s = score_buffer(per_pair);
+      for (int64_t p = p0; p < p1; ++p) attend(gemm, o, p, p + 1, s);
+    });
   } else {
-    std::fill(out[0].ptr<float>(), out[0].ptr<float>() + out[0].numel(), 0.0f);
+    attend(gemm, o, 0, BH, score_buffer(per_pair * static_cast<std::size_t>(BH)));
   }
 }
 
