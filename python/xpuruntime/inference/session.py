@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._core import InvalidArgumentError, PolicyError, UnsupportedOperationError
+from .._core import InvalidArgumentError, PolicyError, UnsupportedOperationError, XpuRuntimeError
 
 
 class InferenceSession:
@@ -83,9 +83,18 @@ class InferenceSession:
             cls, dev, decisions = select_engine(
                 engine, device, exec_policy, rejected={"native": ("op_unsupported", str(exc))}
             )
+            try:
+                engine_obj = cls(model, EngineOptions(dev, kernel_policy, exec_policy, dict(engine_options)))
+            except XpuRuntimeError as other:
+                # Nobody can run it: the native engine's account (every unsupported op,
+                # named) stays the error, with the other engine's reason after it.
+                raise UnsupportedOperationError(
+                    f"{exc}; the next engine, {getattr(cls, 'name', cls.__name__)}, could not build it "
+                    f"either: {other}"
+                ) from other
             self._decisions = list(decisions)
             self._device = dev
-            self._engine = cls(model, EngineOptions(dev, kernel_policy, exec_policy, dict(engine_options)))
+            self._engine = engine_obj
         self._engine_name = getattr(cls, "name", cls.__name__)
 
     @classmethod
