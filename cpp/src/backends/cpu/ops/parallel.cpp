@@ -161,7 +161,8 @@ int default_threads() {
   return n;
 }
 
-int parallel_threads() { return t_cap > 0 ? t_cap : Pool::instance().threads(); }
+// Uncapped loops keep the default even after a cap has grown the pool past it.
+int parallel_threads() { return t_cap > 0 ? t_cap : default_threads(); }
 
 ThreadCap::ThreadCap(int threads) : previous_(t_cap) {
   if (threads <= 0) return;
@@ -177,8 +178,7 @@ void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int
     fn(0, n);
     return;
   }
-  Pool& pool = Pool::instance();
-  pool.run(n, fn, t_cap > 0 ? t_cap : pool.threads());
+  Pool::instance().run(n, fn, parallel_threads());
 }
 
 }  // namespace xpuruntime::cpu
