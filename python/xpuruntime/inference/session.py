@@ -78,7 +78,7 @@ class InferenceSession:
             # engine learns at build time whether its kernels cover the model's ops. Then
             # the next engine gets the model, and the rejection is recorded.
             auto = self._decisions and self._decisions[0].rule == "auto.first_available"
-            if not (auto and getattr(cls, "name", "") == "native"):
+            if not (auto and getattr(cls, "name", "") == "native" and _ops_uncovered(model, dev)):
                 raise
             cls, dev, decisions = select_engine(
                 engine, device, exec_policy, rejected={"native": ("op_unsupported", str(exc))}
@@ -228,3 +228,17 @@ def _with_fp16(exec_policy: Any) -> Any:
         "fp16=True conflicts with the ExecutionPolicy's precision fp32; pass precision='fp16' in the policy "
         "or drop fp16=True"
     )
+
+def _ops_uncovered(model: Any, device: str) -> bool:
+    """True when the native engine has no kernel for some op of ``model`` on ``device`` (the
+    case where another engine may still run it); False for every other build failure (a
+    kernel policy it cannot honour, a malformed model), which stays the session's error."""
+    from ..engines.native import frontend
+
+    try:
+        frontend.check_supported(frontend.describe(frontend.load(model)), str(device).split(":")[0])
+    except UnsupportedOperationError:
+        return True
+    except XpuRuntimeError:
+        return False
+    return False
