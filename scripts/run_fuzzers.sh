@@ -22,6 +22,7 @@ JOBS=${JOBS:-$(nproc)}
 FUZZERS=(
   plan_loader
   policy_json
+  onnx_graph
 )
 [ $# -gt 0 ] && FUZZERS=("$@")
 

@@ -637,3 +637,63 @@ def test_input_shapes_take_numpy_integers() -> None:
     assert sess._engine.plan is not None
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     np.testing.assert_array_equal(sess.run({"x": x})["y"], np.maximum(x, 0))
+
+
+# ----------------------------------------- found by fuzz/onnx_graph_fuzzer.cpp
+def test_size_of_a_dynamic_input_is_computed_at_run_time() -> None:
+    # Size's schema claimed a known result for an input of unknown shape; folding then
+    # read a shape that did not exist.
+    m = make_model(
+        [helper.make_node("Size", ["x"], ["y"])], [vi("x", ["N", 3])], [vi("y", [], TensorProto.INT64)]
+    )
+    sess = native(m)
+    for n in (1, 4):
+        assert int(sess.run({"x": np.zeros((n, 3), np.float32)})["y"]) == 3 * n
+
+
+@pytest.mark.parametrize(
+    "nodes,inits,what",
+    [
+        ([helper.make_node("Sum", ["x", "", "x"], ["y"], name="n")], [], "missing"),
+        ([helper.make_node("Concat", ["x", "", "x"], ["y"], name="n", axis=0)], [], "missing"),
+        (
+            [helper.make_node("CumSum", ["x", "ax"], ["y"], name="n")],
+            [numpy_helper.from_array(np.array([0, 1], np.int64), "ax")],
+            "axis",
+        ),
+        (
+            [helper.make_node("CumSum", ["x", "ax"], ["y"], name="n")],
+            [numpy_helper.from_array(np.array([0.0], np.float32), "ax")],
+            "axis",
+        ),
+        (
+            [helper.make_node("Trilu", ["x", "k"], ["y"], name="n")],
+            [numpy_helper.from_array(np.zeros(0, np.int64), "k")],
+            "k",
+        ),
+        (
+            [helper.make_node("Range", ["s", "l", "d"], ["y"], name="n")],
+            [
+                numpy_helper.from_array(np.array([0.0, 1.0], np.float32), "s"),
+                numpy_helper.from_array(np.float32(4.0), "l"),
+                numpy_helper.from_array(np.float32(1.0), "d"),
+            ],
+            "start",
+        ),
+    ],
+    ids=[
+        "sum_omitted",
+        "concat_omitted",
+        "cumsum_axis_shape",
+        "cumsum_axis_dtype",
+        "trilu_empty_k",
+        "range_vector",
+    ],
+)
+def test_malformed_inputs_found_by_the_graph_fuzzer_are_typed_errors(nodes, inits, what: str) -> None:
+    with pytest.raises(xrt.InvalidModelError) as e:
+        native(
+            make_model(nodes, [vi("x", [2, 3])], [vi("y", 2 if nodes[0].op_type != "Range" else 1)], inits)
+        )
+    msg = str(e.value)
+    assert what in msg, msg

@@ -12,7 +12,7 @@ namespace xpuruntime::ops {
 namespace {
 
 bool concat_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 1);
+  require_inputs(n, in, std::max<std::size_t>(1, in.size()));  // variadic: none omitted
   out[0].present = true;
   out[0].dtype = in[0].dtype;
   if (!all_known(in)) return false;
@@ -153,6 +153,10 @@ bool constant_infer(const Node& n, const std::vector<Meta>&, std::vector<Meta>& 
 
 bool range_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    static const char* kWhat[] = {"start", "limit", "delta"};
+    require_scalar_input(n, in, i, kWhat[i], {in[0].dtype});
+  }
   out[0].present = true;
   out[0].dtype = in[0].dtype;
   if (!in[0].has_value() || !in[1].has_value() || !in[2].has_value()) return false;
@@ -166,6 +170,7 @@ bool range_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& 
 
 bool trilu_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 1);
+  require_scalar_input(n, in, 1, "k", {DType::kInt64});
   out[0].present = true;
   out[0].dtype = in[0].dtype;
   out[0].shape = in[0].shape;
@@ -176,6 +181,9 @@ bool trilu_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& 
 
 bool cumSum_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 2);
+  // axis: one int32/int64 value (rank 0 or 1), in range when known.
+  require_scalar_input(n, in, 1, "axis", {DType::kInt64, DType::kInt32});
+  if (in[1].has_value() && in[0].shape) norm_axis(n, in[1].ints().at(0), in[0].rank());
   out[0].present = true;
   out[0].dtype = in[0].dtype;
   out[0].shape = in[0].shape;

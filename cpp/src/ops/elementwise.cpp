@@ -24,7 +24,7 @@ InferFn binary_infer(bool same_dtypes, bool to_bool) {
 }
 
 bool variadic_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  require_inputs(n, in, 1);
+  require_inputs(n, in, std::max<std::size_t>(1, in.size()));  // variadic: none omitted
   out[0] = out_meta(in[0].dtype, {});
   out[0].shape.reset();
   if (!all_known(in)) return false;

@@ -116,6 +116,21 @@ void require_inputs(const Node& n, const std::vector<Meta>& in, std::size_t coun
               " is required but missing");
 }
 
+void require_scalar_input(const Node& n, const std::vector<Meta>& in, std::size_t i,
+                          const char* what, const std::vector<DType>& dtypes) {
+  if (i >= in.size() || !in[i].present) return;
+  const Meta& m = in[i];
+  if (!dtypes.empty()) {
+    std::string names;
+    for (DType t : dtypes) (names += names.empty() ? "" : ", ") += dtype_name(t);
+    XRT_CHECK(std::find(dtypes.begin(), dtypes.end(), m.dtype) != dtypes.end(), InvalidModelError,
+              n.where(), ": ", what, " is ", dtype_name(m.dtype), "; expected ", names);
+  }
+  if (m.shape)
+    XRT_CHECK(m.rank() <= 1 && m.numel() == 1, InvalidModelError, n.where(), ": ", what,
+              " must hold one value, got shape ", graph::shape_str(*m.shape));
+}
+
 Meta out_meta(DType dtype, Shape shape) {
   Meta m;
   m.present = true;

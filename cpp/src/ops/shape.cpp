@@ -79,6 +79,7 @@ bool unsqueeze_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
 
 bool shape_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 1);
+  XRT_CHECK(in.size() == 1, InvalidModelError, n.where(), ": takes one input, got ", in.size());
   out[0].present = true;
   out[0].dtype = DType::kInt64;
   if (!in[0].shape) return false;
@@ -89,8 +90,10 @@ bool shape_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& 
 
 bool size_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
   require_inputs(n, in, 1);
+  XRT_CHECK(in.size() == 1, InvalidModelError, n.where(), ": takes one input, got ", in.size());
   out[0] = out_meta(DType::kInt64, {});
-  return true;
+  // Known (and foldable from the shape alone) only when the input's shape is.
+  return in[0].shape.has_value();
 }
 
 bool expand_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {

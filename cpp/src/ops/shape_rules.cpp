@@ -217,6 +217,7 @@ std::vector<SliceAxis> slice_plan(const Node& n, const Shape& s, const std::vect
 bool slice_inputs(const Node& n, const std::vector<Meta>& in, std::vector<int64_t>& st,
                   std::vector<int64_t>& en, std::vector<int64_t>& ax, std::vector<int64_t>& sp) {
   if (in.size() >= 3 && in[1].present) {  // opset >= 10
+    XRT_CHECK(in[2].present, InvalidModelError, n.where(), ": input 2 (ends) is required");
     for (std::size_t i = 1; i < in.size(); ++i)
       if (in[i].present && !in[i].has_value()) return false;
     st = in[1].ints();

@@ -39,6 +39,8 @@ const UnaryEntry kUnaryOps[] = {
 };
 
 bool identity_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_scalar_input(n, in, 1, "ratio");  // Dropout's optional ratio and training_mode
+  require_scalar_input(n, in, 2, "training_mode", {DType::kBool});
   const bool ok = infer_same(n, in, out);
   if (out.size() > 1) {  // Dropout's mask: all true in inference
     out[1].present = true;

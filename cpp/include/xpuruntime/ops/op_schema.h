@@ -76,6 +76,11 @@ Shape broadcast_shapes(const Node& n, const std::vector<Shape>& shapes);
 int64_t norm_axis(const Node& n, int64_t axis, int64_t rank, bool inclusive = false);
 // Requires `count` present inputs at least; throws InvalidModelError.
 void require_inputs(const Node& n, const std::vector<Meta>& in, std::size_t count);
+// Input i, when present, is one value (rank 0 or 1 with one element, where the
+// shape is known) of one of `dtypes` (any when empty): kernels read its element 0.
+// Throws InvalidModelError naming the node and `what`.
+void require_scalar_input(const Node& n, const std::vector<Meta>& in, std::size_t i,
+                          const char* what, const std::vector<DType>& dtypes = {});
 // Output meta with dtype and shape.
 Meta out_meta(DType dtype, Shape shape);
 // Whether all present inputs have known shapes (infer functions return false otherwise).
