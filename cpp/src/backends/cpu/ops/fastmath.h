@@ -12,18 +12,19 @@
 
 namespace xpuruntime::cpu {
 
-inline float fast_exp(float in) {
-  // Clamp to [-104, 89] with comparisons that map NaN to a number (the int
-  // conversion below must never see NaN or an out-of-range value), and give NaN
-  // back at the end. 89 makes the result overflow to +inf and -104 underflow to 0
-  // exactly where float exp does (88.72, -103.97); in between, the two scale
-  // factors below stay normal and the product rounds into the subnormals.
-  float x = in > -104.0f ? in : -104.0f;
-  x = x < 89.0f ? x : 89.0f;
+inline float fast_exp(float x) {
+  // Clamp to [-104, 89] (NaN passes: std::max/min return their first argument then).
+  // 89 makes the result overflow to +inf and -104 underflow to 0 exactly where float
+  // exp does (88.72, -103.97); in between, the two scale factors below stay normal
+  // and the product rounds into the subnormals.
+  x = std::min(std::max(x, -104.0f), 89.0f);
   const float t = x * 1.44269504088896341f;
-  // Round to nearest with the 1.5·2^23 trick (branch-free, vectorizes on SSE2).
-  const float fi = (t + 12582912.0f) - 12582912.0f;
-  const int ni = static_cast<int>(fi);
+  // Round to nearest with the 1.5·2^23 trick (branch-free, vectorizes on SSE2); the
+  // integer is read from the sum's low mantissa bits, not converted, so a NaN gives
+  // some integer (the result is NaN through r) and never an out-of-range conversion.
+  const float biased = t + 12582912.0f;
+  const float fi = biased - 12582912.0f;
+  const int ni = std::bit_cast<int>(biased) - std::bit_cast<int>(12582912.0f);
   // Cody-Waite reduction: r = x - fi*ln2 in two steps.
   float r = x - fi * 0.693359375f;
   r = r + fi * 2.12194440e-4f;
@@ -34,13 +35,13 @@ inline float fast_exp(float in) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   float y = p * r * r + r + 1.0f;
-  // 2^ni; ni is in [-150, 128] here, folded into two normal factors.
+  // 2^ni; ni is in [-150, 128] here (any int for NaN: unsigned arithmetic below),
+  // folded into two normal factors.
   const int e1 = ni / 2;
   const int e2 = ni - e1;
   float s1 = std::bit_cast<float>(static_cast<uint32_t>(e1 + 127) << 23);
   float s2 = std::bit_cast<float>(static_cast<uint32_t>(e2 + 127) << 23);
-  const float e = y * s1 * s2;
-  return in == in ? e : in;
+  return y * s1 * s2;
 }
 
 inline float fast_tanh(float x) {
