@@ -28,7 +28,7 @@ __global__ void bias_relu_kernel(T* y, const T* bias, int64_t channels, int64_t 
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float v = load(y, i);
     if (bias != nullptr) v += load(bias, (i / inner) % channels);
-    if (relu) v = v > 0.f ? v : 0.f;  // the CPU conv epilogue's comparison
+    if (relu) v = v < 0.f ? 0.f : v;  // NaN stays NaN, as in ONNX and the CPU epilogue
     store(y, i, v);
   }
 }
