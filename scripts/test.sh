@@ -33,4 +33,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS"
 
 echo "== Python tests"
-$PY -m pytest -q -ra tests/python tests/gpu
+$PY -m pytest -q -ra -m "not slow" tests/python tests/gpu
+
+echo "== fuzzers: libFuzzer under ASan + UBSan (plan loader, policy JSON, graph compiler) and the Python session fuzzer, from their committed corpora"
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+JOBS=$JOBS ./scripts/run_fuzzers.sh "$FUZZ_SECONDS"
+FUZZ_TMP=$(mktemp -d)
+(cd "$FUZZ_TMP" && $PY "$OLDPWD/fuzz/py_session_fuzzer.py" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 2>&1 | tail -4)
+rm -rf "$FUZZ_TMP"
