@@ -388,7 +388,6 @@ void bind_graph(py::module_& m) {
       .def("graph_status", &graph::Executor::graph_status,
            "'captured', 'not captured yet', or why the plan cannot be replayed as a graph");
 
-
   g.def(
       "compile",
       [](const py::dict& desc, const KernelPolicy& kp, const ExecutionPolicy& ep,

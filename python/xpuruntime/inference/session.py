@@ -229,6 +229,7 @@ def _with_fp16(exec_policy: Any) -> Any:
         "or drop fp16=True"
     )
 
+
 def _ops_uncovered(model: Any, device: str) -> bool:
     """True when the native engine has no kernel for some op of ``model`` on ``device`` (the
     case where another engine may still run it); False for every other build failure (a
