@@ -153,8 +153,12 @@ Support resize_supports(const OpContext& ctx) {
 }
 
 void add_resize(KernelRegistry& r) {
+  // int64 for the `sizes` input: the registry's dtype check reads every input; X's
+  // float types are resize_supports()'s check.
+  static const std::vector<DType> kResizeTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                                                  DType::kFloat64, DType::kInt64};
   add_kernel(
-      r, "resize", kFloatTypes,
+      r, "resize", kResizeTypes,
       "Resize, nearest and linear (every coordinate transformation and nearest mode, axes, "
       "tf_crop_and_resize; fp64 sums); not cubic or antialiased downsampling",
       resize_supports, [](const PrepareContext& pc) {
