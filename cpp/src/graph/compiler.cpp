@@ -203,6 +203,12 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   };
   log("constant folding (nodes folded)", passes::infer_and_fold(g, opt.fold_constants));
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
+  // Fusions run where the options ask for them and the provider says they pay.
+  const FusionSupport pays = provider->fusions();
+  // BatchNormalization folds into the weights in fp32, before the precision pass
+  // rounds them once (folding already-rounded bf16 weights and statistics rounds twice).
+  if (opt.fold_batchnorm && pays.fold_batchnorm)
+    log("batchnorm folding (BatchNormalization folded)", passes::fold_batchnorm(g));
   // Precision: after folding (constants are converted once, in their final form),
   // before fusion and dispatch (kernels are chosen for the narrowed dtypes).
   using Precision = ExecutionPolicy::Precision;
@@ -216,8 +222,6 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
               to_string(opt.exec_policy.precision),
               "' needs a quantized model (use engine='onnxruntime' or 'openvino' for int8)");
   }
-  // Fusions run where the options ask for them and the provider says they pay.
-  const FusionSupport pays = provider->fusions();
   // The patterns first: the epilogue and elementwise fusions would take their pieces.
   if (opt.fuse && pays.patterns) {
     log("layernorm pattern fusion (subgraphs fused)",
@@ -225,8 +229,6 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     log("attention pattern fusion (subgraphs fused)",
         passes::fuse_attention_patterns(g, *provider, plan.decisions));
   }
-  if (opt.fold_batchnorm && pays.fold_batchnorm)
-    log("batchnorm folding (BatchNormalization folded)", passes::fold_batchnorm(g));
   if (opt.fuse && pays.epilogues)
     log("epilogue fusion (ops fused into Conv/MatMul/Gemm)", passes::fuse_epilogues(g));
   if (opt.fuse && pays.elementwise_chains)
