@@ -58,6 +58,7 @@ std::string op_key(const std::string& op_type) {
   if (op_type == "MatMul" || op_type == "Gemm") return "matmul";
   if (op_type == "Softmax") return "softmax";
   if (op_type == "LayerNormalization") return "layernorm";
+  if (op_type == "FusedAttention") return "attention";  // the compiler's fused node (xrt domain)
   std::string k = op_type;
   std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
   return k;
