@@ -23,8 +23,10 @@ def render() -> str:
     from xpuruntime.kernels import list_kernels
 
     cpu: OrderedDict[str, str] = OrderedDict()
-    for op_type, key, _kernel, _dtypes, _desc in sorted(_core.graph.supported_ops("cpu")):
+    cpu_dtypes: dict[str, set[str]] = {}
+    for op_type, key, _kernel, dtypes, _desc in sorted(_core.graph.supported_ops("cpu")):
         cpu.setdefault(op_type, key)
+        cpu_dtypes.setdefault(op_type, set()).update(dtypes)
     cuda: dict[str, list[tuple[str, list[str]]]] = {}
     for op_type, _key, kernel, dtypes, _desc in _core.graph.supported_ops("cuda"):
         cuda.setdefault(op_type, []).append((kernel, list(dtypes)))
@@ -59,7 +61,12 @@ def render() -> str:
             continue
         rows = matmul if key == "matmul" else cuda[op_type]
         kernels = ", ".join(f"`{k}`" for k, _ in rows)
-        dtypes = sorted({d for _, ds in rows for d in ds})
+        dtypes = {d for _, ds in rows for d in ds}
+        # Input 0's dtypes: a kernel may list an index input's type too (Resize's int64
+        # sizes); the CPU row says which types the op's data takes.
+        if key != "matmul" and cpu_dtypes.get(op_type):
+            dtypes &= cpu_dtypes[op_type] | {d for d in dtypes if d in ("float16", "bfloat16")}
+        dtypes = sorted(dtypes)
         lines.append(f"| {op_type} | `{key}` | {kernels} | {', '.join(dtypes) or 'any'} |")
     extra = sorted(op for op in cuda if op not in cpu)
     if extra:

@@ -217,7 +217,10 @@ def _first_unsupported(m: onnx.ModelProto) -> onnx.NodeProto | None:
     have = _cuda_op_types()
     constant = {i.name for i in m.graph.initializer}
     for n in m.graph.node:
-        if all(not i or i in constant for i in n.input) and n.op_type not in ("RandomNormal", "RandomUniform"):
+        if all(not i or i in constant for i in n.input) and n.op_type not in (
+            "RandomNormal",
+            "RandomUniform",
+        ):
             constant.update(n.output)
             continue
         if n.op_type not in have:
@@ -286,8 +289,13 @@ def test_model_on_cuda_matches_ort_and_the_cpu_engine(name: str, tmp_path: Path)
     for k, v in loaded.run(feeds).items():
         np.testing.assert_array_equal(v, got[k])
     np.savez(tmp_path / "x.npz", **feeds)
+    # The same CUDA libraries as this process: torch, when loaded first, brings its own
+    # cuDNN, which the plugin then uses and a plan records (its environment check refuses
+    # a plan compiled against another cuDNN).
+    preload = "import torch" if "torch" in sys.modules else ""
     code = f"""
 import sys
+{preload}
 sys.modules["onnx"] = None  # any import of onnx now fails
 import numpy as np
 import xpuruntime as xrt

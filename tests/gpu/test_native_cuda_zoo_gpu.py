@@ -290,7 +290,10 @@ def test_a_saved_plan_gives_bit_identical_outputs_in_another_process(
     plan = tmp_path / "p.xrtplan"
     sess.save_plan(plan)
     np.savez(tmp_path / "x.npz", **feeds)
+    # torch first, as in this process: it brings the cuDNN the plugin then uses, which the
+    # plan records (another cuDNN is refused by the plan's environment check).
     code = f"""
+import torch
 import numpy as np
 import xpuruntime as xrt
 s = xrt.InferenceSession.load_plan({str(plan)!r}, exec_policy=xrt.ExecutionPolicy(**{policy!r}))
