@@ -32,7 +32,7 @@ def _free_sessions_after_module():  # type: ignore[no-untyped-def]
 GEMMS = ["cpu_blocked"] + (["cpu_blas"] if ops.cpu_gemm_info()["blas_available"] else [])
 # Non-depthwise 2-D convolutions run on both kernels: cpu_direct (the default where
 # the CPU has AVX2/FMA) and cpu_im2col under each GEMM kernel.
-DIRECT_OK = ops.cpu_gemm_info()["isa"] == "avx2"  # cpu_direct needs AVX2/FMA
+DIRECT_OK = ops.cpu_gemm_info()["isa"] in ("avx2", "avx512")  # cpu_direct needs AVX2/FMA (AVX-512 CPUs have it)
 DENSE = [("cpu_direct", GEMMS[0])] + [("cpu_im2col", g) for g in GEMMS]
 
 
