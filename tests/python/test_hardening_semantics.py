@@ -697,3 +697,28 @@ def test_malformed_inputs_found_by_the_graph_fuzzer_are_typed_errors(nodes, init
         )
     msg = str(e.value)
     assert what in msg, msg
+
+
+def test_integer_reductions_wrap_like_numpy_instead_of_overflowing() -> None:
+    """ReduceProd/ReduceSumSquare/ReduceL1 on int64 values that overflow wrap modulo 2**64
+    (numpy's result) - found by the graph fuzzer as signed-overflow UB under UBSan."""
+    x = np.array([[-(2**62), -4, 3], [2**40, 2**40, 5]], dtype=np.int64)
+    for op in ("ReduceProd", "ReduceSumSquare", "ReduceL1"):
+        node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)
+        g = helper.make_graph(
+            [node],
+            "r",
+            [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
+            initializer=[helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        m.ir_version = 8
+        got = xrt.InferenceSession(m.SerializeToString(), engine="native", device="cpu").run({"x": x})["y"]
+        with np.errstate(over="ignore"):
+            want = {
+                "ReduceProd": np.prod(x, axis=1),
+                "ReduceSumSquare": np.sum(x * x, axis=1),
+                "ReduceL1": np.sum(np.abs(x), axis=1),
+            }[op]
+        np.testing.assert_array_equal(got, want, err_msg=op)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/parallel.h"
@@ -15,6 +16,39 @@ using ops::reduce_axes;
 using ops::reduced_shape;
 
 enum class Red { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSumExp };
+
+
+// Integer reductions wrap modulo 2^N, as numpy and ONNX Runtime do, instead of
+// overflowing a signed type (undefined behaviour; the graph fuzzer's ReduceProd).
+template <typename A>
+constexpr bool kWraps = std::is_integral_v<A> && !std::is_same_v<A, bool>;
+template <typename A>
+A wrap_mul(A a, A b) {
+  if constexpr (kWraps<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+template <typename A>
+A wrap_add(A a, A b) {
+  if constexpr (kWraps<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <typename A>
+A wrap_abs(A v) {
+  if constexpr (kWraps<A>) {
+    using U = std::make_unsigned_t<A>;
+    return v < 0 ? static_cast<A>(U{0} - static_cast<U>(v)) : v;
+  } else {
+    return v < 0 ? -v : v;
+  }
+}
 
 template <typename T>
 void reduce_typed(Red kind, const T* x, T* y, const Shape& shape, const std::vector<int64_t>& axes) {
@@ -83,7 +117,7 @@ parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) {
         }
         case Red::kProd:
           acc = 1;
-          for (int64_t r = 0; r < r_n; ++r) acc *= static_cast<Acc>(N::load(p[red_off[r]]));
+          for (int64_t r = 0; r < r_n; ++r) acc = wrap_mul(acc, static_cast<Acc>(N::load(p[red_off[r]])));
           break;
         case Red::kLogSumExp: {
           double m = -std::numeric_limits<double>::infinity();
@@ -97,9 +131,9 @@ parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) {
           acc = 0;
           for (int64_t r = 0; r < r_n; ++r) {
             Acc v = static_cast<Acc>(N::load(p[red_off[r]]));
-            if (kind == Red::kSumSquare || kind == Red::kL2) v = v * v;
-            else if (kind == Red::kL1) v = v < 0 ? -v : v;
-            acc += v;
+            if (kind == Red::kSumSquare || kind == Red::kL2) v = wrap_mul(v, v);
+            else if (kind == Red::kL1) v = wrap_abs(v);
+            acc = wrap_add(acc, v);
           }
           if (kind == Red::kL2) acc = static_cast<Acc>(std::sqrt(static_cast<double>(acc)));
           if (kind == Red::kMean) {
