@@ -1,6 +1,7 @@
 #include "xpuruntime/graph/ir.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <queue>
@@ -50,7 +51,15 @@ int64_t HostTensor::int_at(int64_t i) const {
     case DType::kInt8: return ptr<int8_t>()[i];
     case DType::kUInt8: return ptr<uint8_t>()[i];
     case DType::kBool: return ptr<uint8_t>()[i] != 0;
-    default: return static_cast<int64_t>(float_at(i));
+    default: {
+      // A float read as an integer (a shape, an axis): NaN, infinities and values past
+      // int64 have no integer value (converting them is undefined behaviour).
+      const double v = float_at(i);
+      XRT_CHECK(std::isfinite(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0,
+                InvalidModelError, "tensor element ", i, " is ", v,
+                ", which has no 64-bit integer value (a shape or index read from a float tensor)");
+      return static_cast<int64_t>(v);
+    }
   }
 }
 
