@@ -75,16 +75,10 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if "--check" in argv:
-        if not DOC.is_file() or DOC.read_text() != text:
-            print(f"{DOC} is stale: run python scripts/gen_ops_cuda_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
-    return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gen_ops_doc import write_or_check
+
+    return write_or_check(DOC, render(), argv, "gen_ops_cuda_doc.py")
 
 
 if __name__ == "__main__":

@@ -54,17 +54,21 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str]) -> int:
-    text = render()
+def write_or_check(doc: Path, text: str, argv: list[str], script: str) -> int:
+    """Writes ``text`` to ``doc``, or with ``--check`` returns 1 when ``doc`` differs."""
     if "--check" in argv:
-        if not DOC.is_file() or DOC.read_text() != text:
-            print(f"{DOC} is stale: run python scripts/gen_ops_doc.py", file=sys.stderr)
+        if not doc.is_file() or doc.read_text() != text:
+            print(f"{doc} is stale: run python scripts/{script}", file=sys.stderr)
             return 1
         return 0
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+    print(f"wrote {doc}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return write_or_check(DOC, render(), argv, "gen_ops_doc.py")
 
 
 if __name__ == "__main__":
