@@ -8,7 +8,10 @@
 # Usage: scripts/run_fuzzers.sh [SECONDS_PER_FUZZER] [NAME...]
 #   SECONDS_PER_FUZZER  libFuzzer -max_total_time for each fuzzer (default 60)
 #   NAME...             a subset of FUZZERS below (default: all)
-# Environment: BUILD_DIR (default build/fuzz), JOBS (default: nproc).
+# Environment: BUILD_DIR (default build/fuzz), JOBS (default: nproc),
+#   FUZZ_RUNS  run this many inputs from seed FUZZ_SEED (default 1) instead of for
+#              a time; 0 replays the seed corpus (every committed input once) and
+#              explores nothing, which is what CI does (scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -60,8 +63,15 @@ for f in "${FUZZERS[@]}"; do
   seeds="$ROOT/fuzz/corpus/$f"
   work="$BUILD/corpus/$f"
   mkdir -p "$work" "$BUILD/artifacts"
-  echo "== $f: ${SECS}s from $(find "$seeds" -type f | wc -l) seeds"
-  if ! "$BUILD/bin/${f}_fuzzer" -max_total_time="$SECS" -timeout=30 -rss_limit_mb=4096 \
+  if [ -n "${FUZZ_RUNS:-}" ]; then
+    budget=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
+    echo "== $f: $FUZZ_RUNS inputs (seed ${FUZZ_SEED:-1}; 0: replay only) from $(find "$seeds" -type f | wc -l) seeds"
+  else
+    budget=(-max_total_time="$SECS")
+    echo "== $f: ${SECS}s from $(find "$seeds" -type f | wc -l) seeds"
+  fi
+  rm -rf "$work" && mkdir -p "$work"  # a fresh work corpus: each run starts from the seeds
+  if ! "$BUILD/bin/${f}_fuzzer" "${budget[@]}" -timeout=30 -rss_limit_mb=4096 \
       -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$f-" "$work" "$seeds"; then
     failed+=("$f")
   fi
@@ -70,4 +80,8 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzzers that found a crash: ${failed[*]} (inputs in $BUILD/artifacts/)" >&2
   exit 1
 fi
-echo "== every fuzzer ran ${SECS}s without a finding"
+if [ -n "${FUZZ_RUNS:-}" ]; then
+  echo "== every fuzzer ran its seeds and $FUZZ_RUNS new inputs without a finding"
+else
+  echo "== every fuzzer ran ${SECS}s without a finding"
+fi

@@ -722,3 +722,63 @@ def test_integer_reductions_wrap_like_numpy_instead_of_overflowing() -> None:
                 "ReduceL1": np.sum(np.abs(x), axis=1),
             }[op]
         np.testing.assert_array_equal(got, want, err_msg=op)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8])
+def test_integer_clip_with_default_or_partial_bounds_matches_numpy(dtype) -> None:
+    """Clip on integers with a missing bound uses the type's own range: the int64 default
+    (2**63 as a double) used to be cast back to int64, undefined behaviour found by the
+    graph fuzzer under UBSan."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng()
+    x = rng.integers(info.min, info.max, size=(4, 5), dtype=dtype, endpoint=True)
+    tp = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    lo = np.array(rng.integers(info.min, info.max, dtype=dtype), dtype=dtype)
+    for inputs, want in (
+        (["x"], x),
+        (["x", "lo"], np.maximum(x, lo)),
+        (["x", "", "lo"], np.minimum(x, lo)),
+    ):
+        g = helper.make_graph(
+            [helper.make_node("Clip", inputs, ["y"])],
+            "clip",
+            [helper.make_tensor_value_info("x", tp, [4, 5])],
+            [helper.make_tensor_value_info("y", tp, [4, 5])],
+            initializer=[numpy_helper.from_array(lo, "lo")],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        got = xrt.InferenceSession(m.SerializeToString(), engine="native", device="cpu").run({"x": x})["y"]
+        np.testing.assert_array_equal(got, want, err_msg=f"{dtype.__name__} {inputs}")
+
+
+def test_integer_logsumexp_and_l2_saturate_instead_of_undefined_casts() -> None:
+    """ReduceLogSumExp over an empty int64 axis is -inf, saturated to int64's minimum (a plain
+    cast of -inf is undefined behaviour, found by the graph fuzzer under UBSan); a non-empty
+    int64 LogSumExp and L2 match numpy in float64."""
+
+    def model(op: str, shape: list[int]) -> bytes:
+        g = helper.make_graph(
+            [helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)],
+            "r",
+            [helper.make_tensor_value_info("x", TensorProto.INT64, shape)],
+            [helper.make_tensor_value_info("y", TensorProto.INT64, [3])],
+            initializer=[helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        m.ir_version = 8
+        return m.SerializeToString()
+
+    empty = np.zeros((3, 0), dtype=np.int64)
+    got = xrt.InferenceSession(model("ReduceLogSumExp", [3, 0]), engine="native", device="cpu").run({"x": empty})
+    np.testing.assert_array_equal(got["y"], np.full(3, np.iinfo(np.int64).min))
+    x = np.random.default_rng().integers(-20, 20, size=(3, 4), dtype=np.int64)
+    xd = x.astype(np.float64)
+    wants = {  # computed in float64, truncated to int64 (onnx.reference refuses integer LogSumExp)
+        "ReduceLogSumExp": np.log(np.sum(np.exp(xd), axis=1)).astype(np.int64),
+        "ReduceL2": np.sqrt(np.sum(xd * xd, axis=1)).astype(np.int64),
+    }
+    for op, want in wants.items():
+        m = model(op, [3, 4])
+        got = xrt.InferenceSession(m, engine="native", device="cpu").run({"x": x})["y"]
+        np.testing.assert_array_equal(got, want, err_msg=op)

@@ -16,8 +16,11 @@
 // them (gemm_call.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <type_traits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -146,6 +149,22 @@ void set_parsed_body(OpDef& d, Body body) {
   d.prepare = [body](const OpDef& def, const PrepareContext& pc) -> PreparedKernelPtr {
     return std::make_shared<ParsedPrepared<Attrs, Body>>(prepared_node(def.op_type, pc), body);
   };
+}
+
+// A double result in an element type: integers saturate to their range and NaN
+// becomes 0 (as Cast does); a plain cast of a value outside the range is undefined
+// (an integer LogSumExp over nothing is -inf, an L2 of a wrapped sum can be NaN).
+template <typename C>
+inline C saturate_to(double v) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    constexpr C kMin = std::numeric_limits<C>::min(), kMax = std::numeric_limits<C>::max();
+    if (std::isnan(v)) return C(0);
+    if (v <= static_cast<double>(kMin)) return kMin;
+    if (v >= static_cast<double>(kMax)) return kMax;  // (double)kMax may round up: >= is exact
+    return static_cast<C>(v);
+  } else {
+    return static_cast<C>(v);
+  }
 }
 
 // Parallel-for threshold: below this many elements (or units of work) a loop runs

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -21,6 +22,17 @@ using ops::unary_kind;
 using ops::unary_params;
 using ops::Unary;
 using ops::UnaryParams;
+
+// A Clip bound (held as double) in the element type. For integers it saturates to
+// the type's range and a NaN bound means no bound: a plain cast of a value outside
+// the range (the int64 default bound 2^63, an attribute of 1e30) is undefined.
+template <typename C>
+inline C bound_as(double v, bool upper) {
+  if constexpr (std::is_integral_v<C>) {
+    if (std::isnan(v)) return upper ? std::numeric_limits<C>::max() : std::numeric_limits<C>::min();
+  }
+  return saturate_to<C>(v);
+}
 
 template <Unary K, typename C>
 inline __attribute__((always_inline)) C apply_unary_k(C x, const UnaryParams& p) {
@@ -77,7 +89,7 @@ inline __attribute__((always_inline)) C apply_unary_k(C x, const UnaryParams& p)
     }
     case Unary::kReciprocal: return static_cast<C>(C(1) / x);
     case Unary::kClip: {
-      C lo = static_cast<C>(p.lo), hi = static_cast<C>(p.hi);
+      const C lo = bound_as<C>(p.lo, false), hi = bound_as<C>(p.hi, true);
       C v = x < lo ? lo : x;
       return v > hi ? hi : v;
     }

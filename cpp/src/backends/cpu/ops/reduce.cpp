@@ -124,7 +124,7 @@ parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) {
           for (int64_t r = 0; r < r_n; ++r) m = std::max(m, static_cast<double>(N::load(p[red_off[r]])));
           double s = 0;
           for (int64_t r = 0; r < r_n; ++r) s += std::exp(static_cast<double>(N::load(p[red_off[r]])) - m);
-          y[o] = N::store(static_cast<C>(r_n == 0 ? m : m + std::log(s)));
+          y[o] = N::store(saturate_to<C>(r_n == 0 ? m : m + std::log(s)));
           continue;
         }
         default: {
@@ -135,7 +135,7 @@ parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) {
             else if (kind == Red::kL1) v = wrap_abs(v);
             acc = wrap_add(acc, v);
           }
-          if (kind == Red::kL2) acc = static_cast<Acc>(std::sqrt(static_cast<double>(acc)));
+          if (kind == Red::kL2) acc = saturate_to<Acc>(std::sqrt(static_cast<double>(acc)));
           if (kind == Red::kMean) {
             if constexpr (std::is_floating_point_v<Acc>) acc = acc / count;
             else acc = r_n ? static_cast<Acc>(acc / r_n) : 0;

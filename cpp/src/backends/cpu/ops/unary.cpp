@@ -3,6 +3,7 @@
 // speculated; results are identical, only FP exception flags could differ. Before
 // every include so inline helpers share these options and stay inlinable.
 #pragma GCC optimize("no-trapping-math")
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -84,30 +85,31 @@ void register_unary_ops(std::vector<OpDef>& defs) {
     d.op_type = "Clip";
     d.kernel = "cpu";
     d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-      UnaryParams p;
-      HostTensor b;
+      auto has_bound = [&](std::size_t i) { return in.size() > i && in[i].data && in[i].numel() > 0; };
+      bool integral = false;
+      visit_dtype(in[0].dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+          // Integers clamp in their own type: a bound read through a double would
+          // round (int64 above 2^53) and the type's range is the missing bound.
+          integral = true;
+          T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+          if (has_bound(1)) std::memcpy(&lo, in[1].data, sizeof(T));
+          if (has_bound(2)) std::memcpy(&hi, in[2].data, sizeof(T));
+          const T* x = in[0].ptr<const T>();
+          T* y = out[0].ptr<T>();
+          const int64_t count = in[0].numel();
+          for (int64_t i = 0; i < count; ++i) y[i] = std::min(std::max(x[i], lo), hi);
+        }
+      });
+      if (integral) return;
       auto bound = [&](std::size_t i, double fallback) {
-        if (in.size() > i && in[i].data && in[i].numel() > 0)
-          return HostTensor::wrap(in[i].dtype, {}, in[i].data, nullptr).float_at(0);
+        if (has_bound(i)) return HostTensor::wrap(in[i].dtype, {}, in[i].data, nullptr).float_at(0);
         return fallback;
       };
-      double lo_def = -std::numeric_limits<double>::infinity();
-      double hi_def = std::numeric_limits<double>::infinity();
-      if (in[0].dtype != DType::kFloat32 && in[0].dtype != DType::kFloat64 &&
-          in[0].dtype != DType::kFloat16 && in[0].dtype != DType::kBFloat16) {
-        // Integers: the type's own range (infinite bounds would not convert).
-        lo_def = -9.2e18;
-        hi_def = 9.2e18;
-        visit_dtype(in[0].dtype, [&](auto tag) {
-          using T = decltype(tag);
-          if constexpr (std::is_integral_v<T>) {
-            lo_def = static_cast<double>(std::numeric_limits<T>::min());
-            hi_def = static_cast<double>(std::numeric_limits<T>::max());
-          }
-        });
-      }
-      p.lo = bound(1, n.attr_float("min", lo_def));
-      p.hi = bound(2, n.attr_float("max", hi_def));
+      UnaryParams p;
+      p.lo = bound(1, n.attr_float("min", -std::numeric_limits<double>::infinity()));
+      p.hi = bound(2, n.attr_float("max", std::numeric_limits<double>::infinity()));
       run_unary(Unary::kClip, p, in[0].dtype, in[0].data, out[0].data, in[0].numel());
     };
     defs.push_back(std::move(d));
