@@ -55,14 +55,15 @@ class Work:
         if not self._done:
             self._guard("work_wait", self._live(), float(timeout or 0.0))
             self._done = True
-            _record.profile_event(
-                f"{self._op}.device",
-                _core.Profiler.instance().now_ns(),
-                self._info,
-                self._stream,
-                self._comm,
-                self.elapsed_ms(),
-            )
+            if _core.Profiler.instance().enabled:
+                _record.profile_event(
+                    f"{self._op}.device",
+                    _core.Profiler.instance().now_ns(),
+                    self._info,
+                    self._stream,
+                    self._comm,
+                    self.elapsed_ms(),
+                )
 
     def wait_stream(self, stream: Any) -> None:
         """Makes ``stream`` wait for this work on the device, without blocking the host."""
