@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 
 echo "== system packages (Debian): GoogleTest, OpenBLAS, Ninja"
 need=()
-for pkg in libgtest-dev libopenblas-dev ninja-build; do
+for pkg in libgtest-dev libopenblas-dev libdnnl-dev ninja-build; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "backends/cpu/onednn/onednn_conv.h"
 #include "backends/cpu/ops/cpu_op.h"
 
 namespace xpuruntime::cpu {
@@ -21,6 +22,7 @@ const Table& table() {
     register_reduce_ops(tb->defs);
     register_nn_ops(tb->defs);
     register_conv_ops(tb->defs);
+    register_onednn_conv_ops(tb->defs);
     register_shape_ops(tb->defs);
     register_data_ops(tb->defs);
     register_fused_ops(tb->defs);

@@ -1,0 +1,403 @@
+// Conv kernel "onednn" (float32, 1-3 spatial dims, any group, stride, dilation, pads):
+// oneDNN's convolution primitive, created once per plan step for the step's static
+// shapes (and per new shape for a dynamic-shape step, in a small cache).
+//   weights   format_tag::any: oneDNN picks its blocked layout; constant weights are
+//             reordered into it once, when the step is prepared, and kept here.
+//   src, dst  format_tag::any too when the chosen implementation is a direct
+//             (blocked) one: the NCHW activation is reordered in and out around the
+//             primitive (one pass each; measured faster than oneDNN's NCHW path,
+//             which is im2col + GEMM). When oneDNN picks its GEMM path anyway the
+//             plain layout is kept and no reorder runs.
+//   epilogue  the compiler's fused Conv epilogue as post-ops: bias as the
+//             convolution's bias, the residual (input 3) as a sum post-op, the
+//             activation as eltwise post-ops. An activation oneDNN cannot express
+//             makes supports() say no, so another kernel runs the node.
+// Threads: the plan's (parallel_threads()), handed to OpenMP (onednn_context.h).
+//
+// Priority 5, below every other CPU Conv kernel: it runs where pinned
+// (KernelPolicy(conv="onednn")) or where no other kernel takes the case.
+#include "backends/cpu/onednn/onednn_conv.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "backends/cpu/onednn/onednn_context.h"
+#include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/spatial.h"
+#include "xpuruntime/ops/epilogue.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+// A fused epilogue's activation as oneDNN eltwise post-ops (algorithm, alpha, beta
+// in oneDNN's terms); false with the reason when oneDNN has no exact equivalent.
+struct Eltwise {
+  int alg = 0;  // dnnl_alg_kind_t
+  float alpha = 0.f, beta = 0.f;
+};
+
+bool eltwise_of(const ops::Epilogue& e, std::vector<Eltwise>& out, std::string& why) {
+  if (!e.has_activation()) return true;
+  using ops::Unary;
+  const float a = static_cast<float>(e.params.alpha), b = static_cast<float>(e.params.beta);
+#ifdef XRT_HAVE_ONEDNN
+  switch (e.activation) {
+    case Unary::kRelu: out.push_back({dnnl_eltwise_relu, 0.f, 0.f}); return true;
+    case Unary::kLeakyRelu: out.push_back({dnnl_eltwise_relu, a, 0.f}); return true;
+    case Unary::kSigmoid: out.push_back({dnnl_eltwise_logistic, 0.f, 0.f}); return true;
+    case Unary::kTanh: out.push_back({dnnl_eltwise_tanh, 0.f, 0.f}); return true;
+    case Unary::kElu: out.push_back({dnnl_eltwise_elu, a, 0.f}); return true;
+    case Unary::kGelu: out.push_back({dnnl_eltwise_gelu_erf, 0.f, 0.f}); return true;
+    case Unary::kGeluTanh: out.push_back({dnnl_eltwise_gelu_tanh, 0.f, 0.f}); return true;
+    // oneDNN 2.x's hardswish is x·relu6(x + 3)/6, ONNX HardSwish exactly.
+    case Unary::kHardSwish: out.push_back({dnnl_eltwise_hardswish, 0.f, 0.f}); return true;
+    case Unary::kHardSigmoid:  // max(0, min(1, alpha·x + beta)): linear, then clip
+      out.push_back({dnnl_eltwise_linear, a, b});
+      out.push_back({dnnl_eltwise_clip_v2, 0.f, 1.f});
+      return true;
+    case Unary::kClip:
+      out.push_back({dnnl_eltwise_clip_v2, static_cast<float>(e.params.lo),
+                     static_cast<float>(e.params.hi)});
+      return true;
+    default: break;
+  }
+#else
+  (void)a, (void)b, (void)out;
+#endif
+  why = "oneDNN has no post-op for the fused activation " + e.activation_op;
+  return false;
+}
+
+// Shapes a primitive can be built for: every dim known, rank 3-5.
+bool static_shape(const Shape& s) {
+  if (s.size() < 3 || s.size() > 5) return false;
+  for (int64_t d : s)
+    if (d < 0) return false;
+  return true;
+}
+
+#ifdef XRT_HAVE_ONEDNN
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+// The case one primitive serves: input and weight shapes, bias present, threads.
+struct ConvKey {
+  Shape x, w;
+  bool bias = false;
+  int threads = 0;
+  bool operator==(const ConvKey&) const = default;
+};
+
+// One primitive with its reorders and (constant weights) its packed weights.
+struct Entry {
+  ConvKey key;
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward conv;
+  memory::desc user_x, user_w, user_y, bias_md;
+  std::optional<dnnl::reorder> x_in, y_in, y_out, w_in;  // empty: layouts equal
+  memory packed_w;                                       // empty: weights not constant
+};
+
+memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
+Tag plain_tag(std::size_t rank) {
+  return rank == 3 ? Tag::ncw : rank == 4 ? Tag::nchw : Tag::ncdhw;
+}
+
+// The ONNX weight [M, C/g, k...] as oneDNN sees it: [g, M/g, C/g, k...] when grouped.
+memory::desc weight_md(const Shape& w, int64_t group, Tag fmt) {
+  memory::dims d = dims_of(w);
+  if (group > 1) {
+    d[0] /= group;
+    d.insert(d.begin(), group);
+    if (fmt != Tag::any) fmt = w.size() == 3 ? Tag::goiw : w.size() == 4 ? Tag::goihw : Tag::goidhw;
+  } else if (fmt != Tag::any) {
+    fmt = w.size() == 3 ? Tag::oiw : w.size() == 4 ? Tag::oihw : Tag::oidhw;
+  }
+  return memory::desc(d, memory::data_type::f32, fmt);
+}
+
+// A primitive descriptor for the case; blocked src/dst unless `plain`.
+dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops::Epilogue& e,
+                                                  const ConvKey& k, bool plain) {
+  const ops::Spatial g = conv_geometry(a, k.x, k.w);
+  Shape ys = {k.x[0], k.w[0]};
+  ys.insert(ys.end(), g.out.begin(), g.out.end());
+  memory::dims strides, dil, pl, pr;
+  for (int64_t i = 0; i < g.rank(); ++i) {
+    strides.push_back(g.s[i]);
+    dil.push_back(g.d[i] - 1);  // oneDNN counts the gaps between taps
+    pl.push_back(g.pb[i]);
+    pr.push_back(g.pe[i]);
+  }
+  const Tag act = plain ? plain_tag(k.x.size()) : Tag::any;
+  const memory::desc x(dims_of(k.x), memory::data_type::f32, act);
+  const memory::desc y(dims_of(ys), memory::data_type::f32, act);
+  const memory::desc w = weight_md(k.w, a.group, Tag::any);
+  const auto fwd = dnnl::prop_kind::forward_inference;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  std::optional<dnnl::convolution_forward::desc> d;
+  if (k.bias) {
+    const memory::desc b({k.w[0]}, memory::data_type::f32, Tag::x);
+    d.emplace(fwd, alg, x, w, b, y, strides, dil, pl, pr);
+  } else {
+    d.emplace(fwd, alg, x, w, y, strides, dil, pl, pr);
+  }
+  dnnl::post_ops po;
+  if (e.residual) po.append_sum(1.f);
+  std::vector<Eltwise> elt;
+  std::string why;
+  eltwise_of(e, elt, why);
+  for (const Eltwise& el : elt)
+    po.append_eltwise(1.f, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  return dnnl::convolution_forward::primitive_desc(*d, attr, onednn::cpu_engine());
+}
+
+// True when some output position's window lies wholly in the padding (a kernel
+// dimension of 1 with padding, or a dilated window that straddles a small input).
+// oneDNN 2.6's brgconv then leaves the fused residual (sum post-op) out of those
+// positions when a bias is fused too (measured: wrong results); its GEMM path, taken
+// on the plain layout, gets them right.
+bool padding_only_outputs(const ConvAttrs& a, const Shape& x, const Shape& w) {
+  const ops::Spatial g = conv_geometry(a, x, w);
+  for (int64_t i = 0; i < g.rank(); ++i)
+    for (int64_t o = 0; o < g.out[i]; ++o) {
+      bool hit = false;
+      for (int64_t t = 0; t < g.k[i] && !hit; ++t) {
+        const int64_t p = o * g.s[i] - g.pb[i] + t * g.d[i];
+        hit = p >= 0 && p < g.in[i];
+      }
+      if (!hit) return true;
+    }
+  return false;
+}
+
+std::optional<dnnl::reorder> reorder_if(const memory::desc& from, const memory::desc& to) {
+  if (from == to) return std::nullopt;
+  return dnnl::reorder(dnnl::reorder::primitive_desc(onednn::cpu_engine(), from, onednn::cpu_engine(), to));
+}
+
+// Per-thread, 64-byte aligned buffers for reordered activations (a run's src, dst
+// and non-constant weights), grown as needed and reused across steps.
+void* thread_buffer(int slot, std::size_t bytes) {
+  struct Buf {
+    std::unique_ptr<void, decltype(&std::free)> p{nullptr, &std::free};
+    std::size_t size = 0;
+  };
+  thread_local Buf bufs[3];
+  Buf& b = bufs[slot];
+  if (b.size < bytes) {
+    const std::size_t n = (bytes + 63) / 64 * 64;
+    b.p.reset(std::aligned_alloc(64, n));
+    XRT_CHECK(b.p != nullptr, OutOfMemoryError, "onednn conv: cannot allocate ", n,
+              " bytes of reorder scratch");
+    b.size = n;
+  }
+  return b.p.get();
+}
+
+// Conv/"onednn" bound to one plan step.
+class OnednnConvPrepared final : public PreparedKernel {
+ public:
+  OnednnConvPrepared(Node node, graph::HostTensor weights, std::optional<ConvKey> key)
+      : node_(std::move(node)),
+        attrs_(ConvAttrs::from_node(node_)),
+        epi_(ops::Epilogue::from_node(node_)),
+        weights_(std::move(weights)) {
+    if (key) first_ = build(*key);
+  }
+
+  void run(const KernelArgs& args) const override {
+    const std::vector<TensorView> in = views_of(args.inputs);
+    std::vector<TensorView> out = views_of(args.outputs);
+    run_views(in, out);
+  }
+
+  void run_views(const std::vector<TensorView>& in, std::vector<TensorView>& out) const {
+    XRT_CHECK(in.size() >= 2 && !out.empty(), InvalidArgumentError, node_.where(),
+              ": onednn Conv needs X, W and one output");
+    XRT_CHECK(in[0].dtype == DType::kFloat32 && in[1].dtype == DType::kFloat32,
+              UnsupportedOperationError, node_.where(), ": the onednn Conv kernel runs float32, got ",
+              dtype_name(in[0].dtype), " (pin conv to cpu_im2col for other dtypes)");
+    const bool has_bias = in.size() > 2 && in[2].data != nullptr;
+    const int threads = parallel_threads();
+    onednn::OmpThreads omp(threads);
+    const std::shared_ptr<const Entry> e = entry_for({in[0].shape, in[1].shape, has_bias, threads});
+    const dnnl::engine& eng = onednn::cpu_engine();
+    dnnl::stream& st = onednn::thread_stream();
+    const TensorView& y = out[0];
+    try {
+      memory xu(e->user_x, eng, in[0].data), yu(e->user_y, eng, y.data);
+      memory src = xu, dst = yu;
+      if (e->x_in) {
+        src = memory(e->pd.src_desc(), eng, thread_buffer(0, e->pd.src_desc().get_size()));
+        e->x_in->execute(st, xu, src);
+      }
+      if (e->y_out) dst = memory(e->pd.dst_desc(), eng, thread_buffer(1, e->pd.dst_desc().get_size()));
+      if (epi_.residual) {
+        XRT_CHECK(in.size() > 3 && in[3].data != nullptr && in[3].numel() == y.numel(),
+                  InvalidArgumentError, node_.where(),
+                  ": the fused residual (input 3) must have the output's shape");
+        // The sum post-op adds what dst holds: the residual, in dst's layout.
+        if (e->y_in) {
+          memory ru(e->user_y, eng, in[3].data);
+          e->y_in->execute(st, ru, dst);
+        } else if (in[3].data != y.data) {
+          std::memcpy(y.data, in[3].data, y.nbytes());
+        }
+      }
+      memory w = e->packed_w;
+      if (!w) {
+        memory wu(e->user_w, eng, in[1].data);
+        w = wu;
+        if (e->w_in) {
+          w = memory(e->pd.weights_desc(), eng, thread_buffer(2, e->pd.weights_desc().get_size()));
+          e->w_in->execute(st, wu, w);
+        }
+      }
+      std::unordered_map<int, memory> a = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
+      if (has_bias) a.emplace(DNNL_ARG_BIAS, memory(e->bias_md, eng, in[2].data));
+      e->conv.execute(st, a);
+      if (e->y_out) e->y_out->execute(st, dst, yu);
+      st.wait();
+    } catch (const dnnl::error& err) {
+      XRT_THROW(UnsupportedOperationError, node_.where(), ": oneDNN convolution failed: ", err.what(),
+                " (pin conv to cpu_im2col to run it without oneDNN)");
+    }
+  }
+
+ private:
+  // The primitive for a case: the one built at prepare, else from the cache
+  // (built on first use; the oldest dropped past kCacheSize).
+  std::shared_ptr<const Entry> entry_for(const ConvKey& k) const {
+    if (first_ && first_->key == k) return first_;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : cache_)
+      if (e->key == k) return e;
+    std::shared_ptr<const Entry> e = build(k);
+    if (cache_.size() >= kCacheSize) cache_.erase(cache_.begin());
+    cache_.push_back(e);
+    return e;
+  }
+
+  std::shared_ptr<const Entry> build(const ConvKey& k) const {
+    XRT_CHECK(static_shape(k.x) && k.w.size() == k.x.size(), InvalidArgumentError, node_.where(),
+              ": onednn Conv needs X and W of rank 3-5, got ", shape_str(k.x), " and ",
+              shape_str(k.w));
+    onednn::OmpThreads omp(k.threads);
+    try {
+      auto e = std::make_shared<Entry>();
+      e->key = k;
+      const bool plain = epi_.residual && padding_only_outputs(attrs_, k.x, k.w);
+      e->pd = make_pd(attrs_, epi_, k, plain);
+      // oneDNN's GEMM path takes NCHW itself: reorders around it would only cost.
+      if (!plain && std::string(e->pd.impl_info_str()).find("gemm") != std::string::npos)
+        e->pd = make_pd(attrs_, epi_, k, true);
+      e->conv = dnnl::convolution_forward(e->pd);
+      const Tag t = plain_tag(k.x.size());
+      e->user_x = memory::desc(dims_of(k.x), memory::data_type::f32, t);
+      e->user_y = memory::desc(e->pd.dst_desc().dims(), memory::data_type::f32, t);
+      e->user_w = weight_md(k.w, attrs_.group, t);
+      e->bias_md = memory::desc({k.w[0]}, memory::data_type::f32, Tag::x);
+      e->x_in = reorder_if(e->user_x, e->pd.src_desc());
+      e->y_out = reorder_if(e->pd.dst_desc(), e->user_y);
+      if (epi_.residual) e->y_in = reorder_if(e->user_y, e->pd.dst_desc());
+      e->w_in = reorder_if(e->user_w, e->pd.weights_desc());
+      if (weights_.defined() && weights_.shape == k.w) {
+        // Constant weights: packed once into the primitive's layout, kept with it.
+        memory wu(e->user_w, onednn::cpu_engine(), weights_.data);
+        e->packed_w = memory(e->pd.weights_desc(), onednn::cpu_engine());
+        dnnl::stream& st = onednn::thread_stream();
+        if (e->w_in) e->w_in->execute(st, wu, e->packed_w);
+        else std::memcpy(e->packed_w.get_data_handle(), weights_.data, weights_.nbytes());
+        st.wait();
+      }
+      return e;
+    } catch (const dnnl::error& err) {
+      XRT_THROW(UnsupportedOperationError, node_.where(), ": oneDNN has no convolution for X ",
+                shape_str(k.x), ", W ", shape_str(k.w), ": ", err.what(),
+                " (pin conv to cpu_im2col or cpu_direct)");
+    }
+  }
+
+  static constexpr std::size_t kCacheSize = 8;  // shapes one dynamic step keeps
+  Node node_;
+  ConvAttrs attrs_;
+  ops::Epilogue epi_;
+  graph::HostTensor weights_;  // the constant W, or undefined
+  std::shared_ptr<const Entry> first_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::shared_ptr<const Entry>> cache_;
+};
+
+PreparedKernelPtr onednn_prepare(const OpDef& def, const PrepareContext& pc) {
+  Node n = prepared_node(def.op_type, pc);
+  graph::HostTensor w;
+  if (pc.constants.size() > 1 && pc.constants[1].defined() && pc.constants[1].dtype == DType::kFloat32)
+    w = pc.constants[1];
+  std::optional<ConvKey> key;
+  if (pc.ctx != nullptr && pc.ctx->inputs.size() >= 2 && static_shape(pc.ctx->inputs[0].shape) &&
+      static_shape(pc.ctx->inputs[1].shape)) {
+    const bool bias = pc.ctx->inputs.size() > 2 && !pc.ctx->inputs[2].shape.empty();
+    key = ConvKey{pc.ctx->inputs[0].shape, pc.ctx->inputs[1].shape, bias, parallel_threads()};
+  }
+  return std::make_shared<OnednnConvPrepared>(std::move(n), std::move(w), std::move(key));
+}
+
+#endif  // XRT_HAVE_ONEDNN
+
+Support onednn_supports(const Node& n, const std::vector<Meta>& in) {
+  if (!onednn::onednn_available()) return Support::no(reason::kBackendUnavailable, onednn::onednn_info());
+  const ops::Epilogue e = ops::Epilogue::from_node(n);
+  std::vector<Eltwise> elt;
+  std::string why;
+  if (!eltwise_of(e, elt, why)) return Support::no(reason::kAttributeUnsupported, why);
+  if (in.size() < 2 || !in[0].shape || !in[1].shape) return Support::yes();  // built per shape at run
+  const Shape& x = *in[0].shape;
+  const Shape& w = *in[1].shape;
+  if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+    return Support::no(reason::kShapeUnsupported, "only 1-3 spatial dimensions");
+  if (!static_shape(x) || !static_shape(w)) return Support::yes();
+#ifdef XRT_HAVE_ONEDNN
+  try {
+    const bool bias = in.size() > 2 && in[2].present;
+    make_pd(ConvAttrs::from_node(n), e, ConvKey{x, w, bias, parallel_threads()}, false);
+  } catch (const dnnl::error& err) {
+    return Support::no(reason::kShapeUnsupported, std::string("oneDNN: ") + err.what());
+  }
+#endif
+  return Support::yes();
+}
+
+}  // namespace
+
+void register_onednn_conv_ops(std::vector<OpDef>& defs) {
+  OpDef d;
+  d.op_type = "Conv";
+  d.kernel = "onednn";
+  d.dtypes = {DType::kFloat32};
+  d.priority = 5;
+  d.description =
+      "oneDNN convolution (libdnnl): weights packed once into its blocked layout, bias, "
+      "residual and activation as post-ops, a primitive per shape";
+  d.supports = onednn_supports;
+#ifdef XRT_HAVE_ONEDNN
+  d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    OnednnConvPrepared(n, graph::HostTensor{}, std::nullopt).run_views(in, out);
+  };
+  d.prepare = onednn_prepare;
+#else
+  d.run = [](const Node& n, const std::vector<TensorView>&, std::vector<TensorView>&) {
+    XRT_THROW(BackendUnavailableError, n.where(), ": onednn Conv: ", onednn::onednn_info());
+  };
+#endif
+  defs.push_back(d);
+}
+
+}  // namespace xpuruntime::cpu
