@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -400,9 +401,50 @@ def test_metrics_endpoint(server, hc) -> None:
     assert "xrt_inference_failures_total{" in text
     assert 'xrt_device_memory_allocated_bytes{device="cpu"}' in text
     assert "no_such_model_for_metrics" not in text  # names from bad requests never become labels
+    # A request that names no version is counted under the version that served it.
+    served = re.search(r'xrt_inference_requests_total\{model="mlp",protocol="rest",version="2"\} (\S+)', text)
+    assert served is not None and float(served.group(1)) >= 1
 
 
 # ---------------------------------------------------------------------- less common wire forms
+def test_grpc_response_from_cached_prefix_parses_as_the_whole_message() -> None:
+    """render_infer's cached shared-parameter prefix + per-response fields == the message built whole."""
+    from xpuruntime.serving.grpc_service import messages, render_infer
+    from xpuruntime.serving.protocol import InferResponse, SharedParameters
+
+    rng = np.random.default_rng(7)
+    shared = SharedParameters({"engine": "native", "device": "cpu", "batch_size": 4, "flag": True})
+    outs = {
+        "y": rng.standard_normal((4, 3)).astype(np.float32),
+        "i": rng.integers(-9, 9, (4,)).astype(np.int64),
+        "h": rng.standard_normal((2, 2)).astype(np.float16),
+    }
+    params = {**shared.values, "batch_requests": 3, "queue_time_us": 17, "ratio": 0.25}
+    want = messages()["ModelInferResponse"](model_name="m", model_version="2", id="req-1")
+    for k, v in params.items():
+        p = want.parameters[k]
+        if isinstance(v, bool):
+            p.bool_param = v
+        elif isinstance(v, int):
+            p.int64_param = v
+        elif isinstance(v, float):
+            p.double_param = v
+        else:
+            p.string_param = v
+    for name, arr in outs.items():
+        o = want.outputs.add()
+        o.name, o.datatype = name, {"y": "FP32", "i": "INT64", "h": "FP16"}[name]
+        o.shape.extend(arr.shape)
+        want.raw_output_contents.append(arr.tobytes())
+    for _ in range(2):  # the second response reuses the prefix cached by the first
+        resp = InferResponse("m", "2", outs, dict(params), "req-1", shared)
+        got = messages()["ModelInferResponse"].FromString(render_infer(resp, raw=True))
+        assert got == want
+    assert len(shared.encoded) == 1
+    plain = InferResponse("m", "2", outs, dict(params), "req-1")  # no shared part: built whole
+    assert messages()["ModelInferResponse"].FromString(render_infer(plain, raw=True)) == want
+
+
 def test_grpc_typed_contents_and_raw_count(server, repo) -> None:
     """Typed InferTensorContents in, typed contents out; a raw buffer count that disagrees is refused."""
     import grpc

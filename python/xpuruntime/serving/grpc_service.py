@@ -10,6 +10,7 @@ service name, so any protocol client (tritonclient, KServe's) talks to it unchan
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import tempfile
 from pathlib import Path
@@ -29,6 +30,7 @@ from .protocol import (
     datatype_of,
     dtype_of,
     invalid,
+    raw_bytes,
 )
 
 SERVICE = "inference.GRPCInferenceService"
@@ -87,41 +89,75 @@ def _get_param(p: Any) -> Any:
 
 
 def parse_infer(msg: Any) -> InferRequest:
-    """An InferRequest from a ModelInferRequest (raw contents or typed contents)."""
-    raw = list(msg.raw_input_contents)
-    if raw and len(raw) != len(msg.inputs):
+    """An InferRequest from a ModelInferRequest (raw contents or typed contents).
+
+    Raw contents become arrays over the message's bytes without a copy.
+    """
+    raw = msg.raw_input_contents
+    tensors = msg.inputs
+    if raw and len(raw) != len(tensors):
         raise invalid(
-            f"{len(raw)} raw_input_contents for {len(msg.inputs)} inputs; send one raw buffer per input "
+            f"{len(raw)} raw_input_contents for {len(tensors)} inputs; send one raw buffer per input "
             "or typed contents for all"
         )
-    if not msg.inputs:
+    if not tensors:
         raise invalid("the request needs at least one input tensor")
     inputs: dict[str, np.ndarray] = {}
-    for k, t in enumerate(msg.inputs):
-        where = f"input '{t.name}'"
-        if t.name in inputs:
-            raise invalid(f"{where} is given twice")
+    for k, t in enumerate(tensors):
+        name = t.name
+        if name in inputs:
+            raise invalid(f"input '{name}' is given twice")
+        where = f"input '{name}'"
         dt = dtype_of(t.datatype, where)
-        shape = check_shape(list(t.shape), where)
+        shape = tuple(t.shape)  # uint64/int64 on the wire: always integers
         if raw:
-            inputs[t.name] = array_from_bytes(raw[k], dt, shape, where)
+            inputs[name] = array_from_bytes(raw[k], dt, check_shape(shape, where), where)
         else:
             field = _CONTENTS.get(t.datatype.upper())
             if field is None:
                 raise invalid(f"{where}: datatype {t.datatype} travels in raw_input_contents only")
-            inputs[t.name] = array_from_list(list(getattr(t.contents, field)), dt, shape, where)
+            inputs[name] = array_from_list(
+                list(getattr(t.contents, field)), dt, check_shape(shape, where), where
+            )
     outputs = [RequestedOutput(o.name) for o in msg.outputs] or None
-    params = {k: _get_param(v) for k, v in msg.parameters.items()}
+    params = {k: _get_param(v) for k, v in msg.parameters.items()} if msg.parameters else {}
     return InferRequest(msg.model_name, msg.model_version, inputs, outputs, msg.id, params, bool(raw))
 
 
-def render_infer(resp: InferResponse, raw: bool) -> Any:
-    """A ModelInferResponse; tensors as raw bytes when the request sent raw bytes."""
+def _shared_prefix(resp: InferResponse) -> bytes:
+    """The encoded ModelInferResponse fields that ``resp.shared`` stands for (cached on it).
+
+    A protobuf message's serialization followed by another's parses as the two merged
+    (the protocol buffers encoding spec: repeated and map fields concatenate), so a
+    response is this cached prefix followed by the fields of its own.
+    """
+    assert resp.shared is not None
+    key = ("grpc", resp.model, resp.version)
+    prefix = resp.shared.encoded.get(key)
+    if prefix is None:
+        m = messages()["ModelInferResponse"](model_name=resp.model, model_version=resp.version)
+        for k, v in resp.shared.values.items():
+            _set_param(m.parameters[k], v)
+        prefix = m.SerializeToString(deterministic=True)
+        resp.shared.encoded[key] = prefix
+    return prefix
+
+
+def render_infer(resp: InferResponse, raw: bool) -> bytes:
+    """A serialized ModelInferResponse; tensors as raw bytes when the request sent raw bytes."""
     m = messages()["ModelInferResponse"]()
-    m.model_name = resp.model
-    m.model_version = resp.version
-    m.id = resp.id
-    for k, v in resp.parameters.items():
+    if resp.shared is not None:
+        prefix = _shared_prefix(resp)
+        shared = resp.shared.values
+        own = {k: v for k, v in resp.parameters.items() if k not in shared}
+    else:
+        prefix = b""
+        m.model_name = resp.model
+        m.model_version = resp.version
+        own = resp.parameters
+    if resp.id:
+        m.id = resp.id
+    for k, v in own.items():
         _set_param(m.parameters[k], v)
     for name, value in resp.outputs.items():
         arr = np.ascontiguousarray(value)
@@ -131,41 +167,48 @@ def render_infer(resp: InferResponse, raw: bool) -> Any:
         o.shape.extend(arr.shape)
         field = _CONTENTS.get(o.datatype)
         if raw or field is None:
-            m.raw_output_contents.append(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+            m.raw_output_contents.append(raw_bytes(arr))
         else:
             getattr(o.contents, field).extend(arr.reshape(-1).tolist())
-    return m
+    return prefix + m.SerializeToString()
 
 
 class InferenceServicer:
-    """Handlers of GRPCInferenceService over an :class:`xpuruntime.serving.InferenceServer`."""
+    """Handlers of GRPCInferenceService over an :class:`xpuruntime.serving.InferenceServer`.
+
+    The handlers are coroutines of a ``grpc.aio`` server: a request is parsed, run and
+    answered on the server's event loop, without handing it to a thread (a model whose
+    warm run is short runs inline; longer runs and the batcher's queue are awaited, see
+    :meth:`ModelScheduler.infer_async`). Repository loads run on the server's executor.
+    """
 
     def __init__(self, server: Any) -> None:
         self.server = server
         self.repo = server.repository
         self.metrics = server.metrics
+        self.executor = server.executor
         self.msg = messages()
 
-    def _abort(self, context: grpc.ServicerContext, exc: ServingError) -> None:
-        context.abort(getattr(grpc.StatusCode, exc.grpc_code), str(exc))
+    async def _abort(self, context: grpc.aio.ServicerContext, exc: ServingError) -> None:
+        await context.abort(getattr(grpc.StatusCode, exc.grpc_code), str(exc))
 
-    def ServerLive(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return self.msg["ServerLiveResponse"](live=True)
 
-    def ServerReady(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return self.msg["ServerReadyResponse"](ready=self.server.ready())
 
-    def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return self.msg["ModelReadyResponse"](ready=self.repo.is_ready(request.name, request.version))
 
-    def ServerMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return self.msg["ServerMetadataResponse"](**self.server.server_metadata())
 
-    def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             md = self.repo.get(request.name, request.version).model.metadata()
         except ServingError as exc:
-            self._abort(context, exc)
+            await self._abort(context, exc)
         tm = self.msg["ModelMetadataResponse"].TensorMetadata
         return self.msg["ModelMetadataResponse"](
             name=md["name"],
@@ -175,37 +218,41 @@ class InferenceServicer:
             outputs=[tm(**t) for t in md["outputs"]],
         )
 
-    def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:
-        name, version = request.model_name, request.model_version
+    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> bytes:
         label = ("", "")  # labelled by model once the model is known (bounded label set)
         try:
-            sched = self.repo.get(name, version)
-            label = (name, version)
-            self.metrics.requests.labels(name, version, "grpc").inc()
+            sched = self.repo.get(request.model_name, request.model_version)
+            label = (request.model_name, sched.model.version)
+            sched.request_counters["grpc"].inc()
             req = parse_infer(request)
             req.version = sched.model.version
-            return render_infer(sched.infer(req), req.binary_outputs)
+            return render_infer(await sched.infer_async(req, self.executor), req.binary_outputs)
         except ServingError as exc:
             self.metrics.failures.labels(*label, "grpc", exc.grpc_code).inc()
-            self._abort(context, exc)
+            await self._abort(context, exc)
+            raise  # not reached: abort raises
 
-    def RepositoryIndex(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         mi = self.msg["RepositoryIndexResponse"].ModelIndex
         models = [mi(**{k: str(v) for k, v in e.items()}) for e in self.repo.index(request.ready)]
         return self.msg["RepositoryIndexResponse"](models=models)
 
-    def RepositoryModelLoad(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            self.repo.load(request.model_name)
+            await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.repo.load, request.model_name
+            )
         except ServingError as exc:
-            self._abort(context, exc)
+            await self._abort(context, exc)
         return self.msg["RepositoryModelLoadResponse"]()
 
-    def RepositoryModelUnload(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            self.repo.unload(request.model_name)
+            await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.repo.unload, request.model_name
+            )
         except ServingError as exc:
-            self._abort(context, exc)
+            await self._abort(context, exc)
         return self.msg["RepositoryModelUnloadResponse"]()
 
 
@@ -222,6 +269,10 @@ _METHODS = {
 }
 
 
+def _as_is(payload: bytes) -> bytes:
+    return payload
+
+
 def handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     """The generic handler that routes /inference.GRPCInferenceService/* to ``servicer``."""
     msgs = messages()
@@ -229,7 +280,8 @@ def handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
         method: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method),
             request_deserializer=msgs[req].FromString,
-            response_serializer=msgs[resp].SerializeToString,
+            # ModelInfer's handler answers serialized bytes (see render_infer).
+            response_serializer=_as_is if method == "ModelInfer" else msgs[resp].SerializeToString,
         )
         for method, (req, resp) in _METHODS.items()
     }

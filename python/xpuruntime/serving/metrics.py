@@ -28,10 +28,19 @@ _LATENCY_BUCKETS = (
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-class ModelMetrics:
-    """One model version's histograms and gauge."""
+PROTOCOLS = ("rest", "grpc")
 
-    def __init__(self, batch_size: Any, compute: Any, queue: Any, depth: Any) -> None:
+
+class ModelMetrics:
+    """One model version's label children, bound once so a request does no label lookup.
+
+    ``requests`` maps each protocol (``PROTOCOLS``) to its request counter.
+    """
+
+    def __init__(
+        self, requests: dict[str, Any], batch_size: Any, compute: Any, queue: Any, depth: Any
+    ) -> None:
+        self.requests = requests
         self.batch_size, self.compute, self.queue, self.depth = batch_size, compute, queue, depth
 
     def observe_batch(self, rows: int, compute_s: float, queue_s: list[float]) -> None:
@@ -97,6 +106,7 @@ class ServerMetrics:
     def model_metrics(self, model: str, version: str) -> ModelMetrics:
         """The per-model children (label lookups done once, not per request)."""
         return ModelMetrics(
+            {p: self.requests.labels(model, version, p) for p in PROTOCOLS},
             self.batch_size.labels(model, version),
             self.compute_seconds.labels(model, version),
             self.queue_seconds.labels(model, version),

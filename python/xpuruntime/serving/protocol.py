@@ -10,6 +10,7 @@ and a message that says what was wrong and how to fix it.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,8 @@ _DATATYPES: dict[str, np.dtype] = {
     "FP64": np.dtype(np.float64),
 }
 _BY_DTYPE = {v: k for k, v in _DATATYPES.items()}
+# The protocol's raw tensors are little-endian: on a little-endian host they are used as they come.
+_LITTLE = sys.byteorder == "little"
 
 
 class ServingError(Exception):
@@ -92,6 +95,11 @@ def dtype_of(datatype: str, where: str) -> np.dtype:
 
 def check_shape(shape: Any, where: str) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints, or ServingError."""
+    if isinstance(shape, (list, tuple)):
+        dims = tuple(shape)
+        # type() rather than isinstance(): bool is an int subclass and is not a dimension.
+        if all(type(d) is int and d >= 0 for d in dims):
+            return dims
     if not isinstance(shape, (list, tuple)) or not all(
         isinstance(d, int) and not isinstance(d, bool) for d in shape
     ):
@@ -110,14 +118,27 @@ def element_count(shape: Sequence[int]) -> int:
 
 
 def array_from_bytes(raw: bytes | memoryview, dt: np.dtype, shape: tuple[int, ...], where: str) -> np.ndarray:
-    """A tensor from its raw little-endian row-major bytes (binary extension, raw contents)."""
+    """A tensor from its raw little-endian row-major bytes (binary extension, raw contents).
+
+    The array is a read-only view of ``raw`` on little-endian hosts (no copy).
+    """
     want = element_count(shape) * dt.itemsize
     if len(raw) != want:
         raise invalid(
             f"{where}: {len(raw)} bytes of binary data for shape {list(shape)} {datatype_of(dt)} "
             f"which needs {want} bytes; send exactly shape x element size"
         )
-    return np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt, copy=False).reshape(shape)
+    if _LITTLE:
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+    return np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt).reshape(shape)
+
+
+def raw_bytes(arr: np.ndarray) -> bytes:
+    """The array's row-major bytes in the protocol's byte order (little-endian)."""
+    bo = arr.dtype.byteorder
+    if bo == ">" or (bo == "=" and not _LITTLE):
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(arr).tobytes()
 
 
 def array_from_list(data: Any, dt: np.dtype, shape: tuple[int, ...], where: str) -> np.ndarray:
@@ -155,15 +176,35 @@ class InferRequest:
     binary_outputs: bool = False  # REST: every output in binary unless an output says otherwise
 
 
+class SharedParameters:
+    """Response parameters that many responses share (model, engine, device, policy, batch size).
+
+    The scheduler builds one per model version and batch size at load, so a response
+    does not format them again; front ends cache their wire encoding of them in
+    ``encoded`` (by front end). ``values`` must not change once the object is shared.
+    """
+
+    __slots__ = ("encoded", "values")
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values: dict[str, Any] = dict(values)
+        self.encoded: dict[str, Any] = {}
+
+
 @dataclasses.dataclass
 class InferResponse:
-    """One response: outputs in the requested order and the provenance parameters."""
+    """One response: outputs in the requested order and the provenance parameters.
+
+    ``parameters`` holds every parameter; when ``shared`` is given, the parameters it
+    holds are in ``parameters`` too, and the rest are this response's own.
+    """
 
     model: str
     version: str
     outputs: dict[str, np.ndarray]
     parameters: dict[str, Any]
     id: str = ""
+    shared: SharedParameters | None = None
 
 
 def select_outputs(

@@ -45,6 +45,7 @@ from .protocol import (
     datatype_of,
     dtype_of,
     invalid,
+    raw_bytes,
     too_large,
 )
 
@@ -174,7 +175,7 @@ def render_infer(resp: InferResponse, req: InferRequest) -> tuple[bytes, list[tu
         arr = np.ascontiguousarray(value)
         t: dict[str, Any] = {"name": name, "datatype": datatype_of(arr.dtype), "shape": list(arr.shape)}
         if name in binary_names:
-            raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+            raw = raw_bytes(arr)
             t["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
@@ -230,8 +231,8 @@ class _InferFastPath:
         label = ("", "")
         try:
             sched = self.repo.get(name, version)
-            label = (name, version)
-            self.metrics.requests.labels(name, version, "rest").inc()
+            label = (name, sched.model.version)
+            sched.request_counters["rest"].inc()
             headers = dict(scope["headers"])
             body = await _body(headers, receive, self.limit)
             length = headers.get(HEADER_LENGTH.encode())

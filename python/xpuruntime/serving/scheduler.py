@@ -8,10 +8,11 @@ smallest bucket that holds it. Since every bucket's plan was built at load, batc
 never compile. A full queue refuses the request at once (HTTP 503 / gRPC
 RESOURCE_EXHAUSTED): memory stays bounded and the client can back off.
 
-Without batching each request runs on the calling thread (gRPC's worker, or the REST
-server's thread pool); at most ``max_inflight`` run or wait at once. A REST request
+Without batching each request runs on its own; at most ``max_inflight`` run or wait at
+once. The front ends (both asyncio) call :meth:`ModelScheduler.infer_async`: a request
 for a model whose warm run takes under ``INLINE_RUN_US`` runs on the event loop
-itself: handing it to a thread would cost more than running it.
+itself (handing it to a thread would cost more than running it), a longer one on the
+server's executor. :meth:`ModelScheduler.infer` runs it on the calling thread.
 
 Thread safety: every public method may be called from any thread.
 """
@@ -27,7 +28,15 @@ from typing import Any
 
 from .metrics import ServerMetrics
 from .model import ServedModel
-from .protocol import InferRequest, InferResponse, ServingError, overloaded, select_outputs, unavailable
+from .protocol import (
+    InferRequest,
+    InferResponse,
+    ServingError,
+    SharedParameters,
+    overloaded,
+    select_outputs,
+    unavailable,
+)
 
 INLINE_RUN_US = 200.0
 
@@ -67,14 +76,18 @@ class ModelScheduler:
         self._max_queue = cfg.max_queue_size if cfg else 0
         self._workers: list[threading.Thread] = []
         self._mm = metrics.model_metrics(model.name, model.version)
+        # Front ends count their requests on these (label children bound once).
+        self.request_counters: dict[str, Any] = self._mm.requests
         self._depth = self._mm.depth
-        self._base = {
+        base = {
             "engine": model.engine,
             "device": model.device,
             "policy_fingerprint": model.policy_fingerprint,
             "model_version": model.version,
             **(provenance or {}),
         }
+        # Provenance that only depends on the batch size formed, built once per bucket.
+        self._shared = {b: SharedParameters({**base, "batch_size": b}) for b in model.buckets or (1,)}
         if self.batching:
             for k in range(model.config.instances):
                 t = threading.Thread(
@@ -224,14 +237,23 @@ class ModelScheduler:
         compute = t1 - t0
         bucket = self.model.bucket_for(sum(rows)) or 1
         self._mm.observe_batch(bucket, compute, [t0 - t for t in t_enqueue])
-        responses = []
-        for req, out, te in zip(reqs, outs, t_enqueue):
-            params: dict[str, Any] = dict(self._base)
-            params["batch_size"] = bucket
-            params["batch_requests"] = len(reqs)
-            params["queue_time_us"] = int((t0 - te) * 1e6)
-            params["compute_time_us"] = int(compute * 1e6)
-            responses.append(
-                InferResponse(req.model, self.model.version, select_outputs(out, req.outputs), params, req.id)
+        shared = self._shared[bucket]
+        n = len(reqs)
+        compute_us = int(compute * 1e6)
+        version = self.model.version
+        return [
+            InferResponse(
+                req.model,
+                version,
+                select_outputs(out, req.outputs),
+                {
+                    **shared.values,
+                    "batch_requests": n,
+                    "queue_time_us": int((t0 - te) * 1e6),
+                    "compute_time_us": compute_us,
+                },
+                req.id,
+                shared,
             )
-        return responses
+            for req, out, te in zip(reqs, outs, t_enqueue)
+        ]
