@@ -19,7 +19,16 @@ from .. import _core
 from .._core import InvalidArgumentError
 from . import _lib, _record
 from ._lib import CollectiveTimeoutError, CommunicatorAbortedError
-from ._tensors import NCCL_DTYPES, TensorInfo, describe, op_code, require_cuda, same_kind, stream_handle
+from ._tensors import (
+    NCCL_DTYPES,
+    NCCL_OPS,
+    TensorInfo,
+    describe,
+    op_code,
+    require_cuda,
+    same_kind,
+    stream_handle,
+)
 from .work import Work
 
 # nccl_abi.h XrtNcclCollective
@@ -32,6 +41,8 @@ _KIND = {
     "send": 5,
     "recv": 6,
 }
+_REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+_OP_NAMES = {code: name for name, code in NCCL_OPS.items()}
 _tls = threading.local()
 
 
@@ -119,7 +130,8 @@ class Collectives:
         )
         if work is not None:
             self._call("work_end", work._handle, s)
-        _record.record(op, info.device, info.dtype, info.shape, info.nbytes, s, self, peer)
+        reduce_op = _OP_NAMES[redop] if op in _REDUCING else None
+        _record.record(op, info.device, info.dtype, info.shape, info.nbytes, s, self, peer, reduce_op)
         if start_ns:
             _record.profile_event(op, start_ns, info, s, self, None)
         return work

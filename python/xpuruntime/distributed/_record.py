@@ -78,11 +78,12 @@ def record(
     stream: int,
     comm: Any,
     peer: int | None = None,
+    reduce_op: str | None = None,
 ) -> int:
     """Records one call of a collective: a Decision per case (later calls are hits).
     Returns the decision's ``seq``."""
     settings = comm.nccl_settings
-    key = (op, device, dtype, shape, comm.world, peer, tuple(settings.items()), comm.deterministic)
+    key = (op, reduce_op, device, dtype, shape, comm.world, peer, tuple(settings.items()), comm.deterministic)
     with _lock:
         seq = _cases.get(key)
     if seq is not None and _log.dispatcher().add_hits(seq, 1):
@@ -90,7 +91,8 @@ def record(
     algo = settings["NCCL_ALGO"] or "NCCL's choice"
     proto = settings["NCCL_PROTO"] or "NCCL's choice"
     detail = (
-        f"NCCL {comm.nccl_version_string}; NCCL_ALGO={algo}; NCCL_PROTO={proto}; {nbytes} bytes; "
+        (f"op {reduce_op}; " if reduce_op else "")
+        + f"NCCL {comm.nccl_version_string}; NCCL_ALGO={algo}; NCCL_PROTO={proto}; {nbytes} bytes; "
         f"stream 0x{stream:x}; rank {comm.rank} of {comm.world}"
         + (f"; peer/root {peer}" if peer is not None else "")
         + (f"; {HOW_DETERMINISTIC}" if comm.deterministic else "")
@@ -105,7 +107,7 @@ def record(
         rule=_core.rule.POLICY_REQUIRE if comm.deterministic else _core.rule.AUTO_FIRST_SUPPORTED,
         node=f"xpuruntime.distributed.{op}",
         detail=detail,
-        key=f"nccl.{op}|{dtype}|{list(shape)}|world{comm.world}|{algo}/{proto}",
+        key=f"nccl.{op}|{reduce_op or '-'}|{dtype}|{list(shape)}|world{comm.world}|{algo}/{proto}",
     )
     seq = _log.record(decision)
     with _lock:

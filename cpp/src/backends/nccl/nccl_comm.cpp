@@ -43,13 +43,13 @@ struct Comm {
 };
 
 struct Work {
-  Comm *comm = nullptr;  // borrowed: the Python Work keeps its Communicator alive
+  Comm* comm = nullptr;  // borrowed: the Python Work keeps its Communicator alive
   CUevent start = nullptr, end = nullptr;
   bool captured = false;  // enqueued inside graph capture: completion belongs to replays
 };
 
 // Loaded tables, or a kXrtNcclUnavailable status with the reason.
-int tables(const NcclFns *&n, const CudaFns *&c) {
+int tables(const NcclFns*& n, const CudaFns*& c) {
   std::string why;
   n = nccl_fns(&why);
   if (n == nullptr) return fail(kXrtNcclUnavailable, "NCCL unavailable: " + why);
@@ -63,38 +63,38 @@ int tables(const NcclFns *&n, const CudaFns *&c) {
   return kXrtNcclOk;
 }
 
-std::string cu_text(const CudaFns &c, CUresult rc) {
-  const char *s = nullptr;
+std::string cu_text(const CudaFns& c, CUresult rc) {
+  const char* s = nullptr;
   c.GetErrorString(rc, &s);
   return std::to_string(static_cast<int>(rc)) + " (" + (s ? s : "unknown") + ")";
 }
 
-int cu_fail(const CudaFns &c, CUresult rc, const std::string &what) {
+int cu_fail(const CudaFns& c, CUresult rc, const std::string& what) {
   return fail(kXrtNcclCudaError, what + " failed: CUDA driver error " + cu_text(c, rc));
 }
 
-std::string nccl_text(const NcclFns &n, ncclResult_t rc, ncclComm_t comm) {
+std::string nccl_text(const NcclFns& n, ncclResult_t rc, ncclComm_t comm) {
   std::string s = std::string(n.GetErrorString(rc)) + " (" + std::to_string(static_cast<int>(rc)) + ")";
-  const char *last = n.GetLastError(comm);
+  const char* last = n.GetLastError(comm);
   if (last && *last) s += ": " + std::string(last);
   return s;
 }
 
-int bind(const CudaFns &c, const Comm &k) {
+int bind(const CudaFns& c, const Comm& k) {
   const CUresult rc = c.CtxSetCurrent(k.ctx);
   return rc == CUDA_SUCCESS ? kXrtNcclOk
                             : cu_fail(c, rc, "making cuda:" + std::to_string(k.device) + " current");
 }
 
-void abort_comm(Comm &k) {
+void abort_comm(Comm& k) {
   if (k.comm != nullptr) nccl_fns(nullptr)->CommAbort(k.comm);
   k.comm = nullptr;
 }
 
 // Polls a nonblocking communicator until its pending operation left
 // ncclInProgress.
-int settle(Comm &k, const std::string &what, double timeout_s) {
-  const NcclFns &n = *nccl_fns(nullptr);
+int settle(Comm& k, const std::string& what, double timeout_s) {
+  const NcclFns& n = *nccl_fns(nullptr);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (int spin = 0;; ++spin) {
     ncclResult_t state = ncclSuccess;
@@ -123,10 +123,10 @@ int settle(Comm &k, const std::string &what, double timeout_s) {
 
 // Communicators touched inside the calling thread's open ncclGroupStart/End.
 thread_local int g_group_depth = 0;
-thread_local std::vector<Comm *> g_group_comms;
+thread_local std::vector<Comm*> g_group_comms;
 
-Comm *as_comm(void *p, const char *what) {
-  auto *k = static_cast<Comm *>(p);
+Comm* as_comm(void* p, const char* what) {
+  auto* k = static_cast<Comm*>(p);
   if (k == nullptr || k->comm == nullptr) {
     fail(kXrtNcclInvalidArgument, std::string(what) +
                                       ": the communicator was destroyed or "
@@ -137,8 +137,8 @@ Comm *as_comm(void *p, const char *what) {
   return k;
 }
 
-const char *kind_name(int kind) {
-  static constexpr const char *kNames[] = {
+const char* kind_name(int kind) {
+  static constexpr const char* kNames[] = {
       "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send", "recv"};
   return (kind >= 0 && kind <= kXrtRecv) ? kNames[kind] : "collective";
 }
@@ -150,24 +150,24 @@ using namespace xpuruntime::nccl;  // NOLINT: the extern "C" bodies below
 
 extern "C" {
 
-const char *xrt_nccl_last_error() { return g_error.c_str(); }
+const char* xrt_nccl_last_error() { return g_error.c_str(); }
 
-int xrt_nccl_prefer_library(const char *path) {
+int xrt_nccl_prefer_library(const char* path) {
   prefer_nccl_library(path ? path : "");
   return ok();
 }
 
-int xrt_nccl_version(int *version) {
+int xrt_nccl_version(int* version) {
   std::string why;
-  const NcclFns *n = nccl_fns(&why);
+  const NcclFns* n = nccl_fns(&why);
   if (n == nullptr) return fail(kXrtNcclUnavailable, "NCCL unavailable: " + why);
   if (n->GetVersion(version) != ncclSuccess) return fail(kXrtNcclError, "ncclGetVersion failed");
   return ok();
 }
 
-int xrt_nccl_probe(int *devices) {
-  const NcclFns *n = nullptr;
-  const CudaFns *c = nullptr;
+int xrt_nccl_probe(int* devices) {
+  const NcclFns* n = nullptr;
+  const CudaFns* c = nullptr;
   if (int st = tables(n, c)) return st;
   int count = 0;
   const CUresult rc = c->DeviceGetCount(&count);
@@ -177,12 +177,12 @@ int xrt_nccl_probe(int *devices) {
   return ok();
 }
 
-int xrt_nccl_unique_id(uint8_t *out) {
+int xrt_nccl_unique_id(uint8_t* out) {
   // Needs NCCL only (a bootstrap address), no GPU: rank 0 of a torch process
   // group on a CPU-only launcher host can still hand ids out.
   int v = 0;
   if (int st = xrt_nccl_version(&v)) return st;
-  const NcclFns *n = nccl_fns(nullptr);
+  const NcclFns* n = nccl_fns(nullptr);
   ncclUniqueId id;
   static_assert(sizeof(id.internal) == kXrtNcclUniqueIdBytes);
   const ncclResult_t rc = n->GetUniqueId(&id);
@@ -194,8 +194,8 @@ int xrt_nccl_unique_id(uint8_t *out) {
   return ok();
 }
 
-int xrt_nccl_comm_init(int rank, int world, const uint8_t *unique_id, int device, double timeout_s,
-                       void **out) {
+int xrt_nccl_comm_init(int rank, int world, const uint8_t* unique_id, int device, double timeout_s,
+                       void** out) {
   if (world < 1 || rank < 0 || rank >= world || unique_id == nullptr || timeout_s <= 0) {
     return fail(kXrtNcclInvalidArgument,
                 "xrt_nccl_comm_init: need 0 <= rank < world, world >= 1, a unique id "
@@ -210,8 +210,8 @@ int xrt_nccl_comm_init(int rank, int world, const uint8_t *unique_id, int device
                                              " visible); pass device=<0.." + std::to_string(devices - 1) +
                                              ">");
   }
-  const NcclFns &n = *nccl_fns(nullptr);
-  const CudaFns &c = *cuda_fns(nullptr);
+  const NcclFns& n = *nccl_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   auto k = std::make_unique<Comm>();
   k->device = device;
   k->rank = rank;
@@ -224,8 +224,8 @@ int xrt_nccl_comm_init(int rank, int world, const uint8_t *unique_id, int device
   // From here the context is ours: released by the guard unless the comm
   // survives.
   struct CtxGuard {
-    const CudaFns &c;
-    Comm *k;
+    const CudaFns& c;
+    Comm* k;
     ~CtxGuard() {
       if (k != nullptr) c.PrimaryCtxRelease(k->dev);
     }
@@ -247,11 +247,11 @@ int xrt_nccl_comm_init(int rank, int world, const uint8_t *unique_id, int device
   return ok();
 }
 
-int xrt_nccl_comm_split(void *comm, int color, int key, void **out) {
-  Comm *k = as_comm(comm, "Communicator.split");
+int xrt_nccl_comm_split(void* comm, int color, int key, void** out) {
+  Comm* k = as_comm(comm, "Communicator.split");
   if (k == nullptr) return kXrtNcclInvalidArgument;
-  const NcclFns &n = *nccl_fns(nullptr);
-  const CudaFns &c = *cuda_fns(nullptr);
+  const NcclFns& n = *nccl_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   if (int st = bind(c, *k)) return st;
   auto child = std::make_unique<Comm>(*k);  // same device, context and timeout
   child->comm = nullptr;
@@ -283,21 +283,21 @@ int xrt_nccl_comm_split(void *comm, int color, int key, void **out) {
   return ok();
 }
 
-int xrt_nccl_comm_info(void *comm, int *rank, int *world) {
-  Comm *k = as_comm(comm, "Communicator info");
+int xrt_nccl_comm_info(void* comm, int* rank, int* world) {
+  Comm* k = as_comm(comm, "Communicator info");
   if (k == nullptr) return kXrtNcclInvalidArgument;
   *rank = k->rank;
   *world = k->world;
   return ok();
 }
 
-int xrt_nccl_comm_destroy(void *comm) {
-  std::unique_ptr<Comm> k(static_cast<Comm *>(comm));
+int xrt_nccl_comm_destroy(void* comm) {
+  std::unique_ptr<Comm> k(static_cast<Comm*>(comm));
   if (k == nullptr) return ok();
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   int st = kXrtNcclOk;
   if (k->comm != nullptr) {
-    const NcclFns &n = *nccl_fns(nullptr);
+    const NcclFns& n = *nccl_fns(nullptr);
     bind(c, *k);
     // Finalize flushes outstanding work (nonblocking: polled with the timeout,
     // which aborts on expiry so a dead peer cannot hang the destructor).
@@ -310,20 +310,20 @@ int xrt_nccl_comm_destroy(void *comm) {
   return st == kXrtNcclOk ? ok() : st;
 }
 
-int xrt_nccl_comm_abort(void *comm) {
-  std::unique_ptr<Comm> k(static_cast<Comm *>(comm));
+int xrt_nccl_comm_abort(void* comm) {
+  std::unique_ptr<Comm> k(static_cast<Comm*>(comm));
   if (k == nullptr) return ok();
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   bind(c, *k);
   abort_comm(*k);
   c.PrimaryCtxRelease(k->dev);
   return ok();
 }
 
-int xrt_nccl_comm_check(void *comm) {
-  Comm *k = as_comm(comm, "Communicator.check");
+int xrt_nccl_comm_check(void* comm) {
+  Comm* k = as_comm(comm, "Communicator.check");
   if (k == nullptr) return kXrtNcclInvalidArgument;
-  const NcclFns &n = *nccl_fns(nullptr);
+  const NcclFns& n = *nccl_fns(nullptr);
   ncclResult_t state = ncclSuccess;
   const ncclResult_t rc = n.CommGetAsyncError(k->comm, &state);
   if (rc != ncclSuccess) state = rc;
@@ -332,9 +332,9 @@ int xrt_nccl_comm_check(void *comm) {
                                        nccl_text(n, state, k->comm) + "; abort it and create a new one");
 }
 
-int xrt_nccl_collective(void *comm, int kind, const void *send, void *recv, size_t count, int dtype,
-                        int redop, int peer, void *stream) {
-  Comm *k = as_comm(comm, kind_name(kind));
+int xrt_nccl_collective(void* comm, int kind, const void* send, void* recv, size_t count, int dtype,
+                        int redop, int peer, void* stream) {
+  Comm* k = as_comm(comm, kind_name(kind));
   if (k == nullptr) return kXrtNcclInvalidArgument;
   const bool rooted = kind == kXrtBroadcast || kind == kXrtReduce || kind == kXrtSend || kind == kXrtRecv;
   if (kind < kXrtAllReduce || kind > kXrtRecv || dtype < 0 || dtype >= ncclNumTypes || redop < 0 ||
@@ -343,8 +343,8 @@ int xrt_nccl_collective(void *comm, int kind, const void *send, void *recv, size
                                              ": bad kind, dtype, op or peer/root (peer " +
                                              std::to_string(peer) + "; must be in [0, world))");
   }
-  const NcclFns &n = *nccl_fns(nullptr);
-  const CudaFns &c = *cuda_fns(nullptr);
+  const NcclFns& n = *nccl_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   if (int st = bind(c, *k)) return st;
   auto s = static_cast<cudaStream_t>(stream);
   const auto t = static_cast<ncclDataType_t>(dtype);
@@ -389,8 +389,8 @@ int xrt_nccl_collective(void *comm, int kind, const void *send, void *recv, size
 }
 
 int xrt_nccl_group_start() {
-  const NcclFns *n = nullptr;
-  const CudaFns *c = nullptr;
+  const NcclFns* n = nullptr;
+  const CudaFns* c = nullptr;
   if (int st = tables(n, c)) return st;
   const ncclResult_t rc = n->GroupStart();
   if (rc != ncclSuccess) return fail(kXrtNcclError, "ncclGroupStart failed: " + nccl_text(*n, rc, nullptr));
@@ -399,30 +399,30 @@ int xrt_nccl_group_start() {
 }
 
 int xrt_nccl_group_end() {
-  const NcclFns *n = nullptr;
-  const CudaFns *c = nullptr;
+  const NcclFns* n = nullptr;
+  const CudaFns* c = nullptr;
   if (int st = tables(n, c)) return st;
   if (g_group_depth == 0)
     return fail(kXrtNcclInvalidArgument, "group end without a group start on this thread");
   const ncclResult_t rc = n->GroupEnd();
   --g_group_depth;
-  std::vector<Comm *> comms;
+  std::vector<Comm*> comms;
   if (g_group_depth == 0) comms.swap(g_group_comms);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     return fail(kXrtNcclError, "ncclGroupEnd failed: " + nccl_text(*n, rc, nullptr));
   }
   // Nonblocking communicators finish the group asynchronously: poll each one.
-  for (Comm *k : comms) {
+  for (Comm* k : comms) {
     if (k->comm == nullptr) continue;
     if (int st = settle(*k, "the grouped calls", k->timeout_s)) return st;
   }
   return ok();
 }
 
-int xrt_nccl_stream_capturing(void *comm, void *stream, int *capturing) {
-  Comm *k = as_comm(comm, "capture check");
+int xrt_nccl_stream_capturing(void* comm, void* stream, int* capturing) {
+  Comm* k = as_comm(comm, "capture check");
   if (k == nullptr) return kXrtNcclInvalidArgument;
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   if (int st = bind(c, *k)) return st;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult rc = c.StreamIsCapturing(static_cast<CUstream>(stream), &status);
@@ -431,12 +431,12 @@ int xrt_nccl_stream_capturing(void *comm, void *stream, int *capturing) {
   return ok();
 }
 
-int xrt_nccl_work_begin(void *comm, void *stream, void **out) {
-  Comm *k = as_comm(comm, "work");
+int xrt_nccl_work_begin(void* comm, void* stream, void** out) {
+  Comm* k = as_comm(comm, "work");
   if (k == nullptr) return kXrtNcclInvalidArgument;
   int capturing = 0;
   if (int st = xrt_nccl_stream_capturing(comm, stream, &capturing)) return st;
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   auto w = std::make_unique<Work>();
   w->comm = k;
   w->captured = capturing != 0;
@@ -458,22 +458,22 @@ int xrt_nccl_work_begin(void *comm, void *stream, void **out) {
   return ok();
 }
 
-int xrt_nccl_work_end(void *work, void *stream) {
-  auto *w = static_cast<Work *>(work);
+int xrt_nccl_work_end(void* work, void* stream) {
+  auto* w = static_cast<Work*>(work);
   if (w == nullptr || w->captured) return ok();
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   const CUresult rc = c.EventRecord(w->end, static_cast<CUstream>(stream));
   return rc == CUDA_SUCCESS ? ok() : cu_fail(c, rc, "cuEventRecord");
 }
 
-int xrt_nccl_work_query(void *work, int *done) {
-  auto *w = static_cast<Work *>(work);
+int xrt_nccl_work_query(void* work, int* done) {
+  auto* w = static_cast<Work*>(work);
   *done = 1;
   if (w == nullptr || w->captured) return ok();
   if (w->comm->comm == nullptr) {
     return fail(kXrtNcclRemoteError, "the communicator of this work was aborted; its results are undefined");
   }
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   const CUresult rc = c.EventQuery(w->end);
   if (rc == CUDA_SUCCESS) return ok();
   if (rc != CUDA_ERROR_NOT_READY) return cu_fail(c, rc, "cuEventQuery");
@@ -485,8 +485,8 @@ int xrt_nccl_work_query(void *work, int *done) {
   return ok();
 }
 
-int xrt_nccl_work_wait(void *work, double timeout_s) {
-  auto *w = static_cast<Work *>(work);
+int xrt_nccl_work_wait(void* work, double timeout_s) {
+  auto* w = static_cast<Work*>(work);
   if (w == nullptr || w->captured) return ok();
   const double limit = timeout_s > 0 ? timeout_s : w->comm->timeout_s;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
@@ -507,27 +507,27 @@ int xrt_nccl_work_wait(void *work, double timeout_s) {
   }
 }
 
-int xrt_nccl_work_stream_wait(void *work, void *stream) {
-  auto *w = static_cast<Work *>(work);
+int xrt_nccl_work_stream_wait(void* work, void* stream) {
+  auto* w = static_cast<Work*>(work);
   if (w == nullptr || w->captured) return ok();
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   const CUresult rc = c.StreamWaitEvent(static_cast<CUstream>(stream), w->end, 0);
   return rc == CUDA_SUCCESS ? ok() : cu_fail(c, rc, "cuStreamWaitEvent");
 }
 
-int xrt_nccl_work_elapsed_ms(void *work, float *ms) {
-  auto *w = static_cast<Work *>(work);
+int xrt_nccl_work_elapsed_ms(void* work, float* ms) {
+  auto* w = static_cast<Work*>(work);
   *ms = 0.0f;
   if (w == nullptr || w->captured) return ok();
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   const CUresult rc = c.EventElapsedTime(ms, w->start, w->end);
   return rc == CUDA_SUCCESS ? ok() : cu_fail(c, rc, "cuEventElapsedTime");
 }
 
-int xrt_nccl_work_destroy(void *work) {
-  std::unique_ptr<Work> w(static_cast<Work *>(work));
+int xrt_nccl_work_destroy(void* work) {
+  std::unique_ptr<Work> w(static_cast<Work*>(work));
   if (w == nullptr) return ok();
-  const CudaFns &c = *cuda_fns(nullptr);
+  const CudaFns& c = *cuda_fns(nullptr);
   if (w->start != nullptr) c.EventDestroy(w->start);
   if (w->end != nullptr) c.EventDestroy(w->end);
   return ok();

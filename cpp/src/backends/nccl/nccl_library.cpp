@@ -16,24 +16,24 @@ namespace {
 #define XRT_SYM_NAME(x) XRT_SYM_NAME2(x)
 
 template <typename Fn>
-bool resolve(void *lib, const char *name, Fn &out, std::string &missing) {
+bool resolve(void* lib, const char* name, Fn& out, std::string& missing) {
   out = reinterpret_cast<Fn>(dlsym(lib, name));
   if (out == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(name);
   return out != nullptr;
 }
 
-void *open_first(std::initializer_list<const char *> names, std::string &tried) {
-  for (const char *n : names) {
+void* open_first(std::initializer_list<const char*> names, std::string& tried) {
+  for (const char* n : names) {
     // RTLD_GLOBAL is not needed: every symbol is reached through dlsym.
-    if (void *h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
-    const char *err = dlerror();
+    if (void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
+    const char* err = dlerror();
     tried += std::string(tried.empty() ? "" : "; ") + (err ? err : n);
   }
   return nullptr;
 }
 
 std::mutex g_preferred_mu;
-std::string &preferred_slot() {
+std::string& preferred_slot() {
   static std::string path;
   return path;
 }
@@ -58,8 +58,8 @@ Loaded load_nccl() {
   // afterwards. Order: XRT_NCCL_LIBRARY; an NCCL already loaded (torch imported
   // first); the preferred path (torch's pip NCCL, set by Python); then the
   // library path.
-  const char *env = std::getenv("XRT_NCCL_LIBRARY");
-  void *lib = nullptr;
+  const char* env = std::getenv("XRT_NCCL_LIBRARY");
+  void* lib = nullptr;
   if (env && *env) {
     lib = open_first({env}, tried);
   } else {
@@ -76,7 +76,7 @@ Loaded load_nccl() {
     return l;
   }
   std::string missing;
-  NcclFns &f = l.nccl;
+  NcclFns& f = l.nccl;
 #define XRT_NCCL(field, sym) resolve(lib, XRT_SYM_NAME(sym), f.field, missing)
   XRT_NCCL(GetVersion, ncclGetVersion);
   XRT_NCCL(GetUniqueId, ncclGetUniqueId);
@@ -109,16 +109,19 @@ Loaded load_nccl() {
   return l;
 }
 
-void load_cuda(Loaded &l) {
+void load_cuda(Loaded& l) {
   std::string tried;
-  void *lib = open_first({"libcuda.so.1", "libcuda.so"}, tried);
+  // XRT_CUDA_DRIVER_LIBRARY: a specific driver (a CUDA forward-compat libcuda, or the
+  // test double of tests/python/test_distributed_fake.py).
+  const char* env = std::getenv("XRT_CUDA_DRIVER_LIBRARY");
+  void* lib = (env && *env) ? open_first({env}, tried) : open_first({"libcuda.so.1", "libcuda.so"}, tried);
   if (lib == nullptr) {
     l.cuda_why = "the CUDA driver (libcuda.so.1) is not installed (" + tried +
                  "): NCCL needs an NVIDIA GPU and its driver";
     return;
   }
   std::string missing;
-  CudaFns &f = l.cuda;
+  CudaFns& f = l.cuda;
 #define XRT_CU(field, sym) resolve(lib, XRT_SYM_NAME(sym), f.field, missing)
   XRT_CU(Init, cuInit);
   XRT_CU(GetErrorString, cuGetErrorString);
@@ -131,7 +134,12 @@ void load_cuda(Loaded &l) {
   XRT_CU(EventRecord, cuEventRecord);
   XRT_CU(EventQuery, cuEventQuery);
   XRT_CU(EventDestroy, cuEventDestroy);
-  XRT_CU(EventElapsedTime, cuEventElapsedTime);
+  // cuEventElapsedTime_v2 (CUDA 12.8+ drivers) or the original, same signature.
+  const std::string missing_before = missing;
+  if (!resolve(lib, XRT_SYM_NAME(cuEventElapsedTime), f.EventElapsedTime, missing)) {
+    std::string unused;
+    if (resolve(lib, "cuEventElapsedTime", f.EventElapsedTime, unused)) missing = missing_before;
+  }
   XRT_CU(StreamWaitEvent, cuStreamWaitEvent);
   XRT_CU(StreamIsCapturing, cuStreamIsCapturing);
 #undef XRT_CU
@@ -141,7 +149,7 @@ void load_cuda(Loaded &l) {
   }
   const CUresult rc = f.Init(0);
   if (rc != CUDA_SUCCESS) {
-    const char *s = nullptr;
+    const char* s = nullptr;
     f.GetErrorString(rc, &s);
     l.cuda_why = "no usable CUDA device: cuInit failed with " + std::to_string(static_cast<int>(rc)) + " (" +
                  (s ? s : "unknown") + "); check nvidia-smi and CUDA_VISIBLE_DEVICES";
@@ -151,27 +159,27 @@ void load_cuda(Loaded &l) {
 }
 
 // Libraries stay loaded until exit (no dlclose): NCCL's threads may still run.
-Loaded &loaded_nccl() {
+Loaded& loaded_nccl() {
   static Loaded l = load_nccl();
   return l;
 }
 
 }  // namespace
 
-void prefer_nccl_library(const std::string &path) {
+void prefer_nccl_library(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_preferred_mu);
   preferred_slot() = path;
 }
 
-const NcclFns *nccl_fns(std::string *why) {
-  Loaded &l = loaded_nccl();
+const NcclFns* nccl_fns(std::string* why) {
+  Loaded& l = loaded_nccl();
   if (!l.nccl_ok && why) *why = l.nccl_why;
   return l.nccl_ok ? &l.nccl : nullptr;
 }
 
-const CudaFns *cuda_fns(std::string *why) {
+const CudaFns* cuda_fns(std::string* why) {
   static std::once_flag once;
-  Loaded &l = loaded_nccl();
+  Loaded& l = loaded_nccl();
   std::call_once(once, [&] { load_cuda(l); });
   if (!l.cuda_ok && why) *why = l.cuda_why;
   return l.cuda_ok ? &l.cuda : nullptr;

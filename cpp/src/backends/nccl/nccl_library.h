@@ -55,12 +55,12 @@ struct CudaFns {
 
 // A libnccl.so.2 path to try before the library path (torch's pip NCCL);
 // effective only before the first nccl_fns() call.
-void prefer_nccl_library(const std::string &path);
+void prefer_nccl_library(const std::string& path);
 // The NCCL table, or nullptr with *why (library not found, symbol missing).
 // NCCL's version is checked by the caller (it needs only GetVersion).
-const NcclFns *nccl_fns(std::string *why);
+const NcclFns* nccl_fns(std::string* why);
 // The driver table after cuInit, or nullptr with *why (no driver, cuInit
 // failed: no device or a broken driver).
-const CudaFns *cuda_fns(std::string *why);
+const CudaFns* cuda_fns(std::string* why);
 
 }  // namespace xpuruntime::nccl
