@@ -349,14 +349,18 @@ def test_destroyed_or_aborted_communicator_is_refused(comm: xd.Communicator, no_
 
 
 def test_stream_argument_is_checked() -> None:
-    from xpuruntime.distributed._tensors import stream_handle
+    from xpuruntime.distributed._tensors import TensorInfo, stream_handle
 
-    info = xd.communicator.__dict__  # any object: stream given explicitly never reads it
-    assert stream_handle(0x1234, info) == 0x1234  # type: ignore[arg-type]
-    with pytest.raises(xrt.InvalidArgumentError, match="is not a stream"):
-        stream_handle("s", info)  # type: ignore[arg-type]
-    with pytest.raises(xrt.InvalidArgumentError, match="is not a stream"):
-        stream_handle(True, info)  # type: ignore[arg-type]
+    info = TensorInfo(None, 0, 4, 16, "float32", (4,), "cuda", 0, False)
+    assert stream_handle(0x1234, info) == 0x1234
+
+    class TorchLikeStream:
+        cuda_stream = 0xBEEF
+
+    assert stream_handle(TorchLikeStream(), info) == 0xBEEF
+    for bad in ("s", True, 1.5):
+        with pytest.raises(xrt.InvalidArgumentError, match="is not a stream"):
+            stream_handle(bad, info)
 
 
 # ---- deterministic policy ------------------------------------------------------------
@@ -376,10 +380,29 @@ def test_deterministic_pins_ring_or_refuses(monkeypatch: pytest.MonkeyPatch) -> 
     assert _record.prepare_init(False)["NCCL_ALGO"] == "Ring"
 
 
-def test_deterministic_policy_reaches_init(no_nccl: list[str]) -> None:
-    policy = xrt.ExecutionPolicy(deterministic=True)
+def test_deterministic_policy_reaches_init(no_nccl: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(xrt.InvalidArgumentError, match="world=0"):
-        xd.Communicator.init(0, 0, UID, policy=policy)
+        xd.Communicator.init(0, 0, UID, policy=xrt.ExecutionPolicy(deterministic=True))
+    with pytest.raises(xrt.InvalidArgumentError):  # not a policy in any accepted form
+        xd.Communicator.init(0, 1, UID, policy=42)
+    # Any accepted policy form reaches prepare_init with its deterministic flag.
+    seen: list[bool] = []
+
+    def stop(deterministic: bool) -> dict[str, str]:
+        seen.append(deterministic)
+        raise xrt.PolicyError("stop here")
+
+    monkeypatch.setattr(_record, "prepare_init", stop)
+    monkeypatch.setattr(xd.communicator, "unavailable_reason", lambda: "")
+    monkeypatch.setattr(xd.communicator, "_default_device", lambda rank: 0)
+    for policy, want in (
+        (xrt.ExecutionPolicy(deterministic=True), True),
+        ({"deterministic": True}, True),
+        (None, False),
+    ):
+        with pytest.raises(xrt.PolicyError, match="stop here"):
+            xd.Communicator.init(0, 1, UID, policy=policy)
+        assert seen[-1] is want
 
 
 # ---- what is recorded -----------------------------------------------------------------

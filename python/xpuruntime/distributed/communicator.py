@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import _core
 from .._core import InvalidArgumentError
+from ..policies import coerce
 from . import _lib, _record
 from ._collectives import Collectives
 from ._lib import CollectiveTimeoutError, CommunicatorAbortedError
@@ -113,7 +114,8 @@ class Communicator(Collectives):
             device: CUDA device index; default ``$LOCAL_RANK`` or ``rank % device count``.
             timeout: seconds init and each ``Work.wait`` may take before the
                 communicator is aborted (CollectiveTimeoutError).
-            policy: an ``ExecutionPolicy``; ``deterministic=True`` fixes the reduction
+            policy: an ``ExecutionPolicy`` (or any form ``policies.coerce`` accepts: a
+                mapping, a JSON file); ``deterministic=True`` fixes the reduction
                 order (NCCL_ALGO=Ring, NCCL_PROTO=Simple) or refuses with PolicyError.
 
         Raises:
@@ -137,7 +139,8 @@ class Communicator(Collectives):
             device = _check_int(device, "device", where)
             if device < 0:
                 raise InvalidArgumentError(f"{where}: device={device} must be a CUDA device index >= 0")
-        deterministic = bool(getattr(policy, "deterministic", False))
+        core_policy = coerce.core_exec_policy(policy)  # any accepted policy form, checked
+        deterministic = bool(core_policy.deterministic) if core_policy is not None else False
         reason = unavailable_reason()
         if reason:
             raise _core.BackendUnavailableError(f"{where}: {reason}")
@@ -153,10 +156,15 @@ class Communicator(Collectives):
         cls, pg: Any = None, device: int | None = None, *, timeout: float = 300.0, policy: Any = None
     ) -> Communicator:
         """A communicator over the ranks of a torch ``ProcessGroup`` (default: the world
-        group): rank and world from torch, the unique id broadcast through the group."""
+        group): rank and world from torch, the unique id broadcast through the group.
+        ``device`` defaults to torch's current CUDA device (what torch's NCCL groups use).
+        Every rank of the group must call it."""
+        import torch
         import torch.distributed as dist
 
         uid = exchange_via_torch(pg)
+        if device is None and torch.cuda.is_available():
+            device = torch.cuda.current_device()
         return cls.init(
             dist.get_rank(pg), dist.get_world_size(pg), uid, device, timeout=timeout, policy=policy
         )

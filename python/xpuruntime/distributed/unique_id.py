@@ -119,6 +119,11 @@ def exchange_via_torch(pg: Any = None) -> UniqueId:
             "torch.distributed.init_process_group(...) first, or use Communicator.init with a UniqueId"
         )
     rank = dist.get_rank(pg)
+    if rank < 0:
+        raise InvalidArgumentError(
+            "xpuruntime.distributed: this process is not a member of the given process group; only its "
+            "members may create a communicator from it"
+        )
     src = dist.get_global_rank(pg, 0) if pg is not None else 0
     box: list[Any] = [bytes(UniqueId.generate()) if rank == 0 else None]
     dist.broadcast_object_list(box, src=src, group=pg)
