@@ -1,23 +1,24 @@
 #!/usr/bin/env python3
-"""The native engine against ONNX Runtime's CPU execution provider, in one process,
-at the same thread count: ResNet-18 bs1 (224×224), MobileNetV3-Large bs1 (224×224),
-BERT-base seq128 bs1 and GPT-2 small seq128 bs1 (random weights, the standard
-configurations, exported by ``torch.onnx.export(dynamo=False)`` at opset 17).
+"""The native engine against ONNX Runtime's and OpenVINO's CPU engines over public
+architectures (see native_cpu_models.py: >= 20 torchvision and ``transformers`` models,
+random weights, exported by ``torch.onnx.export`` inside the run), in one process, at the
+same thread count, batch 1, fp32.
 
-For each model it records: native plan compile time (the C++ compiler, from the
-plan's pass log) and session build time (front end included); p50/p90 latency of
-both engines (alternating blocks of runs, so machine load hits both alike; each block
-starts after a pause and two warm runs, so neither engine runs against the other's
-still-spinning threads), for the
-native engine under each CPU matmul kernel (policy ``matmul=cpu_blas`` /
-``cpu_blocked``; the faster one is the headline); the native plan's
-arena (peak activation bytes) next to the sum of all intermediates, plus all
-threads' im2col scratch; and each engine's peak activation memory, measured the same
-way for both in its own fresh child process (see PEAK_METHOD below: peak RSS growth
-over the first run after session creation, large blocks mmap'ed so memory freed at
-session creation cannot hide it), ORT with and without its memory arena.
+Per model: the outputs are checked first (native vs ONNX Runtime, max relative error
+``max|ours - ort| / max|ort|``; OpenVINO's too); then p50/p90 latency of the three engines
+in alternating blocks of runs (so machine load hits all alike; each block starts after a
+pause and two warm runs, so no engine runs against another's still-spinning threads);
+native/ORT and native/OpenVINO ratios; the native plan compile time (the C++ compiler,
+from the plan's pass log) and session build time (front end included); the native
+arena next to the sum of all intermediates; and peak activation memory of native and ORT,
+each measured the same way in its own fresh child process (PEAK_METHOD below). The
+dynamic-shape model runs at several shapes and is compared with the same model exported
+at each fixed shape. A model that fails to export, build, run or match is reported with
+its error and counts as a miss. The JSON's ``goals`` list has one entry per goal of
+issue 18.
 
-    python benchmarks/bench_native_cpu.py --threads 2 --out benchmarks/results/native_cpu.json
+    python benchmarks/bench_native_cpu.py --threads 2 --out benchmarks/results/native_cpu_zoo.json
+    python benchmarks/bench_native_cpu.py --quick --models resnet18,swin_t
 """
 
 from __future__ import annotations
@@ -30,84 +31,17 @@ import platform
 import subprocess
 import sys
 import time
-import warnings
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_session_overhead import cpu_name  # a sibling script (its folder is on sys.path)
+from bench_session_overhead import cpu_name  # sibling scripts (their folder is on sys.path)
+from native_cpu_models import MODELS, ModelSpec, export
 
-MODELS = ("resnet18", "mobilenet_v3_large", "bert_base", "gpt2_small")
-GEMMS = ("cpu_blas", "cpu_blocked")  # the policy-selectable matmul kernels, both measured
-ROUNDS = 5
-
-
-def export(name: str, out_dir: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    """Export ``name`` (cached in out_dir) and return its path and inputs."""
-    import torch
-
-    torch.manual_seed(0)
-    path = out_dir / f"{name}.onnx"
-    rng = np.random.default_rng(0)
-    if name in ("resnet18", "mobilenet_v3_large"):
-        feeds = {"input": rng.standard_normal((1, 3, 224, 224), dtype=np.float32)}
-    else:
-        vocab = 30522 if name == "bert_base" else 50257
-        feeds = {"input_ids": rng.integers(0, vocab, (1, 128), dtype=np.int64)}
-        if name == "bert_base":
-            feeds["attention_mask"] = np.ones((1, 128), np.int64)
-    if path.is_file():
-        return path, feeds
-    if name == "resnet18":
-        import torchvision
-
-        module = torchvision.models.resnet18(weights=None)
-    elif name == "mobilenet_v3_large":
-        import torchvision
-
-        module = torchvision.models.mobilenet_v3_large(weights=None)
-    elif name == "bert_base":
-        from transformers import BertConfig, BertModel
-
-        bert = BertModel(BertConfig(attn_implementation="eager"))
-
-        class Bert(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.m = bert
-
-            def forward(self, ids: Any, mask: Any) -> Any:
-                return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
-
-        module = Bert()
-    else:
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        gpt = GPT2LMHeadModel(GPT2Config(use_cache=False, attn_implementation="eager"))
-
-        class Gpt(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.m = gpt
-
-            def forward(self, ids: Any) -> Any:
-                return self.m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
-
-        module = Gpt()
-    module.eval()
-    args = tuple(torch.from_numpy(v) for v in feeds.values())
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            dynamo=False,
-            opset_version=17,
-            input_names=list(feeds),
-            output_names=["output"],
-        )
-    return path, feeds
+TOLERANCE = 1e-4  # native vs ORT, max relative error
+BLOCK_SECONDS = 0.5  # target wall time of one timed block of one engine
 
 
 def _rss_kb() -> tuple[int, int]:
@@ -135,7 +69,8 @@ def _rss_kb() -> tuple[int, int]:
 PEAK_CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 PEAK_METHOD = (
     "fresh child process per engine, MALLOC_MMAP_THRESHOLD_=65536; VmHWM reset after session "
-    "creation (weights excluded), peak RSS growth over the first run"
+    "creation (weights excluded; a dynamic-shape model's native plan compiled up front for the "
+    "feeds' shapes), peak RSS growth over the first run"
 )
 
 
@@ -146,7 +81,13 @@ def peak_memory_child(engine: str, path: str, feeds_path: str, threads: int) -> 
     if engine == "native":
         import xpuruntime as xrt
 
-        sess = xrt.InferenceSession(path, device="cpu", engine="native")
+        sess = xrt.InferenceSession(
+            path,
+            device="cpu",
+            engine="native",
+            exec_policy=xrt.ExecutionPolicy(threads=threads),
+            input_shapes={k: list(v.shape) for k, v in feeds.items()},
+        )
         run = lambda: sess.run(feeds)
     else:
         import onnxruntime as ort
@@ -169,41 +110,90 @@ def peak_memory_child(engine: str, path: str, feeds_path: str, threads: int) -> 
     print(json.dumps({"peak_rss_growth_bytes": (hwm - before) * 1024, **extra}))
 
 
-def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any]:
-    import onnxruntime as ort
-    import xpuruntime as xrt
-
-    path, feeds = export(name, out_dir)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    theirs = ref.run(None, feeds)[0]
-    variants: dict[str, Any] = {}
-    for gemm in GEMMS:
-        t0 = time.perf_counter()
-        sess = xrt.InferenceSession(
-            str(path), device="cpu", engine="native", kernel_policy=xrt.KernelPolicy(matmul=gemm)
+def peak_memory(path: Path, feeds: dict[str, np.ndarray], threads: int) -> dict[str, Any]:
+    feeds_path = path.with_name(path.stem + "_feeds.npz")
+    np.savez(feeds_path, **feeds)
+    peaks = {}
+    for engine in ("native", "onnxruntime", "onnxruntime_noarena"):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--peak-child", engine, str(path), str(feeds_path), str(threads)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, **PEAK_CHILD_ENV},
         )
-        build_s = time.perf_counter() - t0
-        ours = sess.run(feeds)["output"]
-        variants[gemm] = {
-            "session": sess,
-            "build_s": build_s,
-            "rel": float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30)),
+        if proc.returncode != 0:
+            raise RuntimeError(f"peak-memory child ({engine}) failed: {proc.stderr.strip()[-800:]}")
+        peaks[engine] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "native_scratch_peak_bytes": peaks["native"]["scratch_peak_bytes"],
+        "native_peak_activation_bytes": peaks["native"]["peak_rss_growth_bytes"],
+        "ort_peak_activation_bytes": peaks["onnxruntime"]["peak_rss_growth_bytes"],
+        "ort_noarena_peak_activation_bytes": peaks["onnxruntime_noarena"]["peak_rss_growth_bytes"],
+        "peak_activation_native_le_ort": peaks["native"]["peak_rss_growth_bytes"]
+        <= peaks["onnxruntime"]["peak_rss_growth_bytes"],
+    }
+
+
+class Engines:
+    """The three engines on one ONNX file, at the same thread count."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        import onnxruntime as ort
+        import openvino as ov
+        import xpuruntime as xrt
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        self.ort = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        core = ov.Core()
+        # fp32 inference (OpenVINO would run bf16 where the CPU has it), one stream, latency mode.
+        self.ov = core.compile_model(
+            str(path),
+            "CPU",
+            {
+                "INFERENCE_NUM_THREADS": threads,
+                "NUM_STREAMS": 1,
+                "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_PRECISION_HINT": "f32",
+            },
+        )
+        self.ov_request = self.ov.create_infer_request()
+        t0 = time.perf_counter()
+        self.native = xrt.InferenceSession(
+            str(path), device="cpu", engine="native", exec_policy=xrt.ExecutionPolicy(threads=threads)
+        )
+        self.native_build_s = time.perf_counter() - t0
+
+    def runners(self, feeds: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
+        return {
+            "native": lambda: self.native.run(feeds)["output"],
+            "ort": lambda: self.ort.run(None, feeds)[0],
+            "openvino": lambda: self.ov_request.infer(feeds)[0],
         }
-    # Blocks of runs per engine, alternating: each engine runs with its own threads
-    # warm, and machine load drifts over all of them alike.
-    times: dict[str, list[float]] = {g: [] for g in GEMMS}
-    times["ort"] = []
-    per_block = max(1, iters // ROUNDS)
-    for _ in range(ROUNDS):
-        for key in list(GEMMS) + ["ort"]:
-            fn = (
-                (lambda: ref.run(None, feeds))
-                if key == "ort"
-                else (lambda s=variants[key]["session"]: s.run(feeds))
-            )
-            # The engine that ran before may still hold the cores (ONNX Runtime's
+
+
+def rel_error(ours: np.ndarray, ref: np.ndarray) -> float:
+    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+    if ours.shape != ref.shape:
+        return float("inf")
+    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], rounds: int, quick: bool) -> dict[str, list[float]]:
+    """Alternating blocks of runs per engine; returns each engine's latencies (ms)."""
+    est = {}
+    for key, fn in fns.items():  # warm + estimate, sizing the blocks to ~BLOCK_SECONDS
+        fn()
+        a = time.perf_counter()
+        fn()
+        est[key] = time.perf_counter() - a
+    per_block = 2 if quick else int(np.clip(BLOCK_SECONDS / max(min(est.values()), 1e-4), 3, 40))
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            # The engine that ran before may still hold the cores (ORT's and OpenVINO's
             # workers spin after a run, ours briefly): let its threads go to sleep,
             # then re-warm, so no block starts against the previous one's spinning.
             time.sleep(0.05)
@@ -213,52 +203,275 @@ def measure(name: str, out_dir: Path, threads: int, iters: int) -> dict[str, Any
                 a = time.perf_counter()
                 fn()
                 times[key].append((time.perf_counter() - a) * 1e3)
-    best = min(GEMMS, key=lambda g: np.percentile(times[g], 50))
-    sess = variants[best]["session"]
-    compile_ms = float(
-        next(line for line in sess.plan.pass_log if line.startswith("compile time")).split(":")[1]
-    )
-    build_s = variants[best]["build_s"]
-    rel = max(v["rel"] for v in variants.values())
-    tn, to = times[best], times["ort"]
-    feeds_path = out_dir / f"{name}_feeds.npz"
-    np.savez(feeds_path, **feeds)
-    peaks = {}
-    for engine in ("native", "onnxruntime", "onnxruntime_noarena"):
-        proc = subprocess.run(
-            [sys.executable, __file__, "--peak-child", engine, str(path), str(feeds_path), str(threads)],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, **PEAK_CHILD_ENV},
-        )
-        peaks[engine] = json.loads(proc.stdout.strip().splitlines()[-1])
-    mem = sess.memory()
+    return times
+
+
+def _latency(times: dict[str, list[float]]) -> dict[str, Any]:
+    p50 = {k: float(np.percentile(v, 50)) for k, v in times.items()}
+    out: dict[str, Any] = {f"{k}_p50_ms": p50[k] for k in times}
+    out.update({f"{k}_p90_ms": float(np.percentile(v, 90)) for k, v in times.items()})
+    out["ratio_native_over_ort"] = p50["native"] / p50["ort"]
+    out["ratio_native_over_openvino"] = p50["native"] / p50["openvino"]
+    out["runs_per_engine"] = len(times["native"])
+    return out
+
+
+def _compile_ms(sess: Any) -> float:
+    line = next(line for line in sess.plan.pass_log if line.startswith("compile time"))
+    return float(line.split(":")[1].strip().split()[0])
+
+
+def _check(eng: Engines, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+    fns = eng.runners(feeds)
+    theirs = fns["ort"]()
+    ours = fns["native"]()
     res = {
-        "model": name,
-        "native_gemm_kernel": best,
-        "native_p50_ms_by_gemm": {g: float(np.percentile(times[g], 50)) for g in GEMMS},
-        "native_p50_ms": float(np.percentile(tn, 50)),
-        "native_p90_ms": float(np.percentile(tn, 90)),
-        "ort_p50_ms": float(np.percentile(to, 50)),
-        "ort_p90_ms": float(np.percentile(to, 90)),
-        "ratio_native_over_ort_p50": float(np.percentile(tn, 50) / np.percentile(to, 50)),
-        "plan_compile_ms": compile_ms,
-        "session_build_s": build_s,
-        "arena_bytes": mem["arena_bytes"],
-        "sum_intermediate_bytes": mem["intermediate_bytes"],
-        "native_scratch_peak_bytes": peaks["native"]["scratch_peak_bytes"],
-        "native_arena_plus_scratch_bytes": mem["arena_bytes"] + peaks["native"]["scratch_peak_bytes"],
-        "native_peak_activation_bytes": peaks["native"]["peak_rss_growth_bytes"],
-        "ort_peak_activation_bytes": peaks["onnxruntime"]["peak_rss_growth_bytes"],
-        "ort_noarena_peak_activation_bytes": peaks["onnxruntime_noarena"]["peak_rss_growth_bytes"],
-        "peak_activation_native_le_ort": peaks["native"]["peak_rss_growth_bytes"]
-        <= peaks["onnxruntime"]["peak_rss_growth_bytes"],
-        "max_rel_error_vs_ort": rel,
-        "steps": len(sess.plan.steps),
+        "output_shape": list(np.shape(theirs)),
+        "ort_output_max_abs": float(np.abs(theirs).max()),
+        "ort_output_std": float(np.std(theirs)),
+        "max_rel_error_vs_ort": rel_error(ours, theirs),
+        "openvino_rel_error_vs_ort": rel_error(fns["openvino"](), theirs),
     }
-    print(json.dumps(res), flush=True)
+    res["matches_ort"] = res["max_rel_error_vs_ort"] <= TOLERANCE
     return res
+
+
+def measure(spec: ModelSpec, args: argparse.Namespace, stage: list[str]) -> dict[str, Any]:
+    """Measure one model; ``stage`` names the step running (for the error report)."""
+    cache, threads, rounds = Path(args.cache), args.threads, args.rounds
+    stage[0] = "export"
+    t0 = time.perf_counter()
+    path, feeds = export(spec, cache, args.exporter)
+    export_s = time.perf_counter() - t0
+    stage[0] = "build"
+    eng = Engines(path, threads)
+    row: dict[str, Any] = {
+        "model": spec.name,
+        "family": spec.family,
+        "config": spec.config,
+        "export_s": export_s,
+    }
+    row["session_build_s"] = eng.native_build_s
+    if spec.shapes:
+        return measure_dynamic(spec, args, path, eng, row, stage)
+    stage[0] = "check"
+    row.update(_check(eng, feeds))
+    stage[0] = "time"
+    row.update(_latency(time_interleaved(eng.runners(feeds), rounds, args.quick)))
+    sess = eng.native
+    row["plan_compile_ms"] = _compile_ms(sess)
+    mem = sess.memory()
+    row["arena_bytes"] = mem["arena_bytes"]
+    row["sum_intermediate_bytes"] = mem["intermediate_bytes"]
+    row["steps"] = len(sess.plan.steps)
+    if not args.quick:
+        stage[0] = "peak memory"
+        row.update(peak_memory(path, feeds, threads))
+    return row
+
+
+def measure_dynamic(
+    spec: ModelSpec, args: argparse.Namespace, path: Path, eng: Engines, row: dict[str, Any], stage: list[str]
+) -> dict[str, Any]:
+    """The dynamic-axes model at each shape: native (dynamic export) vs ORT and OpenVINO on
+    the same file, and vs native on the model exported at that fixed shape, interleaved."""
+    import xpuruntime as xrt
+
+    shapes = []
+    for shape in spec.shapes:
+        stage[0] = f"fixed export {shape}"
+        fixed_path, feeds = export(spec, Path(args.cache), args.exporter, fixed_shape=shape)
+        stage[0] = f"fixed build {shape}"
+        fixed = xrt.InferenceSession(
+            str(fixed_path),
+            device="cpu",
+            engine="native",
+            exec_policy=xrt.ExecutionPolicy(threads=args.threads),
+        )
+        stage[0] = f"check {shape}"
+        res: dict[str, Any] = {"shape": list(shape), **_check(eng, feeds)}
+        fixed_out = fixed.run(feeds)["output"]
+        res["fixed_rel_error_vs_ort"] = rel_error(fixed_out, eng.runners(feeds)["ort"]())
+        res["matches_ort"] = res["matches_ort"] and res["fixed_rel_error_vs_ort"] <= TOLERANCE
+        stage[0] = f"time {shape}"
+        fns = eng.runners(feeds)
+        fns["native_fixed"] = lambda s=fixed, f=feeds: s.run(f)["output"]
+        times = time_interleaved(fns, args.rounds, args.quick)
+        res.update(_latency(times))
+        res["ratio_dynamic_over_fixed"] = res["native_p50_ms"] / res["native_fixed_p50_ms"]
+        res["plan_compile_ms"] = _compile_ms(eng.native)  # this shape's specialization
+        res["fixed_plan_compile_ms"] = _compile_ms(fixed)
+        res["arena_bytes"] = eng.native.memory()["arena_bytes"]
+        if not args.quick:
+            stage[0] = f"peak memory {shape}"
+            res.update(peak_memory(path, feeds, args.threads))
+        shapes.append(res)
+    row["shapes"] = shapes
+    # The model's figures: the median over its shapes (the worst shape is in "shapes").
+    for key in ("ratio_native_over_ort", "ratio_native_over_openvino", "ratio_dynamic_over_fixed"):
+        row[key] = float(np.median([s[key] for s in shapes]))
+    row["max_rel_error_vs_ort"] = max(s["max_rel_error_vs_ort"] for s in shapes)
+    row["matches_ort"] = all(s["matches_ort"] for s in shapes)
+    row["plan_compile_ms"] = max(max(s["plan_compile_ms"], s["fixed_plan_compile_ms"]) for s in shapes)
+    if not args.quick:
+        row["peak_activation_native_le_ort"] = all(s["peak_activation_native_le_ort"] for s in shapes)
+    return row
+
+
+def _summary(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"{row['model']}: FAILED at {row['error']['stage']}: {row['error']['message'][:400]}"
+    return (
+        f"{row['model']}: native/ORT {row['ratio_native_over_ort']:.2f}, native/OpenVINO "
+        f"{row['ratio_native_over_openvino']:.2f}, rel err {row['max_rel_error_vs_ort']:.1e}, "
+        f"compile {row['plan_compile_ms']:.0f} ms"
+        + (f", dynamic/fixed {row['ratio_dynamic_over_fixed']:.2f}" if "shapes" in row else "")
+    )
+
+
+def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per goal of issue 18. A model that failed counts as a miss of every goal
+    (its figures are unknown), and the figures say over how many models they were taken."""
+    ok = [r for r in rows if "error" not in r]
+    n, failed = len(rows), [r["model"] for r in rows if "error" in r]
+    all_ran = not failed
+    over = f"over {len(ok)} of {n} models" + (f" (failed: {', '.join(failed)})" if failed else "")
+
+    def stat(key: str, fn: Callable[[Any], Any]) -> float | None:
+        vals = [r[key] for r in ok if key in r]
+        return float(fn(vals)) if vals else None
+
+    med_ort, worst_ort = stat("ratio_native_over_ort", np.median), stat("ratio_native_over_ort", np.max)
+    med_ov = stat("ratio_native_over_openvino", np.median)
+    dyn = [s["ratio_dynamic_over_fixed"] for r in ok for s in r.get("shapes", [])]
+    matched = [r["model"] for r in ok if r.get("matches_ort")]
+    worst_compile = stat("plan_compile_ms", np.max)
+    mem = [r for r in ok if "peak_activation_native_le_ort" in r]
+    mem_ok = [r["model"] for r in mem if r["peak_activation_native_le_ort"]]
+
+    def le(x: float | None, limit: float) -> bool:
+        return all_ran and x is not None and x <= limit
+
+    return [
+        {
+            "name": f"median native/ORT p50 latency ratio {over}",
+            "figure": med_ort,
+            "target": "<= 1.0",
+            "met": le(med_ort, 1.0),
+        },
+        {
+            "name": f"worst native/ORT p50 latency ratio {over}",
+            "figure": worst_ort,
+            "target": "<= 1.5",
+            "met": le(worst_ort, 1.5),
+        },
+        {
+            "name": f"moonshot: median native/OpenVINO p50 latency ratio {over}",
+            "figure": med_ov,
+            "target": "<= 1.0",
+            "met": le(med_ov, 1.0),
+        },
+        {
+            "name": "dynamic-shape model within 10% of the same model at fixed shapes (worst shape, "
+            "native dynamic p50 / native fixed p50)",
+            "figure": max(dyn) if dyn else None,
+            "target": "<= 1.10",
+            "met": bool(dyn) and max(dyn) <= 1.10,
+        },
+        {
+            "name": f"every model builds and matches ORT within {TOLERANCE:g} relative",
+            "figure": f"{len(matched)} of {n} (misses: {', '.join(sorted({r['model'] for r in rows} - set(matched))) or 'none'})",
+            "target": f"{n} of {n}",
+            "met": len(matched) == n,
+        },
+        {
+            "name": f"plan compile time per model, worst {over} (ms)",
+            "figure": worst_compile,
+            "target": "<= 2000",
+            "met": le(worst_compile, 2000.0),
+        },
+        {
+            "name": "peak activation memory native <= ORT's (arena on), per model",
+            "figure": f"{len(mem_ok)} of {len(mem)} measured" if mem else "not measured (--quick)",
+            "target": f"{n} of {n}",
+            "met": bool(mem) and len(mem_ok) == n,
+        },
+    ]
+
+
+def print_table(rows: list[dict[str, Any]], goal_list: list[dict[str, Any]]) -> None:
+    header = [
+        "model",
+        "native ms",
+        "ORT ms",
+        "OV ms",
+        "nat/ORT",
+        "nat/OV",
+        "rel err",
+        "compile ms",
+        "mem<=ORT",
+    ]
+    lines = []
+    for r in rows:
+        if "error" in r:
+            lines.append([r["model"], f"FAILED at {r['error']['stage']}: {r['error']['message'][:70]}"])
+            continue
+        src = r if "native_p50_ms" in r else r["shapes"][-1]
+        lines.append(
+            [
+                r["model"]
+                + (
+                    f" @{'x'.join(map(str, src['shape']))}; ratios: median of shapes" if "shapes" in r else ""
+                ),
+                f"{src['native_p50_ms']:.2f}",
+                f"{src['ort_p50_ms']:.2f}",
+                f"{src['openvino_p50_ms']:.2f}",
+                f"{r['ratio_native_over_ort']:.2f}",
+                f"{r['ratio_native_over_openvino']:.2f}",
+                f"{r['max_rel_error_vs_ort']:.1e}",
+                f"{r['plan_compile_ms']:.0f}",
+                str(r.get("peak_activation_native_le_ort", "-")),
+            ]
+        )
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="native vs ONNX Runtime vs OpenVINO (CPU, p50)")
+        for h in header:
+            table.add_column(h)
+        for line in lines:
+            table.add_row(*line)
+        Console(width=max(Console().width, 140)).print(table)
+    except ImportError:
+        print(" | ".join(header))
+        for line in lines:
+            print(" | ".join(line))
+    for g in goal_list:
+        print(f"[{'met' if g['met'] else 'MISSED'}] {g['name']}: {g['figure']} (target {g['target']})")
+
+
+def versions() -> dict[str, Any]:
+    import onnx
+    import onnxruntime as ort
+    import openvino as ov
+    import torch
+    import torchvision
+    import transformers
+    import xpuruntime as xrt
+
+    return {
+        "xpuruntime": xrt.__version__,
+        "onnxruntime": ort.__version__,
+        "openvino": ov.get_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "transformers": transformers.__version__,
+        "onnx": onnx.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cpu_gemm": xrt.ops.cpu_gemm_info(),
+    }
 
 
 def main() -> int:
@@ -267,29 +480,65 @@ def main() -> int:
         peak_memory_child(engine, path, feeds, int(threads))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timed blocks per engine")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 rounds of 2 runs per engine, no peak-memory children: finds models that fail",
+    )
+    ap.add_argument(
+        "--models", default=",".join(MODELS), help=f"comma-separated subset of: {', '.join(MODELS)}"
+    )
+    ap.add_argument(
+        "--exporter",
+        choices=("torchscript", "dynamo"),
+        default="torchscript",
+        help="torch.onnx.export path: TorchScript at opset 17 (default) or dynamo at opset 18",
+    )
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "xpuruntime" / "bench_models"))
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "native_cpu.json"))
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "native_cpu_zoo.json"))
     args = ap.parse_args()
-    # Same thread count for both engines: our op pool (XRT_NUM_THREADS), OpenBLAS
-    # (cpu_blas) and OpenMP. Must be set before xpuruntime/onnxruntime load.
+    if args.quick:
+        args.rounds = 2
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
+    # Same thread count for every engine: our op pool (also set by ExecutionPolicy.threads),
+    # OpenBLAS (cpu_blas) and OpenMP. Must be set before xpuruntime/onnxruntime load.
     for var in ("XRT_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ[var] = str(args.threads)
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
-    rows = [measure(m, cache, args.threads, args.iterations) for m in args.models.split(",")]
-    import onnxruntime as ort
-    import torch
-    import xpuruntime as xrt
-
+    start = time.perf_counter()
+    rows = []
+    for name in names:
+        stage = ["start"]
+        try:
+            row = measure(MODELS[name], args, stage)
+        except Exception as e:  # noqa: BLE001 - reported, never dropped: the model counts as a miss
+            msg = f"{type(e).__name__}: {e}".strip()
+            row = {
+                "model": name,
+                "family": MODELS[name].family,
+                "config": MODELS[name].config,
+                "error": {"stage": stage[0], "message": msg, "traceback": traceback.format_exc()[-2000:]},
+            }
+        print(_summary(row), flush=True)
+        rows.append(row)
+    goal_list = goals(rows)
     out = {
-        "benchmark": "native engine vs ONNX Runtime CPU EP, one process, same thread count",
+        "benchmark": "native engine vs ONNX Runtime CPU EP vs OpenVINO CPU, one process, same thread count, "
+        "batch 1 (dynamic model: several shapes), fp32, interleaved blocks",
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "threads": args.threads,
-        "iterations": args.iterations,
+        "rounds": args.rounds,
+        "quick": args.quick,
+        "exporter": args.exporter,
+        "tolerance_rel_vs_ort": TOLERANCE,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": time.perf_counter() - start,
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "cpu_model": cpu_name(),
@@ -297,21 +546,17 @@ def main() -> int:
             "load_average_at_start": load_start,
             "load_average_at_end": os.getloadavg(),
         },
-        "versions": {
-            "xpuruntime": xrt.__version__,
-            "onnxruntime": ort.__version__,
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "python": platform.python_version(),
-            "cpu_gemm": xrt.ops.cpu_gemm_info(),
-        },
-        "goals": {"latency_ratio_max": 1.5, "compile_s_max": 2.0, "peak_activation": "<= ort"},
+        "versions": versions(),
+        "openvino_config": "INFERENCE_NUM_THREADS=threads, NUM_STREAMS=1, PERFORMANCE_HINT=LATENCY, "
+        "INFERENCE_PRECISION_HINT=f32",
         "peak_activation_method": PEAK_METHOD,
+        "goals": goal_list,
         "results": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print_table(rows, goal_list)
+    print(f"wrote {args.out} ({out['wall_s']:.0f} s; load average {load_start} -> {os.getloadavg()})")
     return 0
 
 
