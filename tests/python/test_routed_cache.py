@@ -120,6 +120,70 @@ def test_torch_kernel_hits_are_the_torch_call_bit_for_bit(name):
     assert d.chosen == "torch" and d.hits == 3
 
 
+def test_the_fast_key_forms_give_the_general_key():
+    """case_key spells out the common forms; each must be the tuple the general pass
+    builds, or a case would be decided twice (and a key could name two forms)."""
+    from xpuruntime.pytorch import _prepared
+
+    x, w, b = _rand(4, 8), _rand(3, 8, seed=1), _rand(3, seed=2)
+    q = _rand(1, 2, 5, 8)
+    lw = torch.nn.Parameter(_rand(8, seed=3))
+    forms = [
+        (F.linear, (x, w, b), None),
+        (F.linear, (x, w, None), None),
+        (torch.matmul, (x, w.t()), None),
+        (F.scaled_dot_product_attention, (q, q, q), {"is_causal": True, "scale": 0.5}),
+        (F.layer_norm, (x, (8,)), {"weight": lw, "bias": lw, "eps": 1e-5}),
+    ]
+    keys = set()
+    for func, args, kwargs in forms:
+        key = _prepared.case_key(func, args, kwargs, "")
+        names = tuple(kwargs) if kwargs else None
+        values = args + tuple(kwargs.values()) if kwargs else args
+        assert key == _prepared._general_key([func, "", None, names], values)
+        keys.add(key)
+    assert len(keys) == len(forms)
+    # what the key must tell apart, form by form
+    assert _prepared.case_key(F.linear, (x, w, b), None, "") != _prepared.case_key(
+        F.linear, (x, w, b.float()), None, ""
+    )
+    assert _prepared.case_key(torch.matmul, (x, w.t()), None, "") != _prepared.case_key(
+        torch.matmul, (x, w.t().contiguous()), None, ""
+    )
+    ln = (F.layer_norm, (x, (8,)))
+    assert _prepared.case_key(*ln, {"weight": lw, "bias": lw, "eps": 1e-5}, "") != _prepared.case_key(
+        *ln, {"weight": lw, "bias": lw, "eps": 1e-3}, ""
+    )
+    assert _prepared.case_key(*ln, {"weight": lw, "bias": lw, "eps": 1e-5}, "") != _prepared.case_key(
+        *ln, {"weight": lw, "bias": lw, "eps": 1e-5}, "fp16"
+    )
+
+
+class _Counted(torch.Tensor):
+    """A subclass with its own __torch_function__: routing must keep calling it."""
+
+    calls = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is F.layer_norm:
+            cls.calls += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_tensor_subclass_is_its_own_case_and_keeps_its_torch_function(selects):
+    xrt_torch.set_kernel_policy(layernorm="torch")
+    x = _rand(3, 8)
+    sub = x.as_subclass(_Counted)
+    ref = F.layer_norm(x, (8,))
+    for _ in range(3):
+        F.layer_norm(x, (8,))
+        out = F.layer_norm(sub, (8,))
+    assert selects[0] == 2  # the plain tensor and the subclass: two cases
+    assert _Counted.calls == 3  # hits of the subclass's case still go through its __torch_function__
+    assert type(out) is _Counted and torch.equal(out.as_subclass(torch.Tensor), ref)
+
+
 def test_layout_and_scalars_are_in_the_key(selects):
     xrt_torch.set_kernel_policy(**OURS)
     q = _rand(1, 2, 5, 8)

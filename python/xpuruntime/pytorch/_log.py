@@ -43,7 +43,7 @@ __all__ = [
 class Entry:
     """One routed case: its kernel, its launcher, its decision and the calls not yet flushed.
 
-    ``launch(args, kwargs)`` runs the case's kernel on the torch call's own arguments
+    ``launch(*args, **kwargs)`` runs the case's kernel, called like the torch function
     (prepared once, on the miss); ``count_key`` is the :data:`counts` key its calls
     add to ("" for entries that are not routed calls).
     """
@@ -51,7 +51,7 @@ class Entry:
     __slots__ = ("count_key", "kernel", "launch", "pending", "seq")
 
     def __init__(
-        self, kernel: str, seq: int, count_key: str, launch: Callable[[tuple, dict], Any] | None = None
+        self, kernel: str, seq: int, count_key: str, launch: Callable[..., Any] | None = None
     ) -> None:
         self.kernel = kernel
         self.seq = seq
@@ -107,7 +107,7 @@ def remember(
     kernel: str,
     seq: int,
     op: str,
-    launch: Callable[[tuple, dict], Any] | None = None,
+    launch: Callable[..., Any] | None = None,
     counted: bool = True,
 ) -> Entry:
     """Stores a case (its decision already in the log as ``seq``; its first call is the

@@ -1,25 +1,30 @@
 """The hot path of a routed torch call: one case key, one prepared launcher (issue 17 §1).
 
 A routed call's case is keyed by everything its decision and its launch depend on:
-the torch function, every argument (a tensor by dtype, shape, device, requires_grad
-and layout: ``True`` when contiguous, its strides otherwise; a number, string or
-``None`` by value; a tuple or list element-wise), the torch autocast state and the
-precision hint. The policy is not in the key: routing forgets its cases whenever the
-policy changes or is cleared (:func:`.policy.set_kernel_policy`), so the cache
-never answers for another policy.
+the torch function, the precision hint, the torch autocast state, which arguments
+came as keywords, and every argument's value (a plain tensor by dtype, shape,
+device, requires_grad and layout: ``True`` when contiguous, its strides otherwise; a
+tensor subclass the same plus its type; a number, string or ``None`` by value; a
+tuple or list element-wise). The key is one flat tuple built without a helper call
+per argument for the forms routed calls take most (two or three positional tensors,
+``F.layer_norm``'s own call of the mode), the same tuple a general pass builds. The
+policy is not in the key: routing forgets its cases whenever the policy changes or
+is cleared (:func:`.policy.set_kernel_policy`), so the cache never answers for
+another policy.
 
 On a miss, routing asks the Dispatcher (support checks, the decision, its record)
-and :func:`prepare` builds the case's launcher: which of the call's arguments are
-the kernel's operands (positions fixed by the key), the constants (scale, eps,
-normalized_shape, dropout) parsed once, the autocast casts. A hit then costs the
-key, a dictionary lookup, a counter increment and the launch; no ``Call`` object,
-no OpContext, no Python support check.
+and :func:`prepare` builds the case's launcher, a callable with the torch
+function's own parameters (``launch(*args, **kwargs)``: Python binds the call's
+arguments, so no per-call repacking): for torch's own kernel the torch function
+itself, for ours a function whose constants (scale, eps, normalized_shape,
+dropout) and autocast casts were settled once. A hit then costs the key, a
+dictionary lookup, a counter increment and the launch; no ``Call`` object, no
+OpContext, no Python support check.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
 import torch
@@ -32,15 +37,19 @@ from .ops.matmul import matmul_forward
 
 __all__ = ["case_key", "prepare", "prepare_torch"]
 
-Launch = Callable[[tuple, dict], Any]
+#: ``launch(*args, **kwargs)``: called like the routed torch function.
+Launch = Callable[..., Any]
 
 _Tensor = torch.Tensor
-_SCALARS = (int, float, bool, str)
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
 # nn.Parameter disables __torch_function__: it behaves as a plain tensor.
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-_PLAIN_OR_NONE = (torch.Tensor, torch.nn.Parameter, type(None))
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
+_PLAIN_OR_NONE = frozenset((torch.Tensor, torch.nn.Parameter, type(None)))
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+_LAYER_NORM = F.layer_norm
+# How F.layer_norm calls the mode: handle_torch_function(layer_norm, ..., input,
+# normalized_shape, weight=weight, bias=bias, eps=eps), whatever the user wrote.
+_LN_KWARGS = ("weight", "bias", "eps")
 
 
 class _Uncacheable(Exception):
@@ -48,184 +57,220 @@ class _Uncacheable(Exception):
 
 
 def _arg_key(a: Any) -> Any:
-    if isinstance(a, _Tensor):
-        return (a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride())
-    if a is None or isinstance(a, _SCALARS):
+    """A non-plain-tensor argument's part of the key (plain tensors are spelled out inline)."""
+    tp = type(a)
+    if tp in _SCALAR_TYPES:
         return a
+    if tp in _PLAIN:  # inside a sequence
+        return (a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride())
+    if isinstance(a, _Tensor):  # a subclass runs its own __torch_function__: its type matters
+        return (tp, a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride())
     if isinstance(a, (tuple, list)):  # torch.Size and normalized_shape lists included
         return tuple([_arg_key(x) for x in a])
     raise _Uncacheable
 
 
-def case_key(func: Callable, args: tuple, kwargs: dict, hint: str) -> tuple | None:
-    """The routed call's case key, or None when an argument has no exact cheap key.
-
-    Written for host time (it runs on every routed call): one pass over the
-    positional and keyword values, tensors and scalars inline.
-    """
-    values = args + tuple(kwargs.values()) if kwargs else args
-    try:
-        key = [
-            (a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride())
-            if isinstance(a, _Tensor)
-            else (a if type(a) in _SCALAR_TYPES else _arg_key(a))
-            for a in values
-        ]
-    except _Uncacheable:
-        return None
-    key.append(func)
-    key.append(tuple(kwargs) if kwargs else None)  # which values were keywords
-    key.append(hint)
-    if _any_autocast is None or _any_autocast():
-        # The autocast dtype of the call's device decides what the kernels get.
-        first = next((a for a in args if isinstance(a, _Tensor)), None)
-        if first is None:
-            return None
-        dev = first.device.type
-        enabled = dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev)
-        key.append((enabled, torch.get_autocast_dtype(dev) if enabled else None))
+def _general_key(head: list, values: Any) -> tuple:
+    """The key of any call form: ``head`` then each value's part, a plain tensor's flat."""
+    key = head
+    for a in values:
+        if type(a) in _PLAIN:
+            key += (a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride())
+        else:
+            key.append(_arg_key(a))
     return tuple(key)
 
 
-def _getter(
-    signature: tuple[str, ...], wanted: tuple[str, ...], defaults: dict[str, Any], args: tuple, kwargs: dict
-) -> Launch:
-    """``get(args, kwargs)`` -> the values of ``wanted`` for calls shaped like this one.
+def _autocast_key(args: tuple, kwargs: dict | None) -> tuple:
+    """(enabled, dtype) of autocast on the device of the call's first tensor."""
+    first = next((a for a in args if isinstance(a, _Tensor)), None)
+    if first is None and kwargs:
+        first = next((a for a in kwargs.values() if isinstance(a, _Tensor)), None)
+    if first is None:
+        raise _Uncacheable
+    dev = first.device.type
+    enabled = dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev)
+    return (enabled, torch.get_autocast_dtype(dev) if enabled else None)
 
-    ``signature``: the function's parameter names in order. The key fixes which
-    parameters come positionally, which as keywords (in which order) and which take
-    their defaults, so one tuple and an ``itemgetter`` bind them.
+
+def case_key(func: Callable, args: tuple, kwargs: dict | None, hint: str) -> tuple | None:
+    """The routed call's case key, or None when an argument has no exact cheap key.
+
+    Layout: ``(func, hint, autocast, keyword names)``, then each positional and
+    keyword value's part in order: a plain tensor's five fields flat (dtype, shape,
+    device, requires_grad, ``True`` or its strides), anything else one element (a
+    scalar itself; a sequence, a tensor subclass: a tuple). A dtype starts a
+    tensor's fields and no other element is one, so the tuple names one call form.
+
+    Written for host time (it runs on every routed call, and each tensor attribute
+    read costs ~50 ns): the forms routed calls take most are spelled out (two or
+    three positional tensors, with scalar keywords; ``F.layer_norm``'s own call of
+    the mode), giving the tuple :func:`_general_key` gives for the same arguments.
     """
-    n_args, kw = len(args), list(kwargs)
-    idx, consts = [], []
-    for n in wanted:
-        pos = signature.index(n)
-        if pos < n_args:
-            idx.append(pos)
-        elif n in kwargs:
-            idx.append(n_args + kw.index(n))
-        else:
-            idx.append(n_args + len(kw) + len(consts))
-            consts.append(defaults[n])
-    pick, tail = itemgetter(*idx), tuple(consts)
-    if not kw:
-        return lambda a, k: pick(a + tail)
-    return lambda a, k: pick(a + tuple(k.values()) + tail)
+    try:
+        ac = _autocast_key(args, kwargs) if _any_autocast is None or _any_autocast() else None
+        names = tuple(kwargs) if kwargs else None
+        n = len(args)
+        if n == 3:
+            a, b, c = args
+            if type(a) in _PLAIN and type(b) in _PLAIN and type(c) in _PLAIN_OR_NONE:
+                if names is not None:
+                    for v in kwargs.values():
+                        if type(v) not in _SCALAR_TYPES:
+                            return _general_key([func, hint, ac, names], args + tuple(kwargs.values()))
+                    tail = tuple(kwargs.values())
+                else:
+                    tail = ()
+                if c is None:
+                    return (
+                        func, hint, ac, names,
+                        a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride(),
+                        b.dtype, b.shape, b.device, b.requires_grad, b.is_contiguous() or b.stride(),
+                        None, *tail,
+                    )  # fmt: skip
+                return (
+                    func, hint, ac, names,
+                    a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride(),
+                    b.dtype, b.shape, b.device, b.requires_grad, b.is_contiguous() or b.stride(),
+                    c.dtype, c.shape, c.device, c.requires_grad, c.is_contiguous() or c.stride(),
+                    *tail,
+                )  # fmt: skip
+        elif n == 2:
+            a, b = args
+            if names is None and type(a) in _PLAIN and type(b) in _PLAIN:
+                return (
+                    func, hint, ac, None,
+                    a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride(),
+                    b.dtype, b.shape, b.device, b.requires_grad, b.is_contiguous() or b.stride(),
+                )  # fmt: skip
+            if func is _LAYER_NORM and names == _LN_KWARGS:
+                w, bias, eps = kwargs["weight"], kwargs["bias"], kwargs["eps"]
+                if type(a) in _PLAIN and type(w) in _PLAIN and type(bias) in _PLAIN and type(eps) is float:
+                    return (
+                        func, hint, ac, names,
+                        a.dtype, a.shape, a.device, a.requires_grad, a.is_contiguous() or a.stride(),
+                        b if type(b) is tuple and len(b) == 1 and type(b[0]) is int else _arg_key(b),
+                        w.dtype, w.shape, w.device, w.requires_grad, w.is_contiguous() or w.stride(),
+                        bias.dtype, bias.shape, bias.device, bias.requires_grad, bias.is_contiguous() or bias.stride(),
+                        eps,
+                    )  # fmt: skip
+        if names is None:
+            return _general_key([func, hint, ac, None], args)
+        return _general_key([func, hint, ac, names], args + tuple(kwargs.values()))
+    except _Uncacheable:
+        return None
 
 
 def _cast(t: Any, dtype: torch.dtype) -> Any:
     return t.to(dtype) if isinstance(t, _Tensor) and t.is_floating_point() and t.dtype != dtype else t
 
 
-def _matmul_launch(kernel: str, func: Callable, args: tuple, kwargs: dict, low: torch.dtype | None) -> Launch:
+def _matmul_launch(kernel: str, func: Callable, low: torch.dtype | None) -> Launch:
     kind = _routing._FUNCS[func]
-    if kind == "linear":
-        sig = ("input", "weight", "bias")
-        get3 = _getter(sig, sig, {"bias": None}, args, kwargs)
-
-        def operands(a: tuple, k: dict) -> tuple:
-            x, w, b = get3(a, k)
-            return x, w.t(), b
-
-    elif kind == "addmm":
-        sig = ("input", "mat1", "mat2")
-        get3 = _getter(sig, sig, {}, args, kwargs)
-
-        def operands(a: tuple, k: dict) -> tuple:
-            bias, m1, m2 = get3(a, k)
-            return m1, m2, bias
-
-    elif kind == "rmatmul":  # only the plain form (two positional operands) runs our kernels
-
-        def operands(a: tuple, k: dict) -> tuple:
-            return a[1], a[0], None
-
-    else:
-
-        def operands(a: tuple, k: dict) -> tuple:
-            return a[0], a[1], None
-
     if low is None:
 
-        def launch(a: tuple, k: dict) -> Any:
-            x, w, b = operands(a, k)
-            return matmul_forward(x, w, b, kernel)
+        def run(a: Any, b: Any, bias: Any) -> Any:
+            return matmul_forward(a, b, bias, kernel)
 
     else:
 
-        def launch(a: tuple, k: dict) -> Any:
-            x, w, b = operands(a, k)
-            return matmul_forward(_cast(x, low), _cast(w, low), _cast(b, low), kernel)
+        def run(a: Any, b: Any, bias: Any) -> Any:
+            return matmul_forward(_cast(a, low), _cast(b, low), _cast(bias, low), kernel)
 
-    return launch
+    # Our kernels run the plain forms only (parse_call's "plain"; other forms decide
+    # torch's kernel): the parameters are the torch function's, so Python binds them.
+    if kind == "linear":
+
+        def launch_linear(input: Any, weight: Any, bias: Any = None) -> Any:
+            return run(input, weight.t(), bias)
+
+        return launch_linear
+    if kind == "addmm":  # beta == alpha == 1 (the key holds their values)
+
+        def launch_addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+            return run(mat1, mat2, input)
+
+        return launch_addmm
+    if kind == "rmatmul":  # Tensor.__rmatmul__(self, other) is other @ self
+
+        def launch_rmatmul(self: Any, other: Any) -> Any:
+            return run(other, self, None)
+
+        return launch_rmatmul
+
+    def launch_matmul(a: Any, b: Any) -> Any:
+        return run(a, b, None)
+
+    return launch_matmul
 
 
-def _attention_launch(call: _routing.Call, args: tuple, kwargs: dict, low: torch.dtype | None) -> Launch:
+def _attention_launch(call: _routing.Call, low: torch.dtype | None) -> Launch:
     f = call.fields
-    sig = _routing._SDPA_NAMES
-    get4 = _getter(sig, sig[:4], _routing._SDPA_DEFAULTS, args, kwargs)
     p, causal = float(f["dropout_p"]), bool(f["is_causal"])
-    scale = float(f["scale"]) if f["scale"] is not None else f["query"].shape[-1] ** -0.5
+    case_scale = float(f["scale"]) if f["scale"] is not None else f["query"].shape[-1] ** -0.5
 
-    def launch(a: tuple, k: dict) -> Any:
-        q, kk, v, m = get4(a, k)
+    def launch_sdpa(
+        query: Any,
+        key: Any,
+        value: Any,
+        attn_mask: Any = None,
+        dropout_p: Any = 0.0,
+        is_causal: Any = False,
+        scale: Any = None,
+        enable_gqa: Any = False,
+    ) -> Any:
+        # dropout_p, is_causal and scale are the case's (in the key): parsed once
         if low is not None:
-            q, kk, v = _cast(q, low), _cast(kk, low), _cast(v, low)
-        rng = draw_rng_state(q.device) if p > 0.0 else None
-        return attention_forward(q, kk, v, m, p, causal, scale, rng)
+            query, key, value = _cast(query, low), _cast(key, low), _cast(value, low)
+        rng = draw_rng_state(query.device) if p > 0.0 else None
+        return attention_forward(query, key, value, attn_mask, p, causal, case_scale, rng)
 
-    return launch
+    return launch_sdpa
 
 
-def _layernorm_launch(call: _routing.Call, args: tuple, kwargs: dict, cast: bool) -> Launch:
+def _layernorm_launch(call: _routing.Call, cast: bool) -> Launch:
     f = call.fields
-    names = _routing._LN_NAMES
-    get = _getter(names, (names[0], names[2], names[3]), _routing._LN_DEFAULTS, args, kwargs)
     ns = f["normalized_shape"]
     ns = [int(ns)] if isinstance(ns, int) else [int(s) for s in ns]
-    eps = float(f["eps"])
+    case_eps = float(f["eps"])
 
-    def launch(a: tuple, k: dict) -> Any:
-        x, w, b = get(a, k)
+    def launch_layer_norm(
+        input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: Any = 1e-5
+    ) -> Any:
+        # normalized_shape and eps are the case's (in the key): parsed once
         if cast:  # autocast runs layer_norm in float32; so do we
-            x, w, b = _cast(x, torch.float32), _cast(w, torch.float32), _cast(b, torch.float32)
-        return layer_norm_forward(x, ns, w, b, eps)
+            input, weight, bias = (
+                _cast(input, torch.float32),
+                _cast(weight, torch.float32),
+                _cast(bias, torch.float32),
+            )
+        return layer_norm_forward(input, ns, weight, bias, case_eps)
 
-    return launch
+    return launch_layer_norm
 
 
 def prepare_torch(func: Callable, args: tuple = (), kwargs: dict | None = None) -> Launch:
-    """The launcher of torch's own kernel: the call itself, untouched.
+    """The launcher of torch's own kernel: the torch function itself.
 
     ``F.layer_norm`` is the one routed function with a Python wrapper: its body is
     ``torch.layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enabled)``
-    after a torch-function check, which a routed call has already passed, so plain
-    tensors go straight to that body (a tensor subclass keeps the wrapper).
+    after a torch-function check, which a routed call has already passed. When this
+    case's tensors are plain (the key tells plain tensors from subclasses, so every
+    hit's are too) its calls go straight to that builtin, no Python frame between:
+    its ``cudnn_enable`` argument is unused by ATen (deprecated), so its default
+    stands in for ``torch.backends.cudnn.enabled``. A subclass keeps the wrapper.
     """
-    if func is F.layer_norm and kwargs is not None:
-        names = _routing._LN_NAMES
-        get = _getter(names, names, _routing._LN_DEFAULTS, args, kwargs)
-        # what torch.backends.cudnn.enabled reads, without its Python descriptor
-        cudnn_enabled = torch._C._get_cudnn_enabled
-
-        def run_layer_norm(a: tuple, k: dict) -> Any:
-            x, ns, w, b, eps = get(a, k)
-            if type(x) in _PLAIN and type(w) in _PLAIN_OR_NONE and type(b) in _PLAIN_OR_NONE:
-                return torch.layer_norm(x, ns, w, b, eps, cudnn_enabled())
-            return func(*a, **k)
-
-        return run_layer_norm
-
-    def run_torch(a: tuple, k: dict) -> Any:
-        return func(*a, **k)
-
-    return run_torch
+    if func is _LAYER_NORM and kwargs is not None:
+        call = _routing.parse_call(func, args, kwargs)
+        if call is not None and all(type(t) in _PLAIN for t in call.tensors):
+            return torch.layer_norm
+    return func
 
 
 def prepare(
     kernel: str, call: _routing.Call, func: Callable, args: tuple, kwargs: dict, autocast: tuple
 ) -> Launch:
-    """The launcher of ``kernel`` for calls of this case: ``launch(args, kwargs)``.
+    """The launcher of ``kernel`` for calls of this case: ``launch(*args, **kwargs)``.
 
     It gives the bits :func:`._routing.run` gives for the same call (same kernel,
     same casts, same paths in the ops modules); only the parsing is done once.
@@ -234,15 +279,15 @@ def prepare(
         return prepare_torch(func, args, kwargs)
     if call.op == "attention" and kernel != "flash_v2":
 
-        def run_backend(a: tuple, k: dict) -> Any:
+        def run_backend(*a: Any, **k: Any) -> Any:
             return _routing._run_sdpa_backend(kernel, func, a, k)
 
         return run_backend
     low = autocast[1] if autocast[0] else None
     if call.op == "matmul":
-        return _matmul_launch(kernel, func, args, kwargs, low)
+        return _matmul_launch(kernel, func, low)
     if call.op == "attention":
-        return _attention_launch(call, args, kwargs, low)
+        return _attention_launch(call, low)
     if call.op == "layernorm":
-        return _layernorm_launch(call, args, kwargs, autocast[0])
+        return _layernorm_launch(call, autocast[0])
     raise AssertionError(call.op)

@@ -104,31 +104,36 @@ class _State:
 _state = _State()
 
 
+#: torch function -> op key, for the functions the current policy routes (filled by
+#: set_kernel_policy, emptied by clear_kernel_policy): one lookup tells a routed call.
+_routed: dict[Any, str] = {}
+#: case key -> Entry (the same dict as _log.cases, bound here for the hot path).
+_cases = _log.cases
+_case_key = _prepared.case_key
+
+
 class _PolicyMode(TorchFunctionMode):
     """Routes the policy's torch functions; everything else passes through untouched."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        view = _state.view
-        # Cheap checks first: most calls through the mode are not routed at all.
-        op = _routing.FUNC_OPS.get(func) if view is not None else None
-        if op is None or op not in view.named:
-            return func(*args, **kwargs)
+        op = _routed.get(func)
+        if op is None:  # most calls through the mode are not routed at all
+            return func(*args, **kwargs) if kwargs else func(*args)
         if _is_compiling() or _tracing_state() is not None:
-            return _compiled_call(view, op, func, args, kwargs)
-        # The hot path: one key, one lookup, the case's prepared launcher.
-        key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
-        entry = _log.cases.get(key) if key is not None else None
+            return _compiled_call(_state.view, op, func, args, kwargs or {})
+        # The hot path: one key, one lookup, the case's launcher called like func.
+        key = _case_key(func, args, kwargs, _state.precision_hint)
+        entry = _cases.get(key)  # a None key (no cheap key) is never stored
         if entry is None:
-            return _miss(view, op, func, args, kwargs, key)
+            return _miss(_state.view, op, func, args, kwargs or {}, key)
         entry.pending += 1
         try:
             if _state.profiling:
                 with torch.profiler.record_function(f"xpuruntime.{entry.count_key}"):
-                    return entry.launch(args, kwargs)
-            return entry.launch(args, kwargs)
+                    return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
+            return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
         except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
-            return _run_failed(view, op, func, args, kwargs, key, entry.kernel, e)
+            return _run_failed(_state.view, op, func, args, kwargs or {}, key, entry.kernel, e)
 
 
 _is_compiling = torch.compiler.is_compiling
@@ -360,6 +365,8 @@ def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: An
         _state.generation = f"{view.core.fingerprint}/{regime}"
         _log.forget_cases()
         _compile_choices.clear()
+        _routed.clear()
+        _routed.update({f: op for f, op in _routing.FUNC_OPS.items() if op in view.named})
         if _state.mode is None:
             _state.mode = _PolicyMode()
             _state.mode.__enter__()
@@ -381,6 +388,7 @@ def clear_kernel_policy() -> None:
             _state.saved_dispatcher_policy = None
         _state.policy, _state.view = None, None
         _state.generation = ""
+        _routed.clear()
         _log.forget_cases()
         _compile_choices.clear()
 
