@@ -12,6 +12,7 @@ import ctypes
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -169,6 +170,18 @@ def test_missing_helper_library_is_a_typed_status(tmp_path: pathlib.Path) -> Non
     assert f"ERR xpuruntime.distributed: the NCCL helper library is missing ({tmp_path}" in out.stdout
     assert "AVAILABLE False" in out.stdout
     assert "REASON xpuruntime.distributed: the NCCL helper library is missing" in out.stdout
+
+
+def test_helper_exports_only_its_c_abi() -> None:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run(
+        [nm, "-D", "--defined-only", _lib.library_path()], capture_output=True, text=True, check=True
+    )
+    symbols = sorted(line.split()[-1] for line in out.stdout.splitlines() if " T " in line or " D " in line)
+    assert symbols and all(s.startswith("xrt_nccl_") for s in symbols), symbols
+    assert set(_lib._SIGNATURES) <= set(symbols), set(_lib._SIGNATURES) - set(symbols)
 
 
 # ---- UniqueId -------------------------------------------------------------------------

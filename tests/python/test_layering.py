@@ -30,6 +30,8 @@ CORE_DIRS = ("core", "ops", "graph", "bindings")
 PLUGINS = {
     "cpu": ("cpu",),
     "cuda": ("cuda", "cublas", "cublaslt", "cuda_kernels"),
+    # The NCCL helper (xpuruntime.distributed): its own library with a C ABI, no device plugin.
+    "nccl": ("nccl",),
 }
 PLUGIN_ENTRY = "xpuruntime_plugin_init"
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".inl"}

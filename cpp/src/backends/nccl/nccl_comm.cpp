@@ -7,6 +7,7 @@
 // deadline: a rank that never joins init, or dies during a collective, ends in
 // ncclCommAbort and a kXrtNcclTimeout / kXrtNcclRemoteError on the surviving
 // ranks.
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -103,8 +104,7 @@ int settle(Comm& k, const std::string& what, double timeout_s) {
     if (state == ncclSuccess) return ok();
     if (state != ncclInProgress) {
       const std::string msg = what + " failed on " + k.where() + ": " + nccl_text(n, state, k.comm) +
-                              ". The communicator was aborted: a peer rank may "
-                              "have died or called another "
+                              ". The communicator was aborted: a peer rank may have died or called another "
                               "collective; create a new communicator";
       abort_comm(k);
       return fail(kXrtNcclRemoteError, msg);
@@ -113,9 +113,8 @@ int settle(Comm& k, const std::string& what, double timeout_s) {
       abort_comm(k);
       return fail(kXrtNcclTimeout, what + " did not complete within " + std::to_string(timeout_s) + " s on " +
                                        k.where() +
-                                       ": a rank did not join or died. The communicator was "
-                                       "aborted; check every "
-                                       "rank runs the same calls, or raise timeout=");
+                                       ": a rank did not join or died. The communicator was aborted; check "
+                                       "every rank runs the same calls, or raise timeout=");
     }
     if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -128,10 +127,9 @@ thread_local std::vector<Comm*> g_group_comms;
 Comm* as_comm(void* p, const char* what) {
   auto* k = static_cast<Comm*>(p);
   if (k == nullptr || k->comm == nullptr) {
-    fail(kXrtNcclInvalidArgument, std::string(what) +
-                                      ": the communicator was destroyed or "
-                                      "aborted; create a new one with "
-                                      "Communicator.init");
+    fail(kXrtNcclInvalidArgument,
+         std::string(what) +
+             ": the communicator was destroyed or aborted; create a new one with Communicator.init");
     return nullptr;
   }
   return k;
@@ -197,10 +195,10 @@ int xrt_nccl_unique_id(uint8_t* out) {
 int xrt_nccl_comm_init(int rank, int world, const uint8_t* unique_id, int device, double timeout_s,
                        void** out) {
   if (world < 1 || rank < 0 || rank >= world || unique_id == nullptr || timeout_s <= 0) {
-    return fail(kXrtNcclInvalidArgument,
-                "xrt_nccl_comm_init: need 0 <= rank < world, world >= 1, a unique id "
-                "and timeout_s > 0 (got rank " +
-                    std::to_string(rank) + ", world " + std::to_string(world) + ")");
+    return fail(
+        kXrtNcclInvalidArgument,
+        "xrt_nccl_comm_init: need 0 <= rank < world, world >= 1, a unique id and timeout_s > 0 (got rank " +
+            std::to_string(rank) + ", world " + std::to_string(world) + ")");
   }
   int devices = 0;
   if (int st = xrt_nccl_probe(&devices)) return st;
@@ -221,8 +219,7 @@ int xrt_nccl_comm_init(int rank, int world, const uint8_t* unique_id, int device
   if (CUresult rc = c.PrimaryCtxRetain(&k->ctx, k->dev); rc != CUDA_SUCCESS) {
     return cu_fail(c, rc, "retaining the primary context of cuda:" + std::to_string(device));
   }
-  // From here the context is ours: released by the guard unless the comm
-  // survives.
+  // From here the context is ours: released by the guard unless the comm survives.
   struct CtxGuard {
     const CudaFns& c;
     Comm* k;
@@ -270,15 +267,17 @@ int xrt_nccl_comm_split(void* comm, int color, int key, void** out) {
     return ok();
   }
   if (int st = settle(*child, "Communicator.split", k->timeout_s)) return st;
-  // The child's rank and size come from NCCL: split orders ranks by (key, old
-  // rank).
+  // The child's rank and size come from NCCL: split orders ranks by (key, old rank).
   if (n.CommUserRank(child->comm, &child->rank) != ncclSuccess ||
       n.CommCount(child->comm, &child->world) != ncclSuccess) {
     abort_comm(*child);
     return fail(kXrtNcclError, "reading the split communicator's rank and size failed on " + k->where());
   }
-  c.PrimaryCtxRetain(&child->ctx,
-                     child->dev);  // the child holds its own reference
+  // The child holds its own context reference (released by its destroy/abort).
+  if (CUresult rc = c.PrimaryCtxRetain(&child->ctx, child->dev); rc != CUDA_SUCCESS) {
+    abort_comm(*child);
+    return cu_fail(c, rc, "retaining the primary context for the split communicator");
+  }
   *out = child.release();
   return ok();
 }
@@ -299,8 +298,8 @@ int xrt_nccl_comm_destroy(void* comm) {
   if (k->comm != nullptr) {
     const NcclFns& n = *nccl_fns(nullptr);
     bind(c, *k);
-    // Finalize flushes outstanding work (nonblocking: polled with the timeout,
-    // which aborts on expiry so a dead peer cannot hang the destructor).
+    // Finalize flushes outstanding work (nonblocking: polled with the timeout, which
+    // aborts on expiry so a dead peer cannot hang the destructor).
     const ncclResult_t rc = n.CommFinalize(k->comm);
     if (rc == ncclSuccess || rc == ncclInProgress) st = settle(*k, "Communicator.destroy", k->timeout_s);
     if (k->comm != nullptr) n.CommDestroy(k->comm);
@@ -499,9 +498,8 @@ int xrt_nccl_work_wait(void* work, double timeout_s) {
       abort_comm(*w->comm);
       return fail(kXrtNcclTimeout, "the collective did not complete within " + std::to_string(limit) +
                                        " s on " + where +
-                                       ": a peer rank died or did not call the same collective. "
-                                       "The communicator "
-                                       "was aborted; create a new one (or raise timeout=)");
+                                       ": a peer rank died or did not call the same collective. The "
+                                       "communicator was aborted; create a new one (or raise timeout=)");
     }
     if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

@@ -70,8 +70,7 @@ Loaded load_nccl() {
   }
   if (lib == nullptr) {
     l.nccl_why = "libnccl.so.2 not found (" + tried +
-                 "). Install NCCL 2.18+ (pip install nvidia-nccl-cu12, or the "
-                 "CUDA toolkit's), put it on "
+                 "). Install NCCL 2.18+ (pip install nvidia-nccl-cu12, or the CUDA toolkit's), put it on "
                  "LD_LIBRARY_PATH or set XRT_NCCL_LIBRARY to its path";
     return l;
   }
