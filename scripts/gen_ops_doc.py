@@ -40,6 +40,19 @@ def render() -> str:
             "(`any` = every dtype the engine has: float32/64, float16, bfloat16, int8/16/32/64, uint8, bool)."
         ),
         "",
+        (
+            "Conv's `onednn` kernel is oneDNN's convolution (Debian `libdnnl-dev`, found at build time; a "
+            "build without it registers the kernel, which then refuses every case with "
+            "`backend_unavailable` and the install hint): float32, 1-3 spatial dims, any group, stride, "
+            "dilation and padding. Constant weights are packed once per plan step into oneDNN's preferred "
+            "blocked layout, activations are reordered into and out of a blocked layout around its direct "
+            "implementations, and the fused bias, residual and activation run as post-ops; a step keeps one "
+            "primitive per input shape (up to 8, for dynamic shapes) and runs it on `ExecutionPolicy(threads=...)` "
+            "OpenMP threads. It ranks below the other Conv kernels, so it runs where pinned "
+            '(`KernelPolicy(conv="onednn")`); cpp/src/backends/cpu/onednn/onednn_conv.cpp records the '
+            "measurements behind that order."
+        ),
+        "",
         f"{len(rows)} ops.",
         "",
         "| ONNX op | op key | kernels | dtypes | notes |",

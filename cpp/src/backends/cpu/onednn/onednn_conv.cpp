@@ -15,7 +15,19 @@
 // Threads: the plan's (parallel_threads()), handed to OpenMP (onednn_context.h).
 //
 // Priority 5, below every other CPU Conv kernel: it runs where pinned
-// (KernelPolicy(conv="onednn")) or where no other kernel takes the case.
+// (KernelPolicy(conv="onednn")) or where no other kernel takes the case. Measured
+// (benchmarks/bench_onednn_conv.py, batch 1, 224², median of 5 interleaved rounds,
+// on the shared 2-core AVX-512 dev machine at load average 12-16, so noisy), time
+// with conv pinned to onednn / time with the default kernels, for ResNet-18,
+// MobileNetV3-L, EfficientNet-B0, ConvNeXt-T, DenseNet-121:
+//   1 thread                          0.69  0.94  0.89  0.95  0.88
+//   2 threads, OMP_WAIT_POLICY=PASSIVE 0.71  0.58  0.30  0.63  0.45
+//   2 threads, OpenMP defaults        2.20  5.17  6.69  2.16  5.64
+// oneDNN's own kernels are faster, but with libgomp's default (spinning) wait policy
+// its idle OpenMP worker spins after every convolution on the core our thread pool
+// needs for the next op, which costs more than the convolution saves. Not the
+// default until that is solved (passive OpenMP waiting, or a oneDNN built on a
+// threadpool runtime that shares our pool).
 #include "backends/cpu/onednn/onednn_conv.h"
 
 #include <cstdlib>
