@@ -369,6 +369,22 @@ TEST(CpuGemmBlocked, LargeMultithreadedAgreesWithSingleThreaded) {
   EXPECT_EQ(o1.c.bytes, o2.c.bytes);
 }
 
+// ExecutionPolicy(threads=N) reaches OpenBLAS through cpu_blas_set_threads: the
+// set and get must reach the library the build linked (system or scipy-openblas32,
+// whose symbols carry a prefix), so the count set is the one read back.
+TEST(CpuGemmBlas, SetThreadsReachesTheLinkedOpenBlas) {
+  if (!xm::cpu_blas_available()) {
+    EXPECT_EQ(xm::cpu_blas_set_threads(2), 0);
+    GTEST_SKIP() << xm::cpu_blas_info();
+  }
+  const int before = xm::cpu_blas_set_threads(2);
+  EXPECT_GT(before, 0);
+  EXPECT_EQ(xm::cpu_blas_set_threads(1), 2);
+  EXPECT_EQ(xm::cpu_blas_set_threads(0), 1);  // 0: leave it, report it
+  EXPECT_EQ(xm::cpu_blas_set_threads(before), 1);
+  EXPECT_EQ(xm::cpu_blas_info().rfind("OpenBLAS", 0), 0u) << xm::cpu_blas_info();
+}
+
 TEST(CpuGemmBlocked, AutoPicksTheWidestIsaTheCpuHas) {
   const xm::CpuIsa want = xm::cpu_has_avx512f()   ? xm::CpuIsa::kAvx512
                           : xm::cpu_has_avx2_fma() ? xm::CpuIsa::kAvx2

@@ -295,3 +295,24 @@ def test_cpu_gemm_info_reports_the_build():
     info = ops.cpu_gemm_info()
     assert info["isa"] in ("avx512", "avx2", "portable")
     assert isinstance(info["blas_available"], bool) and info["blas"]
+
+
+def test_cpu_blas_is_available_in_a_normal_build():
+    """A build finds OpenBLAS: the system's (apt) or, without it, scipy-openblas32 from
+    PyPI (what `pip install .` gets on a machine without apt's). Only a build
+    configured with XRT_BLAS=OFF lacks it. Then the automatic choice for an fp32
+    product is cpu_blas, and its result matches NumPy float64 on random shapes."""
+    info = ops.cpu_gemm_info()
+    if "XRT_BLAS=OFF" in info["blas"]:
+        pytest.skip(f"built without BLAS on purpose: {info['blas']}")
+    assert info["blas_available"], f"cpu_blas unavailable in a normal build: {info['blas']}"
+    assert info["blas"].startswith("OpenBLAS"), info["blas"]
+    assert info["blas"].endswith(("[system OpenBLAS]", "[scipy-openblas32 from PyPI]")), info["blas"]
+    for dtype in ("float32", "float64"):
+        for _ in range(6):
+            m, n, k = (int(x) for x in RNG.integers(1, 300, size=3))
+            a, b = _rand((m, k), dtype), _rand((k, n), dtype)
+            got = ops.matmul(a, b)
+            d = ops.last_decision()
+            assert d.chosen == "cpu_blas" and d.rule == "auto.first_supported", d.summary()
+            _check(got, a, b, dtype)

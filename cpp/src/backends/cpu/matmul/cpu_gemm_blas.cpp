@@ -1,4 +1,5 @@
-// cpu_blas: GEMM through the CBLAS the build found (OpenBLAS from Debian in CI).
+// cpu_blas: GEMM through the CBLAS the build found (OpenBLAS from Debian in CI, or
+// scipy-openblas32 from PyPI for `pip install .` without apt; see cblas_api.h).
 // Without XRT_HAVE_CBLAS only the availability functions are compiled:
 // cpu_blas_available() is false and the registered kernel refuses every case with
 // reason backend_unavailable and the install hint.
@@ -9,7 +10,7 @@
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
 
 #ifdef XRT_HAVE_CBLAS
-#include <cblas.h>
+#include "backends/cpu/matmul/cblas_api.h"
 #endif
 
 namespace xpuruntime::matmul {
@@ -21,11 +22,11 @@ template <typename T>
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
                const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+    XRT_BLAS(cblas_sgemm)(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
                 static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b,
                 static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(ldc));
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+    XRT_BLAS(cblas_dgemm)(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
                 static_cast<blasint>(k), 1.0, a, static_cast<blasint>(lda), b,
                 static_cast<blasint>(ldb), 0.0, c, static_cast<blasint>(ldc));
   }
@@ -115,14 +116,14 @@ void run_blas(const GemmProblem& p) {
 bool cpu_blas_available() { return true; }
 
 int cpu_blas_set_threads(int threads) {
-  const int before = openblas_get_num_threads();
-  if (threads > 0 && threads != before) openblas_set_num_threads(threads);
+  const int before = XRT_BLAS(openblas_get_num_threads)();
+  if (threads > 0 && threads != before) XRT_BLAS(openblas_set_num_threads)(threads);
   return before;
 }
 
 std::string cpu_blas_info() {
-  std::string info = openblas_get_config();
-  return info;
+  // The config string ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...") and where it came from.
+  return std::string(XRT_BLAS(openblas_get_config)()) + " [" XRT_BLAS_SOURCE "]";
 }
 
 void cpu_gemm_blas(const GemmProblem& p) {
@@ -141,7 +142,12 @@ bool cpu_blas_available() { return false; }
 int cpu_blas_set_threads(int) { return 0; }
 
 std::string cpu_blas_info() {
-  return "built without CBLAS (install libopenblas-dev and rebuild to enable cpu_blas)";
+#ifdef XRT_BLAS_OFF
+  return "built without CBLAS (configured with XRT_BLAS=OFF)";
+#else
+  return "built without CBLAS: no OpenBLAS found (pip install scipy-openblas32 or apt install "
+         "libopenblas-dev, then rebuild to enable cpu_blas)";
+#endif
 }
 
 void cpu_gemm_blas(const GemmProblem&) {

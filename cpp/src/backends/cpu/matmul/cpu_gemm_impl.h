@@ -7,7 +7,8 @@
 //     compiler vectorizes), OpenMP-parallel over (batch, row block, column block)
 //     tiles. fp32 and fp64 natively; fp16/bf16 are converted to fp32 while packing
 //     and accumulated in fp32. Any strides (transposes, broadcast batches).
-//   cpu_blas: the BLAS the build found (OpenBLAS cblas_sgemm/dgemm), one call per
+//   cpu_blas: the OpenBLAS the build found (the system's, or scipy-openblas32 from
+//     PyPI: cblas_api.h spells the names), cblas_sgemm/dgemm, one call per
 //     batch; fp16/bf16 converted to fp32 blocks around sgemm. Compiled only with
 //     XRT_HAVE_CBLAS; cpu_blas_available() says whether it is.
 //
@@ -41,7 +42,8 @@ bool cpu_blas_available();
 // Sets OpenBLAS's thread count (process-wide; threads > 0) and returns the one it
 // replaced; 0 without CBLAS. Thread-safe; cheap when the count does not change.
 int cpu_blas_set_threads(int threads);
-// "OpenBLAS 0.3.21 (pthread)" or why there is none ("built without CBLAS").
+// OpenBLAS's config string and its source ("OpenBLAS 0.3.21 ... [system OpenBLAS]",
+// "... [scipy-openblas32 from PyPI]") or why there is none ("built without CBLAS ...").
 std::string cpu_blas_info();
 // Throws BackendUnavailableError when built without CBLAS, InvalidArgumentError for
 // an unsupported dtype. BLAS threading is the library's own (OPENBLAS_NUM_THREADS).

@@ -17,7 +17,7 @@
 #include "backends/cpu/ops/parallel.h"
 
 #ifdef XRT_HAVE_CBLAS
-#include <cblas.h>
+#include "backends/cpu/matmul/cblas_api.h"
 #endif
 
 namespace xpuruntime::cpu {
@@ -245,8 +245,8 @@ bool blas_gemv(const matmul::GemmProblem& q) {
     const T* a = static_cast<const T*>(q.a.data);
     const T* b = static_cast<const T*>(q.b.data);
     const blasint incx = static_cast<blasint>(q.a.cs), incy = static_cast<blasint>(q.c_cs);
-    if constexpr (std::is_same_v<T, float>) cblas_sgemv(CblasRowMajor, t, rows, cols, 1.f, b, ld, a, incx, 1.f, c, incy);
-    else cblas_dgemv(CblasRowMajor, t, rows, cols, 1.0, b, ld, a, incx, 1.0, c, incy);
+    if constexpr (std::is_same_v<T, float>) XRT_BLAS(cblas_sgemv)(CblasRowMajor, t, rows, cols, 1.f, b, ld, a, incx, 1.f, c, incy);
+    else XRT_BLAS(cblas_dgemv)(CblasRowMajor, t, rows, cols, 1.0, b, ld, a, incx, 1.0, c, incy);
   };
   if (q.dtype == DType::kFloat32) run(float{});
   else run(double{});
@@ -274,7 +274,7 @@ bool blocked_gemv(const matmul::GemmProblem& q) {
 void blas_single_threaded() {
 #ifdef XRT_HAVE_CBLAS
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  std::call_once(once, [] { XRT_BLAS(openblas_set_num_threads)(1); });
 #endif
 }
 
