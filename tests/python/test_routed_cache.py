@@ -159,6 +159,50 @@ def test_the_fast_key_forms_give_the_general_key():
     )
 
 
+def test_a_site_hit_is_only_the_same_case(selects):
+    """lookup's sites check the tensors in C++ (TensorGuards): a tensor differing in
+    dtype, strides, requires_grad or shape at the same site is another case."""
+    from xpuruntime.pytorch import _log, _prepared
+
+    xrt_torch.set_kernel_policy(matmul="torch", layernorm="torch")
+    x, w, b = _rand(4, 8), _rand(3, 8, seed=1), _rand(3, seed=2)
+    for _ in range(3):  # the miss, the site's first check, a site hit
+        F.linear(x, w, b)
+    assert selects[0] == 1
+    if _prepared._guards_work():
+        assert [len(c) for c in _log.sites.values()] == [1]
+    others = [
+        (x.float(), w.float(), b.float()),  # dtype
+        (x, _rand(8, 3, seed=1).t(), b),  # strides
+        (x, w.detach().clone().requires_grad_(), b),  # requires_grad
+        (x[:2], w, b),  # shape
+    ]
+    for args in others:
+        for _ in range(2):
+            out = F.linear(*args)
+        xrt_torch.clear_kernel_policy()
+        assert torch.equal(out, F.linear(*args))
+        xrt_torch.set_kernel_policy(matmul="torch", layernorm="torch")
+    # set_kernel_policy forgot the cases each time: each variant is decided once, and
+    # the first case again after the last policy change
+    assert selects[0] == 1 + len(others)
+    F.linear(x, w, b)
+    F.linear(x, torch.nn.Parameter(w, requires_grad=False), b)  # the same case (its own check)
+    assert selects[0] == 2 + len(others)
+    log = xrt_torch.decision_log()
+    assert len(log) == 2 + len(others) and log[len(log) - 1].hits == 2
+
+
+def test_the_site_checks_tell_apart_what_the_key_does():
+    from xpuruntime.pytorch import _prepared
+
+    if _prepared._TensorGuards is None:
+        pytest.skip("this torch has no dynamo TensorGuards: lookup uses the case key alone")
+    assert _prepared._guards_work()
+    q = _rand(2, 3)
+    assert _prepared._tensor_check((q, q)) is not None
+
+
 class _Counted(torch.Tensor):
     """A subclass with its own __torch_function__: routing must keep calling it."""
 

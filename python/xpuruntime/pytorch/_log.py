@@ -64,6 +64,9 @@ class _View:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.cases: dict[tuple, Entry] = {}
+        # site key -> [(tensor check, Entry)]: the fast way to a case (see _prepared.lookup);
+        # emptied whenever a case is stored or forgotten, so it never holds a stale entry.
+        self.sites: dict[tuple, list] = {}
         self.seqs: set[int] = set()
         self.counts: collections.Counter[str] = collections.Counter()
 
@@ -71,6 +74,8 @@ class _View:
 _view = _View()
 #: case key -> Entry (read on every routed call; written only on a miss).
 cases = _view.cases
+#: site key -> [(tensor check, Entry)], read by _prepared.lookup.
+sites = _view.sites
 #: "op:kernel" -> calls routed since the last clear().
 counts = _view.counts
 
@@ -119,6 +124,7 @@ def remember(
     entry = Entry(kernel, seq, f"{op}:{kernel}" if counted else "", launch)
     with _view.lock:
         _view.cases[key] = entry
+        _view.sites.clear()
         if seq:
             _view.seqs.add(seq)
     return entry
@@ -135,6 +141,7 @@ def forget_cases() -> None:
     _flush()
     with _view.lock:
         _view.cases.clear()
+        _view.sites.clear()
 
 
 def decisions() -> DecisionLog:
@@ -149,6 +156,7 @@ def clear() -> None:
     _flush()
     with _view.lock:
         _view.cases.clear()
+        _view.sites.clear()
         _view.seqs.clear()
         _view.counts.clear()
 

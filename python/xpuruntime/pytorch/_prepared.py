@@ -17,9 +17,17 @@ and :func:`prepare` builds the case's launcher, a callable with the torch
 function's own parameters (``launch(*args, **kwargs)``: Python binds the call's
 arguments, so no per-call repacking): for torch's own kernel the torch function
 itself, for ours a function whose constants (scale, eps, normalized_shape,
-dropout) and autocast casts were settled once. A hit then costs the key, a
-dictionary lookup, a counter increment and the launch; no ``Call`` object, no
-OpContext, no Python support check.
+dropout) and autocast casts were settled once.
+
+A hit (:func:`lookup`) skips even the key for those common forms: their *site* (the
+function, hint, autocast state, scalar arguments and which tensors are one object)
+holds, for each case seen there, a C++ check of the tensors (dynamo's TensorGuards:
+type, dtype, device, requires_grad, sizes and strides in one call); reading the
+attributes a key needs costs three times as much. A hit then costs the site tuple,
+a dictionary lookup, one check per case tried, a counter increment and the launch;
+no ``Call`` object, no OpContext, no Python support check. Where this torch's
+TensorGuards is missing or does not tell apart what the key does (checked once),
+every call builds the key.
 """
 
 from __future__ import annotations
@@ -30,12 +38,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import _kernels, _routing
+from . import _kernels, _log, _routing
 from .ops.attention import attention_forward, draw_rng_state
 from .ops.layernorm import layer_norm_forward
 from .ops.matmul import matmul_forward
 
-__all__ = ["case_key", "prepare", "prepare_torch"]
+__all__ = ["case_key", "lookup", "prepare", "prepare_torch"]
 
 #: ``launch(*args, **kwargs)``: called like the routed torch function.
 Launch = Callable[..., Any]
@@ -45,7 +53,8 @@ _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
 # nn.Parameter disables __torch_function__: it behaves as a plain tensor.
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 _PLAIN_OR_NONE = frozenset((torch.Tensor, torch.nn.Parameter, type(None)))
-_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+# True when some device has autocast on (then the key holds the call's device's state)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (lambda: True)
 _LAYER_NORM = F.layer_norm
 # How F.layer_norm calls the mode: handle_torch_function(layer_norm, ..., input,
 # normalized_shape, weight=weight, bias=bias, eps=eps), whatever the user wrote.
@@ -108,7 +117,7 @@ def case_key(func: Callable, args: tuple, kwargs: dict | None, hint: str) -> tup
     the mode), giving the tuple :func:`_general_key` gives for the same arguments.
     """
     try:
-        ac = _autocast_key(args, kwargs) if _any_autocast is None or _any_autocast() else None
+        ac = _autocast_key(args, kwargs) if _any_autocast() else None
         names = tuple(kwargs) if kwargs else None
         n = len(args)
         if n == 3:
@@ -159,6 +168,147 @@ def case_key(func: Callable, args: tuple, kwargs: dict | None, hint: str) -> tup
         return _general_key([func, hint, ac, names], args + tuple(kwargs.values()))
     except _Uncacheable:
         return None
+
+
+# ---- the site cache: a C++ check of the tensors instead of reading their attributes ----------
+try:  # dynamo's guard of a tensor's metadata (private: checked before use, see _guards_work)
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # pragma: no cover - a torch without dynamo's C++ guards
+    _TensorGuards = None
+
+#: Cases one site keeps checks for (F.linear in a transformer: a handful of weight shapes).
+SITE_CASES = 8
+_guards_ok: bool | None = None  # decided on first use
+
+
+def _tensor_check(tensors: tuple) -> Callable[..., bool] | None:
+    """``check(*ts)``: True only for tensors of these ones' exact type, dtype, device,
+    requires_grad, sizes and strides (and dispatch keys); None where unavailable."""
+    try:
+        g = _TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.shape) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+            tensor_check_names=[f"t{i}" for i in range(len(tensors))],
+        )
+    except (TypeError, ValueError, RuntimeError, SystemError):  # private to torch: may change
+        return None
+    return g.check
+
+
+def _guards_work() -> bool:
+    """Whether this torch's TensorGuards tells apart everything the case key does."""
+    if _TensorGuards is None:
+        return False
+    a = torch.zeros(2, 3)
+    check = _tensor_check((a,))
+    if check is None or not check(a) or not check(torch.ones(2, 3)):
+        return False
+    others = (
+        torch.zeros(3, 2),
+        torch.zeros(2, 4),
+        torch.zeros(2, 3, dtype=torch.float64),
+        torch.zeros(2, 3, requires_grad=True),
+        torch.zeros(3, 2).t(),
+        torch.zeros(2, 3, device="meta"),
+        torch.zeros(2, 3).as_subclass(_Uncheckable),
+    )
+    if any(check(t) for t in others):
+        return False
+    with torch.no_grad():  # requires_grad stays part of the case without grad mode
+        return not check(torch.zeros(2, 3, requires_grad=True))
+
+
+class _Uncheckable(torch.Tensor):
+    """A tensor subclass for _guards_work (a subclass must fail a plain tensor's check)."""
+
+
+def lookup(func: Callable, args: tuple, kwargs: dict | None, hint: str) -> Any:
+    """The call's case: its :class:`._log.Entry` when routing has one, else its case key
+    (None when it has no cheap key), which the miss stores the new case under.
+
+    The common forms (those :func:`case_key` spells out) first try their site: the
+    function, hint, autocast state and scalar arguments, with a C++ check of the
+    tensors for each case seen there (dynamo's TensorGuards: type, dtype, device,
+    requires_grad, sizes, strides in one call, ~0.1 µs a tensor against ~0.3 µs for
+    reading the attributes a key needs). A site finds only cases already in the
+    decision cache under their full key: the key stays the one truth, so each case is
+    still decided once; the sites only shorten the way to it.
+    """
+    global _guards_ok
+    ts = site = None
+    try:
+        ac = _autocast_key(args, kwargs) if _any_autocast() else None
+    except _Uncacheable:
+        return None
+    n = len(args)
+    if not kwargs:
+        if n == 3:
+            a, b, c = args
+            if type(a) in _PLAIN and type(b) in _PLAIN:
+                if c is None:
+                    ts, site = (a, b), (func, hint, ac, None, True)
+                elif type(c) in _PLAIN:
+                    ts, site = args, (func, hint, ac, None, False)
+        elif n == 2 and type(args[0]) in _PLAIN and type(args[1]) in _PLAIN:
+            ts, site = args, (func, hint, ac, None)
+    elif n == 3:
+        a, b, c = args
+        if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN):
+            for v in kwargs.values():
+                if type(v) not in _SCALAR_TYPES:
+                    break
+            else:
+                ts = args if c is not None else (a, b)
+                site = (func, hint, ac, tuple(kwargs), c is None, *kwargs.values())
+    elif n == 2 and func is _LAYER_NORM and len(kwargs) == 3:
+        # F.layer_norm's own call (weight=, bias=, eps=): the names are its, in its order
+        x, ns = args
+        w, b, eps = kwargs.get("weight"), kwargs.get("bias"), kwargs.get("eps")
+        plain = type(x) in _PLAIN and type(w) in _PLAIN and type(b) in _PLAIN
+        if plain and type(eps) is float and type(ns) is tuple and len(ns) == 1 and type(ns[0]) is int:
+            ts, site = (x, w, b), (func, hint, ac, _LN_KWARGS, ns, eps)
+    if site is not None:
+        if ts[0] is ts[1] or (len(ts) == 3 and (ts[2] is ts[0] or ts[2] is ts[1])):
+            pattern, ts = _unaliased(ts)  # F.sdpa(q, q, q): its check takes each tensor once
+            site = (*site, pattern)
+        cands = _sites.get(site)
+        if cands is not None:
+            for check, entry in cands:
+                if check(*ts):
+                    return entry
+    key = case_key(func, args, kwargs, hint)
+    entry = _cases.get(key)
+    if entry is None:
+        return key
+    if site is None:
+        return entry
+    if _guards_ok is None:
+        _guards_ok = _guards_work()
+    if _guards_ok:
+        cands = _sites.setdefault(site, [])
+        if len(cands) < SITE_CASES:
+            check = _tensor_check(ts)
+            if check is not None and check(*ts):
+                cands.append((check, entry))
+            else:  # a check that refuses its own tensors: no site cache in this process
+                _guards_ok = False
+    return entry
+
+
+def _unaliased(ts: tuple) -> tuple[tuple[int, ...], tuple]:
+    """(which distinct tensor each position is, the distinct tensors in order), for
+    two or three tensors of which some are one object."""
+    if len(ts) == 2:
+        return (0, 0), ts[:1]
+    a, b, c = ts
+    if a is b:
+        return ((0, 0, 0), (a,)) if a is c else ((0, 0, 1), (a, c))
+    return ((0, 1, 0), (a, b)) if a is c else ((0, 1, 1), (a, b))
+
+
+_cases = _log.cases
+_sites = _log.sites
 
 
 def _cast(t: Any, dtype: torch.dtype) -> Any:

@@ -25,9 +25,11 @@ the earlier candidate wins, and the decision records every time, the margin and 
 regime).
 
 A routed call costs a cache hit: the case key (function, every argument's dtype,
-shape, device, requires_grad and strides, scalars, autocast, precision hint) finds
-the case's prepared launcher (:mod:`._prepared`); the Dispatcher is asked on the
-first call of a case only. Under ``torch.compile`` the kernel is decided when the
+shape, device, requires_grad and strides, scalars, autocast, precision hint), or for
+the common call forms a C++ check of the tensors against the cases seen at the call's
+site, finds the case's prepared launcher (:mod:`._prepared`), which for torch's own
+kernel is the torch function itself; the Dispatcher is asked on the first call of a
+case only. Under ``torch.compile`` the kernel is decided when the
 graph is traced (and recorded then) and runs as our custom ops, without graph breaks
 for static shapes (a dimension dynamo made dynamic breaks the graph at the routed
 call, which then runs eagerly).
@@ -107,9 +109,8 @@ _state = _State()
 #: torch function -> op key, for the functions the current policy routes (filled by
 #: set_kernel_policy, emptied by clear_kernel_policy): one lookup tells a routed call.
 _routed: dict[Any, str] = {}
-#: case key -> Entry (the same dict as _log.cases, bound here for the hot path).
-_cases = _log.cases
-_case_key = _prepared.case_key
+_lookup = _prepared.lookup
+_Entry = _log.Entry
 
 
 class _PolicyMode(TorchFunctionMode):
@@ -121,11 +122,10 @@ class _PolicyMode(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         if _is_compiling() or _tracing_state() is not None:
             return _compiled_call(_state.view, op, func, args, kwargs or {})
-        # The hot path: one key, one lookup, the case's launcher called like func.
-        key = _case_key(func, args, kwargs, _state.precision_hint)
-        entry = _cases.get(key)  # a None key (no cheap key) is never stored
-        if entry is None:
-            return _miss(_state.view, op, func, args, kwargs or {}, key)
+        # The hot path: the case's entry (_prepared.lookup), its launcher called like func.
+        entry = _lookup(func, args, kwargs, _state.precision_hint)
+        if type(entry) is not _Entry:  # a miss: what came back is the case key (or None)
+            return _miss(_state.view, op, func, args, kwargs or {}, entry)
         entry.pending += 1
         try:
             if _state.profiling:
@@ -133,6 +133,7 @@ class _PolicyMode(TorchFunctionMode):
                     return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
             return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
         except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
+            key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
             return _run_failed(_state.view, op, func, args, kwargs or {}, key, entry.kernel, e)
 
 
