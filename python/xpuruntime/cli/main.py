@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: any free port, -1: no gRPC)")
     p.add_argument("--max-request-bytes", type=int, default=64 << 20, help="largest request body accepted")
     p.add_argument("--max-inflight", type=int, default=256, help="unbatched requests per model before 503")
-    p.add_argument("--threads", type=int, default=16, help="worker threads (unbatched runs, model loads)")
+    p.add_argument("--threads", type=int, default=16, help="worker threads (gRPC handlers, unbatched runs)")
     p.add_argument("--load", action="append", default=[], metavar="MODEL", help="load only these models")
     p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get at shutdown")
     p.set_defaults(func=cmd_serve)

@@ -10,7 +10,6 @@ service name, so any protocol client (tritonclient, KServe's) talks to it unchan
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import tempfile
 from pathlib import Path
@@ -174,41 +173,34 @@ def render_infer(resp: InferResponse, raw: bool) -> bytes:
 
 
 class InferenceServicer:
-    """Handlers of GRPCInferenceService over an :class:`xpuruntime.serving.InferenceServer`.
-
-    The handlers are coroutines of a ``grpc.aio`` server: a request is parsed, run and
-    answered on the server's event loop, without handing it to a thread (a model whose
-    warm run is short runs inline; longer runs and the batcher's queue are awaited, see
-    :meth:`ModelScheduler.infer_async`). Repository loads run on the server's executor.
-    """
+    """Handlers of GRPCInferenceService over an :class:`xpuruntime.serving.InferenceServer`."""
 
     def __init__(self, server: Any) -> None:
         self.server = server
         self.repo = server.repository
         self.metrics = server.metrics
-        self.executor = server.executor
         self.msg = messages()
 
-    async def _abort(self, context: grpc.aio.ServicerContext, exc: ServingError) -> None:
-        await context.abort(getattr(grpc.StatusCode, exc.grpc_code), str(exc))
+    def _abort(self, context: grpc.ServicerContext, exc: ServingError) -> None:
+        context.abort(getattr(grpc.StatusCode, exc.grpc_code), str(exc))
 
-    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def ServerLive(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.msg["ServerLiveResponse"](live=True)
 
-    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def ServerReady(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.msg["ServerReadyResponse"](ready=self.server.ready())
 
-    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.msg["ModelReadyResponse"](ready=self.repo.is_ready(request.name, request.version))
 
-    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def ServerMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.msg["ServerMetadataResponse"](**self.server.server_metadata())
 
-    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             md = self.repo.get(request.name, request.version).model.metadata()
         except ServingError as exc:
-            await self._abort(context, exc)
+            self._abort(context, exc)
         tm = self.msg["ModelMetadataResponse"].TensorMetadata
         return self.msg["ModelMetadataResponse"](
             name=md["name"],
@@ -218,41 +210,38 @@ class InferenceServicer:
             outputs=[tm(**t) for t in md["outputs"]],
         )
 
-    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> bytes:
+    def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        name, version = request.model_name, request.model_version
         label = ("", "")  # labelled by model once the model is known (bounded label set)
         try:
-            sched = self.repo.get(request.model_name, request.model_version)
-            label = (request.model_name, sched.model.version)
+            sched = self.repo.get(name, version)
+            label = (name, sched.model.version)
             sched.request_counters["grpc"].inc()
             req = parse_infer(request)
             req.version = sched.model.version
-            return render_infer(await sched.infer_async(req, self.executor), req.binary_outputs)
+            return render_infer(sched.infer(req), req.binary_outputs)
         except ServingError as exc:
             self.metrics.failures.labels(*label, "grpc", exc.grpc_code).inc()
-            await self._abort(context, exc)
+            self._abort(context, exc)
             raise  # not reached: abort raises
 
-    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def RepositoryIndex(self, request: Any, context: grpc.ServicerContext) -> Any:
         mi = self.msg["RepositoryIndexResponse"].ModelIndex
         models = [mi(**{k: str(v) for k, v in e.items()}) for e in self.repo.index(request.ready)]
         return self.msg["RepositoryIndexResponse"](models=models)
 
-    async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def RepositoryModelLoad(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.repo.load, request.model_name
-            )
+            self.repo.load(request.model_name)
         except ServingError as exc:
-            await self._abort(context, exc)
+            self._abort(context, exc)
         return self.msg["RepositoryModelLoadResponse"]()
 
-    async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def RepositoryModelUnload(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.repo.unload, request.model_name
-            )
+            self.repo.unload(request.model_name)
         except ServingError as exc:
-            await self._abort(context, exc)
+            self._abort(context, exc)
         return self.msg["RepositoryModelUnloadResponse"]()
 
 

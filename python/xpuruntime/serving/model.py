@@ -21,6 +21,8 @@ from .config import ConfigError, ModelConfig
 from .protocol import InferRequest, datatype_of, invalid
 
 PLATFORM = "xpuruntime"
+WARM_RUNS = 5  # timed warm runs per bucket at load (see ServedModel._warm)
+WARM_BUDGET_S = 0.05  # ... fewer when the runs take longer than this together
 
 
 class ServedModel:
@@ -119,10 +121,19 @@ class ServedModel:
             else:
                 feeds[n] = np.zeros(shape, dtype=dt)
         outs = self._sessions[bucket].run(feeds)
-        # A second, timed run: what one request costs once the plan is warm.
-        t0 = time.perf_counter()
-        self._sessions[bucket].run(feeds)
-        self.warm_run_us = max(self.warm_run_us, (time.perf_counter() - t0) * 1e6)
+        # Timed runs: what one request costs once the plan is warm. The fastest of a few
+        # (up to WARM_RUNS, within WARM_BUDGET_S) is the run's own cost: on a shared
+        # machine a single run may include a preemption many times longer than itself.
+        best = float("inf")
+        t_end = time.perf_counter() + WARM_BUDGET_S
+        for _ in range(WARM_RUNS):
+            t0 = time.perf_counter()
+            self._sessions[bucket].run(feeds)
+            t1 = time.perf_counter()
+            best = min(best, t1 - t0)
+            if t1 > t_end:
+                break
+        self.warm_run_us = max(self.warm_run_us, best * 1e6)
         if bucket:
             for name, value in outs.items():
                 if np.ndim(value) == 0 or np.shape(value)[0] != bucket:

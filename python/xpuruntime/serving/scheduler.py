@@ -8,11 +8,10 @@ smallest bucket that holds it. Since every bucket's plan was built at load, batc
 never compile. A full queue refuses the request at once (HTTP 503 / gRPC
 RESOURCE_EXHAUSTED): memory stays bounded and the client can back off.
 
-Without batching each request runs on its own; at most ``max_inflight`` run or wait at
-once. The front ends (both asyncio) call :meth:`ModelScheduler.infer_async`: a request
+Without batching each request runs on the calling thread (gRPC's worker, or the REST
+server's thread pool); at most ``max_inflight`` run or wait at once. A REST request
 for a model whose warm run takes under ``INLINE_RUN_US`` runs on the event loop
-itself (handing it to a thread would cost more than running it), a longer one on the
-server's executor. :meth:`ModelScheduler.infer` runs it on the calling thread.
+itself: handing it to a thread would cost more than running it.
 
 Thread safety: every public method may be called from any thread.
 """

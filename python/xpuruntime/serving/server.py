@@ -40,8 +40,7 @@ class InferenceServer:
         grpc_port: gRPC port (0: any free port; ``None``: no gRPC front end).
         max_request_bytes: largest request body accepted (REST 413, gRPC RESOURCE_EXHAUSTED).
         max_inflight: unbatched requests running or waiting per model version before 503.
-        threads: worker threads for unbatched runs too long to run on an event loop, and
-            repository loads.
+        threads: worker threads for gRPC handlers and unbatched REST runs.
         load_models: load every model at start (True) or these names only.
         instance: this server's name in every response's ``server_instance`` parameter
             (default ``host:pid``; a Ray Serve replica passes its replica id).
@@ -80,8 +79,6 @@ class InferenceServer:
         self._uvicorn: Any = None
         self._http_thread: threading.Thread | None = None
         self._grpc: Any = None
-        self._grpc_loop: asyncio.AbstractEventLoop | None = None
-        self._grpc_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ state
     def ready(self) -> bool:
@@ -116,61 +113,21 @@ class InferenceServer:
 
         from .grpc_service import InferenceServicer, handler
 
-        loop = _new_event_loop()
-
-        async def start() -> tuple[Any, int]:
-            server = grpc.aio.server(
-                options=[
-                    ("grpc.max_receive_message_length", self.max_request_bytes),
-                    ("grpc.max_send_message_length", -1),
-                    ("grpc.so_reuseport", 0),
-                ],
-            )
-            server.add_generic_rpc_handlers((handler(InferenceServicer(self)),))
-            port = server.add_insecure_port(f"{self.host}:{self.grpc_port}")
-            if port == 0:
-                raise OSError(f"gRPC could not listen on {self.host}:{self.grpc_port} (port in use?)")
-            await server.start()
-            return server, port
-
-        started: concurrent.futures.Future[tuple[Any, int]] = concurrent.futures.Future()
-
-        def run() -> None:
-            # Started here, not on the caller's thread (which may run an event loop of its
-            # own); the loop then runs until _grpc_stop's coroutine has stopped the server.
-            asyncio.set_event_loop(loop)
-            try:
-                started.set_result(loop.run_until_complete(start()))
-            except Exception as exc:  # noqa: BLE001 - handed to start(), which raises it
-                started.set_exception(exc)
-                loop.close()
-                return
-            try:
-                loop.run_forever()
-            finally:
-                loop.close()
-
-        self._grpc_thread = threading.Thread(target=run, name="xrt-grpc", daemon=True)
-        self._grpc_thread.start()
-        self._grpc, self.grpc_port = started.result(60)
-        self._grpc_loop = loop
-
-    def _grpc_stop(self, grace: float | None) -> concurrent.futures.Future[None] | None:
-        """Stop the gRPC server from any thread (``grace`` None: at once), then its loop."""
-        loop = self._grpc_loop
-        if self._grpc is None or loop is None or loop.is_closed():
-            return None
-
-        async def stop() -> None:
-            try:
-                await self._grpc.stop(grace)
-            finally:
-                loop.call_soon(loop.stop)
-
-        try:
-            return asyncio.run_coroutine_threadsafe(stop(), loop)
-        except RuntimeError:  # the loop has closed meanwhile
-            return None
+        server = grpc.server(
+            concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="xrt-grpc"),
+            options=[
+                ("grpc.max_receive_message_length", self.max_request_bytes),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        server.add_generic_rpc_handlers((handler(InferenceServicer(self)),))
+        port = server.add_insecure_port(f"{self.host}:{self.grpc_port}")
+        if port == 0:
+            raise OSError(f"gRPC could not listen on {self.host}:{self.grpc_port} (port in use?)")
+        server.start()
+        self.grpc_port = port
+        self._grpc = server
 
     def _start_http(self) -> None:
         import uvicorn
@@ -187,6 +144,9 @@ class InferenceServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            # No X-Forwarded-* rewriting: nothing here reads the client's address, and
+            # the middleware would wrap every request.
+            proxy_headers=False,
             timeout_graceful_shutdown=30,
         )
         self._uvicorn = uvicorn.Server(config)
@@ -219,14 +179,11 @@ class InferenceServer:
         if self._uvicorn is not None:
             self._uvicorn.config.timeout_graceful_shutdown = grace
             self._uvicorn.should_exit = True
-        grpc_done = self._grpc_stop(grace)
+        grpc_done = self._grpc.stop(grace) if self._grpc is not None else None
         if self._http_thread is not None:
             self._http_thread.join(grace + 5)
         if grpc_done is not None:
-            with contextlib.suppress(Exception):
-                grpc_done.result(grace + 5)
-        if self._grpc_thread is not None:
-            self._grpc_thread.join(5)
+            grpc_done.wait(grace + 5)
         self.repository.close()
         self.executor.shutdown(wait=True)
         self._stopped.set()
@@ -239,7 +196,8 @@ class InferenceServer:
         if self._uvicorn is not None:
             self._uvicorn.force_exit = True
             self._uvicorn.should_exit = True
-        self._grpc_stop(None)
+        if self._grpc is not None:
+            self._grpc.stop(0)
         self._stopped.set()
 
     def wait(self, timeout: float | None = None) -> bool:
