@@ -193,6 +193,19 @@ def test_a_site_hit_is_only_the_same_case(selects):
     assert len(log) == 2 + len(others) and log[len(log) - 1].hits == 2
 
 
+def test_one_tensor_passed_twice_is_the_same_case(selects):
+    """TensorGuards takes each tensor once: a site keys which arguments are one object."""
+    q, k = _rand(1, 2, 5, 8), _rand(1, 2, 5, 8, seed=1)
+    forms = [(q, q, q), (q, k, q), (k, q, q), (q, k, k), (q, k, _rand(1, 2, 5, 8, seed=2))]
+    refs = [F.scaled_dot_product_attention(*a) for a in forms]
+    xrt_torch.set_kernel_policy(attention="torch")
+    for _ in range(3):
+        for args, ref in zip(forms, refs):
+            assert torch.equal(F.scaled_dot_product_attention(*args), ref)
+    (d,) = xrt_torch.decision_log()  # the same dtypes, shapes and strides: one case
+    assert selects[0] == 1 and d.hits == 3 * len(forms)
+
+
 def test_the_site_checks_tell_apart_what_the_key_does():
     from xpuruntime.pytorch import _prepared
 

@@ -247,11 +247,13 @@ def lookup(func: Callable, args: tuple, kwargs: dict | None, hint: str) -> Any:
             a, b, c = args
             if type(a) in _PLAIN and type(b) in _PLAIN:
                 if c is None:
-                    ts, site = (a, b), (func, hint, ac, None, True)
+                    ts, site, alias = (a, b), (func, hint, ac, None, True), a is b
                 elif type(c) in _PLAIN:
-                    ts, site = args, (func, hint, ac, None, False)
-        elif n == 2 and type(args[0]) in _PLAIN and type(args[1]) in _PLAIN:
-            ts, site = args, (func, hint, ac, None)
+                    ts, site, alias = args, (func, hint, ac, None, False), a is b or c is a or c is b
+        elif n == 2:
+            a, b = args
+            if type(a) in _PLAIN and type(b) in _PLAIN:
+                ts, site, alias = args, (func, hint, ac, None), a is b
     elif n == 3:
         a, b, c = args
         if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN):
@@ -259,18 +261,24 @@ def lookup(func: Callable, args: tuple, kwargs: dict | None, hint: str) -> Any:
                 if type(v) not in _SCALAR_TYPES:
                     break
             else:
-                ts = args if c is not None else (a, b)
                 site = (func, hint, ac, tuple(kwargs), c is None, *kwargs.values())
+                if c is None:
+                    ts, alias = (a, b), a is b
+                else:
+                    ts, alias = args, a is b or c is a or c is b
     elif n == 2 and func is _LAYER_NORM and len(kwargs) == 3:
         # F.layer_norm's own call (weight=, bias=, eps=): the names are its, in its order
         x, ns = args
-        w, b, eps = kwargs.get("weight"), kwargs.get("bias"), kwargs.get("eps")
+        try:
+            w, b, eps = kwargs["weight"], kwargs["bias"], kwargs["eps"]
+        except KeyError:  # not F.layer_norm's own call: the general way
+            w = b = eps = None
         plain = type(x) in _PLAIN and type(w) in _PLAIN and type(b) in _PLAIN
         if plain and type(eps) is float and type(ns) is tuple and len(ns) == 1 and type(ns[0]) is int:
-            ts, site = (x, w, b), (func, hint, ac, _LN_KWARGS, ns, eps)
+            ts, site, alias = (x, w, b), (func, hint, ac, _LN_KWARGS, ns, eps), x is w or b is x or b is w
     if site is not None:
-        if ts[0] is ts[1] or (len(ts) == 3 and (ts[2] is ts[0] or ts[2] is ts[1])):
-            pattern, ts = _unaliased(ts)  # F.sdpa(q, q, q): its check takes each tensor once
+        if alias:  # F.sdpa(q, q, q): the check takes each tensor once
+            pattern, ts = _unaliased(ts)
             site = (*site, pattern)
         cands = _sites.get(site)
         if cands is not None:
