@@ -351,6 +351,32 @@ def test_compile_under_a_policy_has_no_graph_break_and_records_at_trace_time():
     assert {("layernorm", "fused"), ("attention", "flash_v2"), ("matmul", "torch")} <= chosen
 
 
+def test_an_equal_policy_set_again_keeps_the_compiled_graph():
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    x, w = _rand(4, 8), _rand(8, seed=1)
+
+    def f(x):
+        return F.layer_norm(x, (8,), w, w) + 1
+
+    torch._dynamo.reset()
+    try:
+        c = torch.compile(f, backend=counter)
+        xrt_torch.set_kernel_policy(layernorm="fused")
+        c(x)
+        xrt_torch.set_kernel_policy(layernorm="fused")
+        c(x)
+        assert counter.frame_count == 1
+        xrt_torch.set_kernel_policy(layernorm="torch")  # another policy: traced again
+        out = c(x)
+        assert counter.frame_count == 2
+    finally:
+        torch._dynamo.reset()
+    xrt_torch.clear_kernel_policy()
+    assert torch.allclose(out, f(x), atol=1e-12)
+
+
 @pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
 def test_compile_with_dynamic_shapes_gives_torchs_results():
     """Symbolic sizes are no trace-time constants: dynamo breaks the graph at a routed

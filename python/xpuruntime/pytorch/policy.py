@@ -366,8 +366,10 @@ def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: An
         _state.generation = f"{view.core.fingerprint}/{regime}"
         _log.forget_cases()
         _compile_choices.clear()
-        _routed.clear()
-        _routed.update({f: op for f, op in _routing.FUNC_OPS.items() if op in view.named})
+        routed = {f: op for f, op in _routing.FUNC_OPS.items() if op in view.named}
+        if routed != _routed:  # left alone when equal: compiled graphs guard on it
+            _routed.clear()
+            _routed.update(routed)
         if _state.mode is None:
             _state.mode = _PolicyMode()
             _state.mode.__enter__()
