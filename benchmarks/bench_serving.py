@@ -8,7 +8,9 @@ lean client (http.client keep-alive with the binary tensor extension; a raw gRPC
 unary call with a pre-serialized request) sends one batch-1 request at a time. The
 server's added latency is the client's round trip minus ``InferenceSession.run`` of
 the same model on the same input in this process (p50 and p99 each). tritonclient's
-round trip is reported too (its own client overhead included).
+round trip is reported too (its own client overhead included). The series (direct run,
+REST, gRPC, the echo floor below, tritonclient) alternate for ``--latency-rounds``
+rounds, so that on this shared machine each sees the same mix of busy moments.
 
 Load test: gRPC requests at concurrency 16 from an asyncio client, time-capped,
 against the same model served with dynamic batching and without, the two modes
@@ -21,7 +23,8 @@ starts, but its Python-backend stub cannot import numpy from this interpreter (m
 load fails with ModuleNotFoundError) and the wheel pins numpy<2, which the rest of
 this environment cannot take. The anchor is instead the web stacks' own floor: an
 empty echo server on the same stacks (uvicorn+Starlette, grpcio), in its own
-process, answering the same bytes through the same clients.
+process, answering the same bytes through the same clients; ``added_over_direct``
+also gives each protocol's p50 above that floor (the request path of ours alone).
 """
 
 from __future__ import annotations
@@ -198,39 +201,20 @@ sys.stdin.read()
 """
 
 
-def time_echo_floor(x: np.ndarray, n: int, warmup: int) -> dict[str, list[float]]:
-    """Round trips of an empty echo server on the same stacks, same payloads, same clients."""
-    import grpc
+class EchoProcess:
+    """The empty echo server (``_ECHO``) in its own process: the web stacks' floor."""
 
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        _, hp, gp = proc.stdout.readline().split()
-        body, headers = rest_body(x)
-        conn = http.client.HTTPConnection("127.0.0.1", int(hp))
-        rest = []
-        for k in range(n + warmup):
-            t0 = time.perf_counter()
-            conn.request("POST", "/echo", body=body, headers=headers)
-            conn.getresponse().read()
-            if k >= warmup:
-                rest.append(time.perf_counter() - t0)
-        conn.close()
-        payload = grpc_request("tiny", x)
-        with grpc.insecure_channel(f"127.0.0.1:{gp}") as ch:
-            call = ch.unary_unary("/echo.Echo/Echo")
-            grpc_t = []
-            for k in range(n + warmup):
-                t0 = time.perf_counter()
-                call(payload, timeout=30)
-                if k >= warmup:
-                    grpc_t.append(time.perf_counter() - t0)
-    finally:
-        proc.kill()
-        proc.wait()
-    return {"rest": rest, "grpc": grpc_t}
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        _, hp, gp = self.proc.stdout.readline().split()
+        self.http_port, self.grpc_port = int(hp), int(gp)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -269,13 +253,16 @@ def grpc_request(model: str, x: np.ndarray) -> bytes:
     return msg.SerializeToString()
 
 
-def time_rest(port: int, model: str, x: np.ndarray, n: int, warmup: int) -> list[float]:
+def time_rest(
+    port: int, model: str, x: np.ndarray, n: int, warmup: int, path: str | None = None
+) -> list[float]:
     body, headers = rest_body(x)
     conn = http.client.HTTPConnection("127.0.0.1", port)
+    url = path or f"/v2/models/{model}/infer"
     out = []
     for k in range(n + warmup):
         t0 = time.perf_counter()
-        conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+        conn.request("POST", url, body=body, headers=headers)
         r = conn.getresponse()
         r.read()
         dt = time.perf_counter() - t0
@@ -287,12 +274,14 @@ def time_rest(port: int, model: str, x: np.ndarray, n: int, warmup: int) -> list
     return out
 
 
-def time_grpc(port: int, model: str, x: np.ndarray, n: int, warmup: int) -> list[float]:
+def time_grpc(
+    port: int, model: str, x: np.ndarray, n: int, warmup: int, method: str | None = None
+) -> list[float]:
     import grpc
 
     payload = grpc_request(model, x)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        call = ch.unary_unary(method or "/inference.GRPCInferenceService/ModelInfer")
         out = []
         for k in range(n + warmup):
             t0 = time.perf_counter()
@@ -436,6 +425,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--latency-rounds", type=int, default=5, help="latency series alternate this often")
     ap.add_argument("--load-requests", type=int, default=2000, help="requests per mode and round")
     ap.add_argument("--load-rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=16)
@@ -465,27 +455,47 @@ def main() -> int:
         try:
             if not args.skip_latency:
                 x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
-                direct = time_direct(files["tiny"], x, args.iterations, args.warmup)
-                rest = time_rest(server.http_port, "tiny", x, args.iterations, args.warmup)
-                grpc_t = time_grpc(server.grpc_port, "tiny", x, args.iterations, args.warmup)
-                tc = time_tritonclient(
-                    server.http_port, server.grpc_port, "tiny", x, args.iterations // 2, 50
-                )
-                floor = time_echo_floor(x, args.iterations, args.warmup)
+                # The machine is shared: every series is measured in turn, round after
+                # round, so that each sees the same mix of quiet and busy moments.
+                direct, rest, grpc_t, tc_rest, tc_grpc = [], [], [], [], []
+                floor: dict[str, list[float]] = {"rest": [], "grpc": []}
+                per = max(1, args.iterations // args.latency_rounds)
+                warm = args.warmup
+                echo = EchoProcess()
+                try:
+                    for _ in range(args.latency_rounds):
+                        direct += time_direct(files["tiny"], x, per, warm)
+                        rest += time_rest(server.http_port, "tiny", x, per, warm)
+                        grpc_t += time_grpc(server.grpc_port, "tiny", x, per, warm)
+                        floor["rest"] += time_rest(echo.http_port, "", x, per, warm, path="/echo")
+                        floor["grpc"] += time_grpc(
+                            echo.grpc_port, "tiny", x, per, warm, method="/echo.Echo/Echo"
+                        )
+                        tc = time_tritonclient(server.http_port, server.grpc_port, "tiny", x, per // 2, 20)
+                        tc_rest += tc["rest"]
+                        tc_grpc += tc["grpc"]
+                        warm = 20  # connections are new each round; the server is warm
+                finally:
+                    echo.stop()
                 d, r, g = summary(direct), summary(rest), summary(grpc_t)
                 added = {
                     "rest": {"p50_us": r["p50_us"] - d["p50_us"], "p99_us": r["p99_us"] - d["p99_us"]},
                     "grpc": {"p50_us": g["p50_us"] - d["p50_us"], "p99_us": g["p99_us"] - d["p99_us"]},
                 }
+                er, eg = summary(floor["rest"]), summary(floor["grpc"])
+                # What the server adds above its web stack's own floor (the empty echo
+                # server's round trip, same client, same bytes): our request path alone.
+                added["rest_over_echo_floor"] = {"p50_us": r["p50_us"] - er["p50_us"]}
+                added["grpc_over_echo_floor"] = {"p50_us": g["p50_us"] - eg["p50_us"]}
                 result["latency"] = {
                     "model": "mlp 16-32-8, batch 1, batching off",
                     "direct_run": d,
                     "rest_round_trip": r,
                     "grpc_round_trip": g,
-                    "tritonclient_rest_round_trip": summary(tc["rest"]),
-                    "tritonclient_grpc_round_trip": summary(tc["grpc"]),
-                    "anchor_empty_echo_rest_round_trip": summary(floor["rest"]),
-                    "anchor_empty_echo_grpc_round_trip": summary(floor["grpc"]),
+                    "tritonclient_rest_round_trip": summary(tc_rest),
+                    "tritonclient_grpc_round_trip": summary(tc_grpc),
+                    "anchor_empty_echo_rest_round_trip": er,
+                    "anchor_empty_echo_grpc_round_trip": eg,
                     "added_over_direct": added,
                 }
                 result["goals"] += [
