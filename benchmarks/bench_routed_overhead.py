@@ -21,7 +21,13 @@ routed ≤ torch + 5 µs.
 
 Usage: PYTHONPATH=python XRT_BUILD_DIR=build python benchmarks/bench_routed_overhead.py
        [--rounds 15] [--calls 2000] [--out benchmarks/results] [--profile PATH]
+       [--baseline DIR]
 ``--profile PATH`` also writes a cProfile of the routed calls (top functions).
+``--baseline DIR`` adds ``routed_torch_baseline``: the same policy through an older
+``xpuruntime/pytorch`` package (DIR holds its ``__init__.py``, e.g. from
+``git archive REV python/xpuruntime/pytorch | tar -x -C /tmp/base``, DIR
+``/tmp/base/python/xpuruntime/pytorch``), loaded beside this one and interleaved in
+the same rounds, so a change is measured before/after in one process.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
+import importlib.util
 import io
 import json
 import os
@@ -79,24 +86,50 @@ def block_us(fn: Callable[[], Any], calls: int, sync: Callable[[], None], clock:
     return (clock() - t0) / calls / 1e3
 
 
+def load_baseline(path: str) -> Any:
+    """An older xpuruntime.pytorch package from ``path``, as ``xpuruntime._baseline_pytorch``
+    (its relative imports resolve inside it; ``from .. import`` reaches this xpuruntime)."""
+    name = "xpuruntime._baseline_pytorch"
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(path, "__init__.py"), submodule_search_locations=[path]
+    )
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--baseline {path}: no package __init__.py there")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def measure(
-    device: str, variants: list[str], rounds: int, calls: int, clock: Callable[[], int]
+    device: str,
+    variants: list[str],
+    rounds: int,
+    calls: int,
+    clock: Callable[[], int],
+    baseline: Any = None,
 ) -> dict[str, dict[str, Any]]:
-    """{call: {variant: {median_us, p10_us, p90_us}}} with the variants interleaved."""
+    """{call: {variant: {median_us, min_us, p10_us, p90_us}}} with the variants interleaved."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    policies = {"torch": None, "routed_torch": TORCH_POLICY, "routed_ours": OUR_POLICY}
+    policies = {
+        "torch": None,
+        "routed_torch": (xrt_torch, TORCH_POLICY),
+        "routed_ours": (xrt_torch, OUR_POLICY),
+        "routed_torch_baseline": (baseline, TORCH_POLICY),
+    }
     fns = make_calls(device)
     samples: dict[str, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in fns}
 
     def under(variant: str, fn: Callable[[], Any], n: int) -> float:
-        p = policies[variant]
-        if p is not None:
-            xrt_torch.set_kernel_policy(**p)
-            fn()  # the case's first call decides (setting a policy forgets the cases): untimed
+        if policies[variant] is None:
+            return block_us(fn, n, sync, clock)
+        module, p = policies[variant]
+        module.set_kernel_policy(**p)
         try:
+            fn()  # the case's first call decides (setting a policy forgets the cases): untimed
             return block_us(fn, n, sync, clock)
         finally:
-            xrt_torch.clear_kernel_policy()
+            module.clear_kernel_policy()
 
     for name, fn in fns.items():
         for v in variants:  # warm up: first-call decisions, lazy imports, allocator caches
@@ -159,18 +192,24 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--profile", default="", help="also write a cProfile of routed calls to this file")
     ap.add_argument("--clock", choices=sorted(CLOCKS), help="default: wall on CUDA, thread on CPU")
+    ap.add_argument("--baseline", default="", help="an older xpuruntime/pytorch package folder to compare")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     clock = args.clock or ("wall" if device == "cuda" else "thread")
     variants = ["torch", "routed_torch"] + (["routed_ours"] if device == "cuda" else [])
-    results = measure(device, variants, args.rounds, args.calls, CLOCKS[clock])
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    if baseline is not None:
+        variants.append("routed_torch_baseline")
+    results = measure(device, variants, args.rounds, args.calls, CLOCKS[clock], baseline)
     goals = []
     for name, per in results.items():
         base = per["torch"]["median_us"]
         for v in variants[1:]:
             over = per[v]["median_us"] - base
             per[v]["overhead_us"] = over
+            if v == "routed_torch_baseline":
+                continue  # a reference figure, not a goal
             goals.append(
                 {
                     "name": f"{name}: {v} host overhead",
@@ -197,6 +236,7 @@ def main() -> None:
             "load_average_1_5_15": list(os.getloadavg()),
         },
         "clock": clock,
+        "baseline": args.baseline or None,
         "rounds": args.rounds,
         "calls_per_round": args.calls,
         "goals": goals,
