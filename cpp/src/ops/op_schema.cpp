@@ -33,6 +33,7 @@ const Table& table() {
     register_classify_schemas(tb->schemas);
     register_resize_schemas(tb->schemas);
     register_attention_schemas(tb->schemas);
+    register_einsum_schemas(tb->schemas);
     for (const OpSchema& s : tb->schemas) tb->by_type.emplace(s.op_type, &s);
     return tb;
   }();

@@ -119,6 +119,7 @@ void register_attention_ops(std::vector<OpDef>& defs);
 void register_index_ops(std::vector<OpDef>& defs);
 void register_classify_ops(std::vector<OpDef>& defs);
 void register_resize_ops(std::vector<OpDef>& defs);
+void register_einsum_ops(std::vector<OpDef>& defs);
 
 // A kernel whose attributes are parsed once per plan step: Attrs::from_node(node)
 // runs in prepare(), body(attrs, node, in, out) on every run.

@@ -30,6 +30,7 @@ const Table& table() {
     register_index_ops(tb->defs);
     register_classify_ops(tb->defs);
     register_resize_ops(tb->defs);
+    register_einsum_ops(tb->defs);
     for (OpDef& d : tb->defs) {
       // The op's semantics come from its schema; a kernel may narrow the dtypes.
       const ops::OpSchema* schema = ops::find_schema(d.op_type);
