@@ -107,8 +107,25 @@ C nan_max(C a, C b) {
 
 template <typename C>
 C pow_of(C a, C b) {
-  if constexpr (std::is_integral_v<C>) {
-    return static_cast<C>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+  if constexpr (std::is_same_v<C, bool>) {
+    return b ? a : true;
+  } else if constexpr (std::is_integral_v<C>) {
+    // Exact integer power, wrapping modulo 2^bits like numpy (through a double it
+    // rounded above 2^53, and casting an out-of-range result back was undefined).
+    if constexpr (std::is_signed_v<C>) {
+      if (b < 0) {  // 1 / a^|b| truncated: nonzero only for a = +-1 (0 for a = 0, no trap)
+        if (a == C(1)) return C(1);
+        if (a == C(-1)) return (b % 2 == 0) ? C(1) : C(-1);
+        return C(0);
+      }
+    }
+    uint64_t base = static_cast<uint64_t>(static_cast<int64_t>(a));
+    uint64_t result = 1;
+    for (uint64_t e = static_cast<uint64_t>(b); e != 0; e >>= 1) {
+      if (e & 1) result *= base;
+      base *= base;
+    }
+    return static_cast<C>(static_cast<std::make_unsigned_t<C>>(result));  // modular (C++20)
   } else {
     // Common exponents exactly and fast (GPT-2's x^3, variance's x^2).
     if (b == C(2)) return a * a;
