@@ -50,7 +50,7 @@ command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cca
 echo "== build the fuzzers ($BUILD, clang $CLANG_V)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="clang-$CLANG_V" \
   -DCMAKE_CXX_COMPILER="clang++-$CLANG_V" -DXRT_BUILD_FUZZERS=ON -DXRT_BUILD_PYTHON=OFF \
-  -DXRT_BUILD_TESTS=OFF -DXRT_CUDA=OFF "${launcher[@]}" >/dev/null
+  -DXRT_BUILD_TESTS=OFF -DXRT_CUDA=OFF -DXRT_ONEDNN=OFF "${launcher[@]}" >/dev/null
 targets=()
 for f in "${FUZZERS[@]}"; do targets+=("${f}_fuzzer"); done
 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
