@@ -369,8 +369,8 @@ TEST(CpuGemmBlocked, LargeMultithreadedAgreesWithSingleThreaded) {
   EXPECT_EQ(o1.c.bytes, o2.c.bytes);
 }
 
-// ExecutionPolicy(threads=N) reaches OpenBLAS through cpu_blas_set_threads: the
-// set and get must reach the library the build linked (system or scipy-openblas32,
+// The CPU GEMM kernels pin OpenBLAS to one thread through cpu_blas_set_threads (our
+// pool splits the work): the set and get must reach the library the build linked (system or scipy-openblas32,
 // whose symbols carry a prefix), so the count set is the one read back.
 TEST(CpuGemmBlas, SetThreadsReachesTheLinkedOpenBlas) {
   if (!xm::cpu_blas_available()) {

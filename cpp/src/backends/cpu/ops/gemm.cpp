@@ -274,7 +274,7 @@ bool blocked_gemv(const matmul::GemmProblem& q) {
 void blas_single_threaded() {
 #ifdef XRT_HAVE_CBLAS
   static std::once_flag once;
-  std::call_once(once, [] { XRT_BLAS(openblas_set_num_threads)(1); });
+  std::call_once(once, [] { matmul::cpu_blas_set_threads(1); });
 #endif
 }
 

@@ -1,0 +1,17 @@
+// XRT_ISA_CLONES: compile a hot loop once per x86-64 microarchitecture level and let
+// the loader pick the widest the CPU has (GCC/Clang function multiversioning, an ifunc
+// resolved once per process). The library itself is built for the SSE2 baseline so it
+// loads everywhere; this is for loops the compiler vectorizes (elementwise chains,
+// reductions), whose speed scales with the vector width. Hand-written intrinsics
+// kernels (the GEMM micro-kernels, the direct convolutions) pick their ISA themselves.
+//
+// Put [[gnu::flatten]] next to it when the loop calls inline helpers, so they are
+// inlined into (and vectorized at the width of) each clone.
+#pragma once
+
+#if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(XRT_NO_ISA_CLONES)
+#define XRT_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define XRT_ISA_CLONES
+#endif
