@@ -17,6 +17,7 @@
 #include "backends/cpu/ops/fastmath.h"
 #include "backends/cpu/ops/gemm_call.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -53,7 +54,7 @@ void attend(const std::string& gemm, const Operands& o, int64_t p0, int64_t p1, 
   } else {
     std::fill(s, s + pairs * Sq * Sk, 0.0f);
   }
-  parallel_for(pairs * Sq, pairs * Sq * Sk * 4, [&](int64_t r0, int64_t r1) {
+  parallel_for(pairs * Sq, pairs * Sq * Sk * 4, [&](int64_t r0, int64_t r1) XRT_ISA_LAMBDA {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bh = p0 + r / Sq, i = r % Sq;
       float* row = s + r * Sk;

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 
 namespace xpuruntime::cpu {
 
@@ -67,7 +68,7 @@ void for_each_broadcast(const Shape& out_shape, std::array<Shape, N> strides, F&
     // One long run: split it into blocks over the threads.
     constexpr int64_t kBlock = 16384;
     const int64_t blocks = (inner + kBlock - 1) / kBlock;
-parallel_for(blocks, total, [&](int64_t b_begin, int64_t b_end) {
+parallel_for(blocks, total, [&](int64_t b_begin, int64_t b_end) XRT_ISA_LAMBDA {
   for (int64_t b = b_begin; b < b_end; ++b) {
         const int64_t start = b * kBlock;
         std::array<int64_t, N> offs;
@@ -79,7 +80,7 @@ parallel_for(blocks, total, [&](int64_t b_begin, int64_t b_end) {
   }
   // Long rows: the callback parallelizes inside when it wants; short rows: split
   // the rows themselves.
-parallel_for(rows, total, [&](int64_t row_begin, int64_t row_end) {
+parallel_for(rows, total, [&](int64_t row_begin, int64_t row_end) XRT_ISA_LAMBDA {
   for (int64_t row = row_begin; row < row_end; ++row) {
       std::array<int64_t, N> offs;
       row_offsets(row, offs);

@@ -29,6 +29,7 @@
 #include "backends/cpu/ops/gemm_call.h"
 #include "backends/cpu/ops/spatial.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -67,7 +68,7 @@ void conv_epilogue(const ConvStep& s, const std::vector<TensorView>& in, TensorV
   const bool act = s.epilogue.has_activation();
   if (!bias && !sum && !act) return;
   T* py = y.ptr<T>();
-parallel_for(nb * m, y.numel(), [&](int64_t q_begin, int64_t q_end) {
+parallel_for(nb * m, y.numel(), [&](int64_t q_begin, int64_t q_end) XRT_ISA_LAMBDA {
   for (int64_t q = q_begin; q < q_end; ++q) {
       T* yp = py + q * plane;
       const T b = bias ? bias[q % m] : T(0);
@@ -96,7 +97,7 @@ template <typename T>
 void im2col(const T* x, int64_t channels, const Spatial& g, T* col, int64_t c0, int64_t c1) {
   const int64_t kp = g.k_size(), in_sz = g.in_size();
   const int64_t rows = channels * kp, width = c1 - c0;
-  parallel_for(rows, rows * width, [&](int64_t r_begin, int64_t r_end) {
+  parallel_for(rows, rows * width, [&](int64_t r_begin, int64_t r_end) XRT_ISA_LAMBDA {
     for (int64_t r = r_begin; r < r_end; ++r) {
       const int64_t c = r / kp, kk = r % kp;
       const int64_t k2 = kk % g.k[2], k1 = (kk / g.k[2]) % g.k[1], k0 = kk / (g.k[2] * g.k[1]);

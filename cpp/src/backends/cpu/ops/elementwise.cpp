@@ -11,6 +11,7 @@
 #include "backends/cpu/ops/broadcast.h"
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -233,7 +234,7 @@ OpDef variadic_def(const std::string& type, Bin kind) {
 
 template <typename From, typename To>
 void cast_loop(const From* s, To* d, int64_t n) {
-parallel_for(n, n, [&](int64_t i_begin, int64_t i_end) {
+parallel_for(n, n, [&](int64_t i_begin, int64_t i_end) XRT_ISA_LAMBDA {
   for (int64_t i = i_begin; i < i_end; ++i) {
       auto v = Num<From>::load(s[i]);
       if constexpr (std::is_same_v<To, bool>) {

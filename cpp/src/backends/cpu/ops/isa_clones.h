@@ -12,6 +12,18 @@
 #if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && \
     !defined(XRT_NO_ISA_CLONES)
 #define XRT_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
+#if !defined(__clang__)
+// The same for a lambda (GCC only: Clang 16 does not multiversion lambdas), with
+// flatten: parallel_for(n, work, [&](int64_t b, int64_t e) XRT_ISA_LAMBDA { ... }).
+// Only for loops of plain arithmetic: a call into code compiled for one ISA (the
+// intrinsics kernels, a GEMM) is not inlined into the other clones.
+#define XRT_ISA_LAMBDA \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
+#endif
+#endif
+#ifndef XRT_ISA_CLONES
 #define XRT_ISA_CLONES
+#endif
+#ifndef XRT_ISA_LAMBDA
+#define XRT_ISA_LAMBDA
 #endif

@@ -10,6 +10,7 @@
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/fastmath.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 #include "xpuruntime/ops/nn.h"
 
 namespace xpuruntime::cpu {
@@ -22,7 +23,7 @@ template <typename T>
 void softmax_typed(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
   using N = Num<T>;
   const int64_t rows = outer * inner;
-  parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) {
+  parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) XRT_ISA_LAMBDA {
     std::vector<float> buf(static_cast<std::size_t>(len));
     for (int64_t r = r_begin; r < r_end; ++r) {
       const int64_t base = (r / inner) * len * inner + r % inner;
@@ -101,7 +102,7 @@ void layernorm_typed(const TensorView& x, const TensorView& scale, const TensorV
   const int64_t sn = scale.numel();
   const int64_t bn = bias ? bias->numel() : 0;
   T* py = y.ptr<T>();
-parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) {
+parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) XRT_ISA_LAMBDA {
   for (int64_t r = r_begin; r < r_end; ++r) {
       const T* xr = px + r * len;
       T* yr = py + r * len;
@@ -206,7 +207,7 @@ OpDef batchnorm_def() {
       using C = typename N::C;
       const T* x = in[0].ptr<const T>();
       T* y = out[0].ptr<T>();
-parallel_for(nb * c, in[0].numel(), [&](int64_t p_begin, int64_t p_end) {
+parallel_for(nb * c, in[0].numel(), [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
   for (int64_t p = p_begin; p < p_end; ++p) {
           const C ak = static_cast<C>(a[p % c]), bk = static_cast<C>(b[p % c]);
           for (int64_t i = 0; i < inner; ++i)

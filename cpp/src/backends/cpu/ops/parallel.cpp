@@ -12,6 +12,10 @@
 
 #include "backends/cpu/ops/cpu_op.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace xpuruntime::cpu {
 namespace {
 
@@ -70,7 +74,9 @@ class Pool {
   void grow(int threads) {
     std::lock_guard<std::mutex> lk(grow_mu_);
     while (helpers_.load(std::memory_order_relaxed) + 1 < threads) {
+#ifndef _OPENMP  // with OpenMP the runtime starts the team's threads (run())
       std::thread([this] { loop(); }).detach();
+#endif
       helpers_.fetch_add(1, std::memory_order_release);
     }
   }
@@ -96,6 +102,25 @@ class Pool {
       for (int64_t c = 0; c < chunks; ++c) fn(n * c / chunks, n * (c + 1) / chunks);
       return;
     }
+#ifdef _OPENMP
+    // On the OpenMP team of the calling thread: the one oneDNN's primitives (and
+    // torch's ops, one libgomp per process) run on, so a plan mixing our ops with
+    // oneDNN's keeps one set of workers, hot between ops, instead of two sets
+    // spinning against each other on the same cores. Same chunks as the pool below.
+    {
+      Job job;
+      job.fn = &fn;
+      job.n = n;
+      job.chunks = chunks;
+#pragma omp parallel num_threads(threads)
+      {
+        t_in_job = true;
+        job.work();
+        t_in_job = false;
+      }
+      return;
+    }
+#endif
     auto job = std::make_shared<Job>();
     job->fn = &fn;
     job->n = n;

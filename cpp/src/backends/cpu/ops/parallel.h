@@ -1,16 +1,20 @@
-// The CPU ops' parallel loop. The calling thread always works and never waits for
-// a helper that has not started: chunks are claimed from an atomic counter, so a
-// helper descheduled by a busy machine costs nothing (OpenMP's static schedule and
-// end-of-region barrier would make every op wait for it). Helpers are persistent
-// and sleep on a condition variable between jobs.
+// The CPU ops' parallel loop. The calling thread always works: chunks are claimed
+// from an atomic counter, in a fixed split (so results that depend on it keep their
+// bits whichever thread runs a chunk).
+//
+// Built with OpenMP (the normal build: oneDNN's primitives run on OpenMP), the loop
+// runs on the calling thread's OpenMP team, so our ops and oneDNN's share one set of
+// workers; libgomp keeps them spinning briefly between regions, which is what
+// back-to-back ops want. Without OpenMP (the clang fuzzing build) it runs on a pool of
+// our own: persistent helpers that spin 200 us, then sleep on a condition variable;
+// a helper descheduled by a busy machine costs nothing there, as it never joins late.
 //
 // Threads: XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware concurrency
 // (the caller counts as one); a ThreadCap on the calling thread (a plan run under
-// ExecutionPolicy.threads) sets another count for its loops, growing the pool when
-// it asks for more. A parallel_for inside another runs inline on the
-// calling thread; while another thread's job holds the pool, the calling thread
-// runs the same chunks itself (so split-dependent results keep their bits).
-// Thread-safe.
+// ExecutionPolicy.threads) sets another count for its loops. A parallel_for inside
+// another runs inline on the calling thread; while another thread's job holds the
+// pool, the calling thread runs the same chunks itself (no oversubscription when
+// several sessions run at once). Thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/ops/spatial.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -64,7 +65,7 @@ void maxpool2d(const Spatial& g, const T* px, T* py, int64_t planes) {
   }
   const C lowest = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
                                                         : std::numeric_limits<C>::lowest();
-parallel_for(planes, planes * OH * OW * KH * KW, [&](int64_t p_begin, int64_t p_end) {
+parallel_for(planes, planes * OH * OW * KH * KW, [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
   // Per output row: the column-wise max over the window's rows first (contiguous,
   // vectorizes), then the max over each window's columns of that row: KH + KW
   // comparisons per output instead of KH·KW. Max is exact, so the result is the same.
@@ -122,7 +123,7 @@ void pool_typed(const PoolAttrs& a, const TensorView& x, TensorView& y, TensorVi
   const bool col_major = a.column_major_indices;
   const T* px = x.ptr<const T>();
   T* py = y.ptr<T>();
-parallel_for(planes, planes * out_sz * g.k_size(), [&](int64_t p_begin, int64_t p_end) {
+parallel_for(planes, planes * out_sz * g.k_size(), [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
   for (int64_t p = p_begin; p < p_end; ++p) {
       const T* xp = px + p * in_sz;
       T* yp = py + p * out_sz;
@@ -213,7 +214,7 @@ OpDef global_pool_def(const std::string& type, bool is_max) {
       if constexpr (kIsFloat<T>) {
         const T* x = in[0].ptr<const T>();
         T* y = out[0].ptr<T>();
-parallel_for(planes, in[0].numel(), [&](int64_t p_begin, int64_t p_end) {
+parallel_for(planes, in[0].numel(), [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
   for (int64_t p = p_begin; p < p_end; ++p) {
             double acc = is_max ? -INFINITY : 0.0;
             if (is_max) {

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/ops/cpu_op.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 #include "xpuruntime/ops/shape_rules.h"
 
 namespace xpuruntime::cpu {
@@ -79,7 +80,7 @@ void reduce_typed(Red kind, const T* x, T* y, const Shape& shape, const std::vec
     red_off[r] = off;
   }
   const double count = static_cast<double>(r_n);
-parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) {
+parallel_for(out_n, out_n * r_n, [&](int64_t o_begin, int64_t o_end) XRT_ISA_LAMBDA {
   for (int64_t o = o_begin; o < o_end; ++o) {
       int64_t rem = o, base = 0;
       for (int64_t d = static_cast<int64_t>(kept_dims.size()) - 1; d >= 0; --d) {

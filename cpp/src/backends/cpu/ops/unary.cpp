@@ -9,6 +9,7 @@
 
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/ops/isa_clones.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 template <Unary K, typename T>
 void unary_loop(const UnaryParams& p, const T* x, T* y, int64_t n) {
   using N = Num<T>;
-  parallel_for(n, n, [&](int64_t b, int64_t e) {
+  parallel_for(n, n, [&](int64_t b, int64_t e) XRT_ISA_LAMBDA {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) y[i] = N::store(apply_unary_k<K, typename N::C>(N::load(x[i]), p));
   });
