@@ -35,7 +35,7 @@ def render() -> str:
         (
             f"Opsets {OPSET_MIN}-{OPSET_MAX} of the default ONNX domain (older models are converted up "
             "by the ONNX version converter). A kernel column of `(matmul kernels)` means the node is "
-            "dispatched among the registered matmul kernels (`cpu_blas`, `cpu_blocked`) under op key "
+            "dispatched among the registered matmul kernels (`onednn`, `cpu_blas`, `cpu_blocked`) under op key "
             "`matmul`; Conv's `cpu_im2col` dispatches its GEMM the same way. Dtypes are those of input 0 "
             "(`any` = every dtype the engine has: float32/64, float16, bfloat16, int8/16/32/64, uint8, bool)."
         ),
@@ -51,6 +51,16 @@ def render() -> str:
             "OpenMP threads. It ranks below the other Conv kernels, so it runs where pinned "
             '(`KernelPolicy(conv="onednn")`); cpp/src/backends/cpu/onednn/onednn_conv.cpp records the '
             "measurements behind that order."
+        ),
+        "",
+        (
+            "The matmul kernel `onednn` is oneDNN's matmul primitive (same library): float32, the "
+            "operands read in place with their strides (transposes, a batch-broadcast operand, a strided "
+            "output), the fused bias and relu/gelu as the primitive's bias and post-op, one primitive per "
+            "shape in a process-wide cache of 256. It ranks above `cpu_blas`, so float32 MatMul/Gemm, "
+            "Conv's im2col GEMM and the attention GEMMs take it by default; other dtypes, and layouts or "
+            "shapes oneDNN has no fast implementation for, go to `cpu_blas` with the reason recorded "
+            '(`KernelPolicy(matmul="cpu_blas")` pins the BLAS path).'
         ),
         "",
         f"{len(rows)} ops.",

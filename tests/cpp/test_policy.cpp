@@ -161,7 +161,7 @@ TEST(KernelPolicy, ValidateAgainstRegistry) {
 
   m = policy_error([&] { KernelPolicy{}.set("matmul", "cublasLT2").validate(reg); });
   EXPECT_TRUE(contains(m, "unknown kernel 'cublasLT2'")) << m;
-  EXPECT_TRUE(contains(m, "auto, cpu_blas, cpu_blocked, cublas, cublasLt, skinny, torch")) << m;
+  EXPECT_TRUE(contains(m, "auto, cpu_blas, cpu_blocked, cublas, cublasLt, onednn, skinny, torch")) << m;
   EXPECT_TRUE(contains(m, "did you mean 'cublasLt'?")) << m;
 
   m = policy_error([&] {

@@ -24,6 +24,9 @@ ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dty
 # registered but refuses with backend_unavailable (tested below).
 BLAS = ops.cpu_gemm_info()["blas_available"]
 CPU_KERNELS = ["cpu_blas", "cpu_blocked"] if BLAS else ["cpu_blocked"]
+# Also registered (float32 only, tested in test_onednn_gemm.py): oneDNN's matmul,
+# the automatic float32 choice where the build has oneDNN.
+AUTO_KERNELS = ["onednn", *CPU_KERNELS]
 RNG = np.random.default_rng()  # fresh inputs every run; the seed is printed on failure
 SEED = int(RNG.integers(0, 2**31))
 RNG = np.random.default_rng(SEED)
@@ -190,7 +193,7 @@ def test_every_call_records_a_decision():
         ops.matmul(a, b)
     assert disp.total_recorded == before + 3
     d = ops.last_decision()
-    assert d.op == "matmul" and d.device == "cpu" and d.chosen in CPU_KERNELS
+    assert d.op == "matmul" and d.device == "cpu" and d.chosen in AUTO_KERNELS
     assert d.rule == "auto.first_supported"
     assert {c.kernel for c in d.candidates} >= set(CPU_KERNELS)
     last = disp.explain(1)[0]
@@ -208,7 +211,7 @@ def test_prefer_policy_falls_back_and_says_why():
     policy = xrt.KernelPolicy(matmul="cublas", mode="prefer")
     _check(ops.matmul(a, b, policy=policy), a, b, "float32")
     d = ops.last_decision()
-    assert d.rule == "fallback" and d.chosen in CPU_KERNELS
+    assert d.rule == "fallback" and d.chosen in AUTO_KERNELS
     assert d.candidate("cublas").verdict == "rejected"
 
 
@@ -300,8 +303,9 @@ def test_cpu_gemm_info_reports_the_build():
 def test_cpu_blas_is_available_in_a_normal_build():
     """A build finds OpenBLAS: the system's (apt) or, without it, scipy-openblas32 from
     PyPI (what `pip install .` gets on a machine without apt's). Only a build
-    configured with XRT_BLAS=OFF lacks it. Then the automatic choice for an fp32
-    product is cpu_blas, and its result matches NumPy float64 on random shapes."""
+    configured with XRT_BLAS=OFF lacks it. Then the automatic choice for an fp64
+    product (fp32 too in a build without oneDNN) is cpu_blas, and its result matches
+    NumPy float64 on random shapes."""
     info = ops.cpu_gemm_info()
     if "XRT_BLAS=OFF" in info["blas"]:
         pytest.skip(f"built without BLAS on purpose: {info['blas']}")
@@ -314,5 +318,8 @@ def test_cpu_blas_is_available_in_a_normal_build():
             a, b = _rand((m, k), dtype), _rand((k, n), dtype)
             got = ops.matmul(a, b)
             d = ops.last_decision()
-            assert d.chosen == "cpu_blas" and d.rule == "auto.first_supported", d.summary()
+            # float32 goes to onednn first where the build has oneDNN.
+            onednn = d.candidate("onednn")
+            auto = "onednn" if dtype == "float32" and onednn and onednn.verdict == "supported" else "cpu_blas"
+            assert d.chosen == auto and d.rule == "auto.first_supported", d.summary()
             _check(got, a, b, dtype)

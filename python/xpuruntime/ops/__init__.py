@@ -2,7 +2,7 @@
 
 Operands may be numpy arrays, xpuruntime Tensors or anything with ``__dlpack__``
 (torch, cupy, jax; zero-copy). The kernel is chosen by the policy
-(``KernelPolicy`` op key ``"matmul"``: ``cpu_blas``, ``cpu_blocked``, ``cublas``,
+(``KernelPolicy`` op key ``"matmul"``: ``onednn``, ``cpu_blas``, ``cpu_blocked``, ``cublas``,
 ``cublasLt``) and every choice is recorded in the dispatcher's decision log
 (:func:`last_decision`, ``xpuruntime.dispatch``). CUDA work runs on the calling
 thread's current xpuruntime stream (``xpuruntime.stream``), which can wrap a torch
@@ -13,7 +13,7 @@ Example::
     import numpy as np, xpuruntime as xrt
     y = xrt.ops.matmul(np.ones((4, 8), np.float32), np.ones((8, 3), np.float32),
                        bias=np.zeros(3, np.float32), activation="relu")
-    print(xrt.ops.last_decision().summary())   # matmul cpu -> cpu_blas (auto.first_supported)
+    print(xrt.ops.last_decision().summary())   # matmul cpu -> onednn (auto.first_supported)
 """
 
 from __future__ import annotations

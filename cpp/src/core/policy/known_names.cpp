@@ -63,12 +63,12 @@ const std::map<std::string, std::string>& op_aliases() {
 }
 
 const std::map<std::string, std::vector<std::string>>& declared_kernels() {
-  // matmul: CPU BLAS / blocked, cuBLAS, cuBLASLt, our skinny split-K (M <= 16),
+  // matmul: CPU oneDNN / BLAS / blocked, cuBLAS, cuBLASLt, our skinny split-K (M <= 16),
   // PyTorch routing ("torch").
   // attention: our FlashAttention-2, cuDNN, torch SDPA backends and torch's own choice.
   // layernorm: our fused kernel, PyTorch routing. conv: CPU im2col/direct, oneDNN, cuDNN.
   static const std::map<std::string, std::vector<std::string>> names = {
-      {"matmul", {"cpu_blas", "cpu_blocked", "cublas", "cublasLt", "skinny", "torch"}},
+      {"matmul", {"onednn", "cpu_blas", "cpu_blocked", "cublas", "cublasLt", "skinny", "torch"}},
       {"attention", {"flash_v2", "cudnn", "torch_flash", "efficient", "math", "torch"}},
       {"layernorm", {"fused", "torch"}},
       {"conv", {"cpu_im2col", "cpu_direct", "onednn", "cudnn"}},

@@ -10,6 +10,8 @@
 #include <mutex>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/onednn/onednn_context.h"
+#include "backends/cpu/onednn/onednn_gemm.h"
 #include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/conv_kernels.h"
 #include "backends/cpu/ops/gemm_call.h"
@@ -283,6 +285,7 @@ void blas_single_threaded() {
 const std::vector<std::string>& gemm_kernel_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
+    if (onednn::onednn_available()) v.push_back("onednn");
     if (matmul::cpu_blas_available()) v.push_back("cpu_blas");
     v.push_back("cpu_blocked");
     return v;
@@ -291,7 +294,13 @@ const std::vector<std::string>& gemm_kernel_names() {
 }
 
 void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
-  if (kernel == "cpu_blas") {
+  // oneDNN threads itself (OpenMP, parallel_threads()): no split by our pool. A
+  // problem it rejects (not float32, operands with no contiguous rows or columns,
+  // the row-sums epilogue, or no fast oneDNN implementation for the case) runs on
+  // the cpu_blas path below, which handles every problem, so a plan pinned to
+  // onednn never fails on a layout; the registry's supports() gives the reason.
+  if (kernel == "onednn" && try_onednn_gemm(p)) return;
+  if (kernel == "cpu_blas" || (kernel == "onednn" && matmul::cpu_blas_available())) {
     // OpenBLAS single-threaded inside each piece of our pool's split: its own
     // threads spin after every call and, at one thread per core, would fight our
     // pool's helpers for the cores between ops; its threaded level-3 driver also
@@ -300,13 +309,13 @@ void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
     split_gemm(p, [](const matmul::GemmProblem& q) {
       if (!blas_gemv(q)) matmul::cpu_gemm_blas(q);
     });
-  } else if (kernel == "cpu_blocked") {
+  } else if (kernel == "cpu_blocked" || kernel == "onednn") {
     split_gemm(p, [](const matmul::GemmProblem& q) {
       if (!blocked_gemv(q)) matmul::cpu_gemm_blocked(q, 1);
     });
   } else {
     XRT_THROW(UnsupportedOperationError, "matmul kernel '", kernel,
-              "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_blas, cpu_blocked)");
+              "' cannot run inside a CPU plan (CPU GEMM kernels: onednn, cpu_blas, cpu_blocked)");
   }
 }
 

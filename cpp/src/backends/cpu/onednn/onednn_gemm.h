@@ -1,0 +1,48 @@
+// GEMM kernel "onednn": one matmul::GemmProblem run by oneDNN's matmul
+// primitive (brgemm on AVX-512/AVX2 CPUs) on the plain, strided operands as
+// they lie, with the bias and activation fused as the primitive's bias and
+// eltwise post-op. run_gemm("onednn", p) (ops/gemm_call.h) calls it and sends
+// the problems it rejects to the cpu_blas path; the registry's matmul kernel
+// "onednn" (matmul/cpu_matmul_kernels.cpp) answers supports() through it. See
+// the .cpp for what is expressible and for the primitive cache.
+//
+// Compiled in every build: without oneDNN (XRT_HAVE_ONEDNN undefined) every
+// problem is rejected with the install hint and onednn_gemm throws
+// BackendUnavailableError.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "ops/matmul/gemm_problem.h"
+
+namespace xpuruntime::cpu {
+
+// Why oneDNN cannot run p (kind kNone when it can). Static checks (dtype, row
+// sums, strides) first; then, for a problem with every dimension known, whether
+// oneDNN has a fast (non-reference) implementation for it: that answer is the
+// primitive cache's, so the primitive built here is the one a later run uses.
+matmul::GemmRejection onednn_gemm_rejection(const matmul::GemmProblem& p);
+
+// onednn_gemm_rejection as a yes/no; *why (when not null) gets the reason.
+bool onednn_gemm_supports(const matmul::GemmProblem& p, std::string* why);
+
+// Runs p when oneDNN can and returns true; returns false (with *why set when
+// not null) and touches nothing when it cannot. Threads: parallel_threads(), or
+// 1 when called inside one of our pool's parallel jobs.
+bool try_onednn_gemm(const matmul::GemmProblem& p, std::string* why = nullptr);
+
+// Runs p; throws UnsupportedOperationError (BackendUnavailableError without
+// oneDNN) with the reason when oneDNN cannot.
+void onednn_gemm(const matmul::GemmProblem& p);
+
+// oneDNN's name of the implementation it runs p with ("brg:avx512_core", ...),
+// or empty when it rejects p: for tests and diagnostics.
+std::string onednn_gemm_impl(const matmul::GemmProblem& p);
+
+// Primitives (and cached rejections) held now; the cache keeps at most
+// kOnednnGemmCacheSize, dropping the least recently used.
+inline constexpr std::size_t kOnednnGemmCacheSize = 256;
+std::size_t onednn_gemm_cache_size();
+
+}  // namespace xpuruntime::cpu
