@@ -1,9 +1,10 @@
 // FusedAttention on the CPU (xpuruntime/ops/attention.h), float32: per (batch, head)
 // pair the scores from one GEMM (Q·Kᵀ, Kᵀ read through strides), then per score row
 // the scale, mask, causal cut and softmax in place (fp32, the Softmax kernel's exp),
-// then one GEMM with V into the output; pairs spread over the threads, each pair's
-// scores in that thread's buffer (with fewer pairs than threads, all pairs at once
-// and the GEMMs and rows split instead). The GEMM is a
+// then one GEMM with V into the output; (pair, query-row block) tasks spread over
+// the threads, each block's scores in that thread's buffer, sized to stay in L2 for
+// long sequences (with fewer tasks than threads, all pairs at once and the GEMMs and
+// rows split instead). The GEMM is a
 // sub-kernel chosen through the Dispatcher under the plan's policies and recorded as
 // node "<attention>/gemm" (cpu_blas or cpu_blocked), as a convolution's is.
 #include "xpuruntime/ops/attention.h"
@@ -39,65 +40,76 @@ struct Operands {
   bool causal;
 };
 
-// Pairs [p0, p1) of (batch, head): their scores in `s` ([p1 - p0, Sq, Sk]) from one
-// batched GEMM, softmax rows in place, then one batched GEMM with V into the output.
-void attend(const std::string& gemm, const Operands& o, int64_t p0, int64_t p1, float* s) {
-  const int64_t pairs = p1 - p0, Sq = o.Sq, Sk = o.Sk, D = o.D, Dv = o.Dv;
+// Scale, mask, causal cut and softmax of score row i of pair bh, in place: simple
+// loops the compiler vectorizes (as the Softmax kernel's).
+inline void softmax_scores(const Operands& o, int64_t bh, int64_t i, float* row) {
+  const int64_t Sk = o.Sk;
+  const int64_t keys = o.causal ? std::min(Sk, i + 1) : Sk;
+  const float* mrow =
+      o.mask ? o.mask + (bh / o.H) * o.ms[0] + (bh % o.H) * o.ms[1] + i * o.ms[2] : nullptr;
+  const float scale = o.scale;
+  if (mrow && o.ms[3] == 1) {
+#pragma omp simd
+    for (int64_t j = 0; j < keys; ++j) row[j] = row[j] * scale + mrow[j];
+  } else {
+    const float add = mrow ? mrow[0] : 0.0f;  // a mask broadcast along the keys
+#pragma omp simd
+    for (int64_t j = 0; j < keys; ++j) row[j] = row[j] * scale + add;
+  }
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < keys; ++j) mx = row[j] > mx ? row[j] : mx;
+  if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf row: 0/0 -> NaN, as the ONNX graph
+#pragma omp simd
+  for (int64_t j = 0; j < keys; ++j) row[j] = fast_exp(row[j] - mx);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < keys; ++j) sum += row[j];
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+  std::fill(row + keys, row + Sk, 0.0f);
+}
+
+// Query rows [i0, i1) of pairs [p0, p1) of (batch, head): their scores in `s`
+// ([p1 - p0, i1 - i0, Sk]) from one batched GEMM (Q·Kᵀ), softmax rows in place, then
+// one batched GEMM with V into the output. Several pairs only with all rows.
+void attend(const std::string& gemm, const Operands& o, int64_t p0, int64_t p1, int64_t i0,
+            int64_t i1, float* s) {
+  const int64_t pairs = p1 - p0, Sq = o.Sq, Sk = o.Sk, D = o.D, Dv = o.Dv, rows = i1 - i0;
   matmul::GemmProblem qk;
   qk.batch = pairs;
-  qk.m = Sq, qk.n = Sk, qk.k = D;
-  qk.a = {o.q + p0 * Sq * D, D, 1, Sq * D};
+  qk.m = rows, qk.n = Sk, qk.k = D;
+  qk.a = {o.q + p0 * Sq * D + i0 * D, D, 1, Sq * D};
   qk.b = {o.k + p0 * Sk * D, 1, D, Sk * D};  // Kᵀ: column j of the product is key j
-  qk.c = s, qk.c_rs = Sk, qk.c_cs = 1, qk.c_bs = Sq * Sk;
+  qk.c = s, qk.c_rs = Sk, qk.c_cs = 1, qk.c_bs = rows * Sk;
   if (D > 0) {
     run_gemm(gemm, qk);
   } else {
-    std::fill(s, s + pairs * Sq * Sk, 0.0f);
+    std::fill(s, s + pairs * rows * Sk, 0.0f);
   }
-  parallel_for(pairs * Sq, pairs * Sq * Sk * 4, [&](int64_t r0, int64_t r1) XRT_ISA_LAMBDA {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t bh = p0 + r / Sq, i = r % Sq;
-      float* row = s + r * Sk;
-      const int64_t keys = o.causal ? std::min(Sk, i + 1) : Sk;
-      const float* mrow =
-          o.mask ? o.mask + (bh / o.H) * o.ms[0] + (bh % o.H) * o.ms[1] + i * o.ms[2] : nullptr;
-      // Simple loops the compiler vectorizes (as the Softmax kernel's): scale and
-      // mask, max, exp and sum, normalize.
-      const float scale = o.scale;
-      if (mrow && o.ms[3] == 1) {
-#pragma omp simd
-        for (int64_t j = 0; j < keys; ++j) row[j] = row[j] * scale + mrow[j];
-      } else {
-        const float add = mrow ? mrow[0] : 0.0f;  // a mask broadcast along the keys
-#pragma omp simd
-        for (int64_t j = 0; j < keys; ++j) row[j] = row[j] * scale + add;
-      }
-      float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < keys; ++j) mx = row[j] > mx ? row[j] : mx;
-      if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf row: 0/0 -> NaN, as the ONNX graph
-#pragma omp simd
-      for (int64_t j = 0; j < keys; ++j) row[j] = fast_exp(row[j] - mx);
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < keys; ++j) sum += row[j];
-      const float inv = 1.0f / sum;
-#pragma omp simd
-      for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
-      std::fill(row + keys, row + Sk, 0.0f);
-    }
+  parallel_for(pairs * rows, pairs * rows * Sk * 4, [&](int64_t r0, int64_t r1) XRT_ISA_LAMBDA {
+    for (int64_t r = r0; r < r1; ++r) softmax_scores(o, p0 + r / rows, i0 + r % rows, s + r * Sk);
   });
   matmul::GemmProblem pv;
   pv.batch = pairs;
-  pv.m = Sq, pv.n = Dv, pv.k = Sk;
-  pv.a = {s, Sk, 1, Sq * Sk};
+  pv.m = rows, pv.n = Dv, pv.k = Sk;
+  pv.a = {s, Sk, 1, rows * Sk};
   pv.b = {o.v + p0 * Sk * Dv, Dv, 1, Sk * Dv};
-  pv.c = o.out + p0 * Sq * Dv, pv.c_rs = Dv, pv.c_cs = 1, pv.c_bs = Sq * Dv;
+  pv.c = o.out + p0 * Sq * Dv + i0 * Dv, pv.c_rs = Dv, pv.c_cs = 1, pv.c_bs = Sq * Dv;
   if (Sk > 0) {
     run_gemm(gemm, pv);
   } else {
-    std::fill(o.out + p0 * Sq * Dv, o.out + p1 * Sq * Dv, 0.0f);
+    float* c = static_cast<float*>(pv.c);
+    for (int64_t p = 0; p < pairs; ++p) std::fill(c + p * Sq * Dv, c + p * Sq * Dv + rows * Dv, 0.0f);
   }
+}
+
+// Query rows per task: the block's scores stay within ~128 KB (L2) however long the
+// sequence (a 1500-key Whisper row block is 21 rows, not a 9 MB score matrix), and
+// at least 16 rows so the GEMMs keep their shape.
+int64_t query_block(int64_t Sq, int64_t Sk) {
+  return std::clamp<int64_t>((int64_t{32} << 10) / std::max<int64_t>(Sk, 1), 16, std::max<int64_t>(Sq, 1));
 }
 
 void attention_f32(const std::string& gemm, const ops::AttentionAttrs& a, const Node& n,
@@ -128,17 +140,23 @@ void attention_f32(const std::string& gemm, const ops::AttentionAttrs& a, const 
       stride *= m[i];
     }
   }
-  const std::size_t per_pair = static_cast<std::size_t>(o.Sq * o.Sk);
-  if (BH >= parallel_threads()) {
-    // One (batch, head) pair at a time per thread: its scores stay in cache between
+  const int64_t rb = query_block(o.Sq, o.Sk), blocks = (o.Sq + rb - 1) / rb;
+  const int64_t tasks = BH * blocks;
+  if (tasks >= parallel_threads()) {
+    // One (pair, row block) at a time per thread: its scores stay in cache between
     // the two GEMMs and the softmax (the nested parallel loops run inline).
     const int64_t flops = 2 * BH * o.Sq * o.Sk * (o.D + o.Dv);
-    parallel_for(BH, flops, [&](int64_t p0, int64_t p1) {
-      float* s = score_buffer(per_pair);
-      for (int64_t p = p0; p < p1; ++p) attend(gemm, o, p, p + 1, s);
+    parallel_for(tasks, flops, [&](int64_t t0, int64_t t1) {
+      float* s = score_buffer(static_cast<std::size_t>(rb * o.Sk));
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t p = t / blocks, i0 = (t % blocks) * rb;
+        attend(gemm, o, p, p + 1, i0, std::min(o.Sq, i0 + rb), s);
+      }
     });
   } else {
-    attend(gemm, o, 0, BH, score_buffer(per_pair * static_cast<std::size_t>(BH)));
+    // Fewer tasks than threads: all pairs at once, the GEMMs and rows split instead.
+    const std::size_t per_pair = static_cast<std::size_t>(o.Sq * o.Sk);
+    attend(gemm, o, 0, BH, 0, o.Sq, score_buffer(per_pair * static_cast<std::size_t>(BH)));
   }
 }
 

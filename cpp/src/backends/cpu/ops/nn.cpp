@@ -17,6 +17,32 @@ namespace xpuruntime::cpu {
 void store_stat(TensorView& t, int64_t r, double v);
 namespace {
 
+// One contiguous float32 row (the common case: softmax over the last axis), in
+// place in y: max, then exp and sum in one pass, then the scale. Each loop has a
+// single job and no conditional store, so all three vectorize at the clone's width
+// (a 1500-wide attention row is 3 passes over 6 KB of L1).
+XRT_ISA_CLONES [[gnu::flatten]] void softmax_row(const float* x, float* y, int64_t len, bool log) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < len; ++i) m = x[i] > m ? x[i] : m;
+  if (std::isinf(m) && m < 0) m = 0;  // all -inf row: exp gives 0s, sum 0 -> NaN like ORT
+  float s = 0;
+  if (log) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < len; ++i) s += fast_exp(x[i] - m);
+    const float ls = std::log(s);
+    for (int64_t i = 0; i < len; ++i) y[i] = x[i] - m - ls;
+    return;
+  }
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < len; ++i) {
+    const float e = fast_exp(x[i] - m);
+    y[i] = e;
+    s += e;
+  }
+  const float inv = 1.0f / s;
+  for (int64_t i = 0; i < len; ++i) y[i] *= inv;
+}
+
 // Softmax over rows of `len` elements with stride `inner` (row r starts at
 // (r / inner) * len * inner + r % inner).
 template <typename T>
@@ -36,7 +62,13 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, 
         for (int64_t i = 0; i < len; ++i) s += std::exp(xr[i * inner] - m);
         for (int64_t i = 0; i < len; ++i)
           yr[i * inner] = log ? xr[i * inner] - m - std::log(s) : std::exp(xr[i * inner] - m) / s;
-      } else {
+      } else if constexpr (std::is_same_v<T, float>) {
+        if (inner == 1) {
+          softmax_row(xr, yr, len, log);
+          continue;
+        }
+      }
+      if constexpr (!std::is_same_v<T, double>) {
         float m = -INFINITY;
         for (int64_t i = 0; i < len; ++i) {
           buf[i] = N::load(xr[i * inner]);
