@@ -48,9 +48,10 @@ def render() -> str:
             "blocked layout, activations are reordered into and out of a blocked layout around its direct "
             "implementations, and the fused bias, residual and activation run as post-ops; a step keeps one "
             "primitive per input shape (up to 8, for dynamic shapes) and runs it on `ExecutionPolicy(threads=...)` "
-            "OpenMP threads. It ranks below the other Conv kernels, so it runs where pinned "
-            '(`KernelPolicy(conv="onednn")`); cpp/src/backends/cpu/onednn/onednn_conv.cpp records the '
-            "measurements behind that order."
+            "OpenMP threads (the team the engine's own parallel loops use too). It ranks above "
+            "`cpu_direct` and `cpu_im2col` and below `cpu_depthwise`, so dense convolutions take it by "
+            'default (`KernelPolicy(conv="cpu_direct")` pins ours); '
+            "cpp/src/backends/cpu/onednn/onednn_conv.cpp records the measurements behind that order."
         ),
         "",
         (

@@ -131,7 +131,9 @@ def check(
         x_shape, w, b, strides, pads, dil, group, act, residual, list(y.shape)
     ).SerializeToString()
     for conv, gemm in convs or [(None, g) for g in GEMMS]:
-        policy = xrt.KernelPolicy(matmul=gemm, **({"conv": conv} if conv else {}))
+        # cpu_direct's refusals fall back to cpu_im2col (above it, onednn would take them).
+        chain = [conv, "cpu_im2col"] if conv == "cpu_direct" else conv
+        policy = xrt.KernelPolicy(matmul=gemm, **({"conv": chain} if conv else {}))
         sess = xrt.InferenceSession(model, device="cpu", engine="native", kernel_policy=policy)
         if conv == "cpu_direct" and not DIRECT_OK:
             continue
@@ -249,15 +251,28 @@ def test_direct_kernel_matches_float64_reference(case, act) -> None:  # type: ig
     check(xs, ws, s, p, d, g, act=act, residual=True, bias=False, seed=sum(ws), convs=DENSE[:1])
 
 
-def test_direct_kernel_is_the_default_and_explained() -> None:
+def _onednn_conv_available() -> bool:
+    w = np.ones((2, 1, 1, 1), np.float32)
+    model = conv_model((1, 1, 2, 2), w, None, [1, 1], [0] * 4, [1, 1], 1, None, y_shape=[1, 2, 2, 2])
+    policy = xrt.KernelPolicy(conv="onednn")
+    sess = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native", kernel_policy=policy)
+    (d,) = sess.explain().filter(op="conv")
+    return d.chosen == "onednn"
+
+
+def test_dense_conv_default_and_explained() -> None:
+    # Dense convolutions: oneDNN's where the build has it, else our direct kernel (AVX2),
+    # else im2col.
     w = np.ones((6, 4, 3, 3), np.float32)
     model = conv_model((1, 4, 9, 9), w, None, [1, 1], [1, 1, 1, 1], [1, 1], 1, None, y_shape=[1, 6, 9, 9])
     sess = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native")
     step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
-    assert step["kernel"] == ("cpu_direct" if DIRECT_OK else "cpu_im2col")
-    # A 1×1 output plane is rejected with its reason (cpu_im2col's GEMV runs it).
+    want = "onednn" if _onednn_conv_available() else ("cpu_direct" if DIRECT_OK else "cpu_im2col")
+    assert step["kernel"] == want
+    # A 1×1 output plane is rejected by cpu_direct with its reason (cpu_im2col's GEMV runs it).
     one = conv_model((1, 4, 3, 3), w, None, [1, 1], [0, 0, 0, 0], [1, 1], 1, None, y_shape=[1, 6, 1, 1])
-    sess = xrt.InferenceSession(one.SerializeToString(), device="cpu", engine="native")
+    policy = xrt.KernelPolicy(conv=["cpu_direct", "cpu_im2col"])
+    sess = xrt.InferenceSession(one.SerializeToString(), device="cpu", engine="native", kernel_policy=policy)
     assert next(s for s in sess.plan.steps if s["op_type"] == "Conv")["kernel"] == "cpu_im2col"
     (d,) = sess.explain().filter(op="conv")
     direct = next(c for c in d.candidates if c.kernel == "cpu_direct")

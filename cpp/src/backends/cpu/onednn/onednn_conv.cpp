@@ -14,20 +14,17 @@
 //             makes supports() say no, so another kernel runs the node.
 // Threads: the plan's (parallel_threads()), handed to OpenMP (onednn_context.h).
 //
-// Priority 5, below every other CPU Conv kernel: it runs where pinned
-// (KernelPolicy(conv="onednn")) or where no other kernel takes the case. Measured
-// (benchmarks/bench_onednn_conv.py, batch 1, 224², median of 5 interleaved rounds,
-// on the shared 2-core AVX-512 dev machine at load average 12-16, so noisy), time
-// with conv pinned to onednn / time with the default kernels, for ResNet-18,
-// MobileNetV3-L, EfficientNet-B0, ConvNeXt-T, DenseNet-121:
-//   1 thread                          0.69  0.94  0.89  0.95  0.88
-//   2 threads, OMP_WAIT_POLICY=PASSIVE 0.71  0.58  0.30  0.63  0.45
-//   2 threads, OpenMP defaults        2.20  5.17  6.69  2.16  5.64
-// oneDNN's own kernels are faster, but with libgomp's default (spinning) wait policy
-// its idle OpenMP worker spins after every convolution on the core our thread pool
-// needs for the next op, which costs more than the convolution saves. Not the
-// default until that is solved (passive OpenMP waiting, or a oneDNN built on a
-// threadpool runtime that shares our pool).
+// Priority 17: above cpu_direct (15) and cpu_im2col (10), below cpu_depthwise (20).
+// Our parallel loops now run on the same OpenMP team as oneDNN (ops/parallel.h), so
+// its workers no longer spin against a second pool. Measured on this 2-core AVX-512
+// machine (2 threads, batch 1, 224², median of 25 interleaved runs per variant, load
+// about 2), latency / ONNX Runtime's, default kernels before -> with onednn above the
+// dense kernels: ResNet-18 1.45 -> 1.07, ResNet-50 1.48 -> 1.25, DenseNet-121 1.73 ->
+// 1.30, RegNetY-400MF 1.56 -> 1.35, SqueezeNet 1.29 -> 1.13, ShuffleNetV2 1.27 ->
+// 1.20, ConvNeXt-T 1.20 -> 1.18, EfficientNet-B0 1.76 -> 1.76; slower on the
+// MobileNets, whose high-resolution few-channel pointwise convolutions pay the
+// NCHW <-> blocked reorders around each primitive (V2 1.62 -> 1.87, V3-L 1.62 ->
+// 1.82). Depthwise convolutions stay with cpu_depthwise (faster than oneDNN's here).
 #include "backends/cpu/onednn/onednn_conv.h"
 
 #include <cstdlib>
@@ -394,7 +391,7 @@ void register_onednn_conv_ops(std::vector<OpDef>& defs) {
   d.op_type = "Conv";
   d.kernel = "onednn";
   d.dtypes = {DType::kFloat32};
-  d.priority = 5;
+  d.priority = 17;
   d.description =
       "oneDNN convolution (libdnnl): weights packed once into its blocked layout, bias, "
       "residual and activation as post-ops, a primitive per shape";
