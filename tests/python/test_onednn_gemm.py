@@ -254,3 +254,50 @@ def test_float64_model_falls_back_to_cpu_blas_with_the_reason() -> None:
     x = rng.standard_normal((3, 8))
     y = np.asarray(s.run({"X": x})["Y"])
     np.testing.assert_allclose(y, x @ w, rtol=1e-12)
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """2-D convolution, stride 1, pads 1, in float64."""
+    n, _, h, wd = x.shape
+    m, kh, kw = w.shape[0], w.shape[2], w.shape[3]
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 1), (1, 1)])
+    y = np.zeros((n, m, h, wd)) + b.astype(np.float64).reshape(1, m, 1, 1)
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("nchw,mc->nmhw", xp[:, :, i : i + h, j : j + wd], w[:, :, i, j].astype(np.float64))
+    return y
+
+
+def test_conv_im2col_tiles_share_one_primitive() -> None:
+    """Conv's im2col GEMM dispatched to onednn: the tiles run one primitive from several
+    threads at once (each with its own scratchpad); results match float64 and repeat
+    bit for bit. (The race a shared scratchpad causes shows only in some processes
+    here; tests/cpp/test_onednn_gemm.cpp InsideOurPoolsParallelJobs catches it.)"""
+    rng = np.random.default_rng(17)
+    x, w, b = _rand(rng, (8, 8, 16, 16)), _rand(rng, (8, 8, 3, 3)) * 0.1, _rand(rng, (8,))
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "Conv", ["X", "W", "B"], ["Y"], name="conv", pads=[1, 1, 1, 1], kernel_shape=[3, 3]
+            )
+        ],
+        "conv",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [8, 8, 16, 16])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    s = xrt.InferenceSession(
+        model,
+        device="cpu",
+        engine="native",
+        kernel_policy=xrt.KernelPolicy(conv="cpu_im2col", matmul="onednn", mode="require"),
+        exec_policy=xrt.ExecutionPolicy(threads=2),
+    )
+    assert [d.chosen for d in _matmul_decisions(s)] == ["onednn"]
+    ref = _conv_ref(x, w, b)
+    mag = _conv_ref(np.abs(x), np.abs(w), np.abs(b))
+    first = np.asarray(s.run({"X": x})["Y"]).copy()
+    assert np.all(np.abs(first - ref) <= RTOL * (1 + mag))
+    for _ in range(7):
+        np.testing.assert_array_equal(np.asarray(s.run({"X": x})["Y"]), first)
