@@ -259,6 +259,35 @@ TEST_F(OnednnGemm, RejectsWithTheReasonAndRunGemmFallsBackToBlas) {
   expect_matches(c, g);
 }
 
+TEST_F(OnednnGemm, ActivationsKeepNanAndInfLikeCpuBlas) {
+  // oneDNN's own relu post-op makes NaN 0; ours (and ONNX's) keeps it.
+  for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+    SCOPED_TRACE(std::string(matmul::activation_name(act)));
+    Case c{2, 7, 33, 5};
+    c.bias = true;
+    c.act = act;
+    Data d = make(c, 110);
+    d.a[0] = NAN;                                     // batch 0, row 0: all NaN
+    d.a[static_cast<std::size_t>(c.k)] = INFINITY;    // row 1: ±inf by column sign
+    d.a[static_cast<std::size_t>(2 * c.k)] = -1e30f;  // row 2: large negative/positive
+    Data blas = d;
+    blas.p.a.data = blas.a.data(), blas.p.b.data = blas.b.data(), blas.p.c = blas.c.data();
+    blas.p.bias = blas.bias.data();
+    onednn_gemm(d.p);
+    run_gemm("cpu_blas", blas.p);
+    for (int64_t j = 0; j < c.n; ++j) EXPECT_TRUE(std::isnan(d.c[static_cast<std::size_t>(j)])) << j;
+    for (std::size_t i = 0; i < d.c.size(); ++i) {
+      const float x = d.c[i], y = blas.c[i];
+      if (std::isnan(y) || std::isinf(y)) {
+        EXPECT_EQ(std::isnan(x), std::isnan(y)) << "element " << i << ": " << x << " vs " << y;
+        if (std::isinf(y)) EXPECT_EQ(x, y) << "element " << i;
+      } else {
+        EXPECT_NEAR(x, y, 1e-5 * (1 + std::abs(y))) << "element " << i;
+      }
+    }
+  }
+}
+
 TEST_F(OnednnGemm, PrimitiveCacheReusesAndStaysBounded) {
   Data d = make(Case{2, 8, 9, 10}, 90);
   onednn_gemm(d.p);

@@ -1,40 +1,35 @@
-// GEMM kernel "onednn" (float32): C[b] = act(op(A[b])·op(B[b]) + bias) as
-// oneDNN's matmul primitive on 3-D memory descriptors {batch, rows, cols} with
-// the problem's own strides, so no operand is copied or packed:
-//   - a transposed operand is a stride swap (rows or columns must be
-//   contiguous:
-//     the cases blas_layout() accepts; others are rejected, cpu_blas copies
-//     them);
-//   - an operand shared by the whole batch (batch stride 0) has batch dim 1,
-//   which
+// GEMM kernel "onednn" (float32): C[b] = act(op(A[b])·op(B[b]) + bias) as oneDNN's
+// matmul primitive on 3-D memory descriptors {batch, rows, cols} with the problem's
+// own strides, so no operand is copied or packed:
+//   - a transposed operand is a stride swap (rows or columns must be contiguous:
+//     the cases blas_layout() accepts; others are rejected, cpu_blas copies them);
+//   - an operand shared by the whole batch (batch stride 0) has batch dim 1, which
 //     oneDNN's matmul broadcasts; C needs its own batch stride;
-//   - the bias is the primitive's bias {1, 1, N}; relu and the
-//   tanh-approximated
-//     GELU of GemmProblem are the eltwise post-ops eltwise_relu and
-//     eltwise_gelu_tanh, the same functions;
+//   - the bias is the primitive's bias {1, 1, N}; GemmProblem's tanh-approximated
+//     GELU is the post-op eltwise_gelu_tanh (the same function, NaN and ±inf
+//     included). Relu runs as a pass over C after the primitive: oneDNN's
+//     eltwise_relu turns NaN into 0 where every other kernel (and ONNX) keeps NaN;
 //   - K = 0 writes act(bias) (or zeros) here; M, N or batch 0 write nothing.
-// Measured on the 2-core AVX-512 dev machine (2 threads): oneDNN's brgemm
-// reaches 184-229 GFLOP/s on transformer shapes with these plain layouts,
-// against 92-144 for OpenBLAS split by our pool, so no weight prepacking is
-// done.
+// Measured on the 2-core AVX-512 dev machine (2 threads): oneDNN's brgemm reaches
+// 184-229 GFLOP/s on transformer shapes with these plain layouts, against 92-144
+// for OpenBLAS split by our pool, so no weight prepacking is done.
 //
-// Where oneDNN has only its reference implementation for a case (far slower
-// than BLAS) the case is rejected, and run_gemm sends it to cpu_blas.
+// Where oneDNN has only its reference implementation for a case (far slower than
+// BLAS) the case is rejected, and run_gemm sends it to cpu_blas.
 //
-// Primitive cache: creating a matmul primitive costs 100 us or more, so
-// primitives are kept per (dtype, dims, strides, bias, activation, threads) in
-// a process-wide LRU of kOnednnGemmCacheSize entries, rejections included; the
-// cache's mutex guards only lookups and builds. One primitive runs on several
-// threads at once (a Conv's im2col tiles share one shape), so its scratchpad
-// (brgemm's copy of B) is ours, per thread (scratchpad_mode::user): with the
-// library's mode a primitive may own one buffer for all its executions
-// (measured: wrong results from two tiles at once).
+// Primitive cache: creating a matmul primitive costs 100 us or more, so primitives
+// are kept per (dtype, dims, strides, bias, activation, threads) in a process-wide
+// LRU of kOnednnGemmCacheSize entries, rejections included; the cache's mutex
+// guards only lookups and builds. One primitive runs on several threads at once
+// (a Conv's im2col tiles share one shape), so its scratchpad (brgemm's copy of B)
+// is ours, per thread (scratchpad_mode::user): with the library's mode a primitive
+// may own one buffer for all its executions (measured: wrong results from two
+// tiles at once).
 //
 // Threads: oneDNN splits the work by the OpenMP thread count it sees when the
-// primitive is created, so that count is part of the key: parallel_threads()
-// (the plan's ThreadCap), or 1 inside an OpenMP parallel region (one of our
-// pool's jobs, e.g. a Conv tile's GEMM), where a nested team would
-// oversubscribe.
+// primitive is created, so that count is part of the key: parallel_threads() (the
+// plan's ThreadCap), or 1 inside an OpenMP parallel region (one of our pool's
+// jobs, e.g. a Conv tile's GEMM), where a nested team would oversubscribe.
 #include "backends/cpu/onednn/onednn_gemm.h"
 
 #include <algorithm>
@@ -141,7 +136,7 @@ GemmRejection static_rejection(const GemmProblem& p, Desc* a, Desc* b, Desc* c) 
 float activate(matmul::Activation act, float v) {
   switch (act) {
     case matmul::Activation::kRelu:
-      return v > 0.f ? v : 0.f;
+      return v < 0.f ? 0.f : v;  // NaN stays NaN
     case matmul::Activation::kGelu: {
       const double x = v, s = std::sqrt(2.0 / 3.14159265358979323846);
       return static_cast<float>(0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x))));
@@ -164,6 +159,23 @@ void write_empty_k(const GemmProblem& p) {
 #ifdef XRT_HAVE_ONEDNN
 
 using dnnl::memory;
+
+// C = relu(C) in place, keeping NaN (x < 0 is false for NaN), over our pool (inline
+// inside one of its jobs).
+void relu_pass(const GemmProblem& p) {
+  auto* c = static_cast<float*>(p.c);
+  const int64_t rows = p.batch * p.m;
+  parallel_for(rows, rows * p.n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = c + (r / p.m) * p.c_bs + (r % p.m) * p.c_rs;
+      if (p.c_cs == 1) {
+        for (int64_t j = 0; j < p.n; ++j) row[j] = row[j] < 0.f ? 0.f : row[j];
+      } else {
+        for (int64_t j = 0; j < p.n; ++j) row[j * p.c_cs] = row[j * p.c_cs] < 0.f ? 0.f : row[j * p.c_cs];
+      }
+    }
+  });
+}
 
 int gemm_threads() { return omp_in_parallel() ? 1 : std::max(1, parallel_threads()); }
 
@@ -223,10 +235,8 @@ std::shared_ptr<const Entry> build(const GemmProblem& p, const Desc& a, const De
     e->bias = memory::desc({1, 1, p.n}, memory::data_type::f32, memory::dims{p.n, p.n, 1});
     const dnnl::matmul::desc d =
         p.bias ? dnnl::matmul::desc(e->a, e->b, e->bias, e->c) : dnnl::matmul::desc(e->a, e->b, e->c);
-    dnnl::post_ops po;
-    if (p.activation == matmul::Activation::kRelu) {
-      po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    } else if (p.activation == matmul::Activation::kGelu) {
+    dnnl::post_ops po;  // relu: relu_pass() after the primitive (see the top)
+    if (p.activation == matmul::Activation::kGelu) {
       po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
     }
     dnnl::primitive_attr attr;
@@ -359,6 +369,7 @@ bool try_onednn_gemm(const GemmProblem& p, std::string* why) {
       args.emplace(DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, thread_scratchpad(bytes)));
     e->prim->execute(st, args);
     st.wait();
+    if (p.activation == matmul::Activation::kRelu) relu_pass(p);
   } catch (const dnnl::error& err) {
     XRT_THROW(UnsupportedOperationError, "onednn GEMM (", p.batch, "x", p.m, "x", p.n, "x", p.k, ", ",
               e->impl, ") failed: ", err.what(), " (pin matmul to cpu_blas to run without oneDNN)");
