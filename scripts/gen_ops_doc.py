@@ -57,7 +57,8 @@ def render() -> str:
         (
             "The matmul kernel `onednn` is oneDNN's matmul primitive (same library): float32, the "
             "operands read in place with their strides (transposes, a batch-broadcast operand, a strided "
-            "output), the fused bias and relu/gelu as the primitive's bias and post-op, one primitive per "
+            "output), the fused bias and gelu as the primitive's bias and post-op (relu as a pass after it, "
+            "keeping NaN as ONNX does), one primitive per "
             "shape in a process-wide cache of 256. It ranks above `cpu_blas`, so float32 MatMul/Gemm, "
             "Conv's im2col GEMM and the attention GEMMs take it by default; other dtypes, and layouts or "
             "shapes oneDNN has no fast implementation for, go to `cpu_blas` with the reason recorded "
