@@ -165,6 +165,10 @@ dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops:
     po.append_eltwise(1.f, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
+  // Our scratchpad, per thread (run_views): with the library's mode the primitive may
+  // own one buffer for all its executions, and sessions run one step from several
+  // threads at once (measured: wrong results from four threads sharing a session).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return dnnl::convolution_forward::primitive_desc(*d, attr, onednn::cpu_engine());
 }
 
@@ -193,13 +197,14 @@ std::optional<dnnl::reorder> reorder_if(const memory::desc& from, const memory::
 }
 
 // Per-thread, 64-byte aligned buffers for reordered activations (a run's src, dst
-// and non-constant weights), grown as needed and reused across steps.
+// and non-constant weights) and the primitive's scratchpad, grown as needed and
+// reused across steps.
 void* thread_buffer(int slot, std::size_t bytes) {
   struct Buf {
     std::unique_ptr<void, decltype(&std::free)> p{nullptr, &std::free};
     std::size_t size = 0;
   };
-  thread_local Buf bufs[3];
+  thread_local Buf bufs[4];
   Buf& b = bufs[slot];
   if (b.size < bytes) {
     const std::size_t n = (bytes + 63) / 64 * 64;
@@ -272,6 +277,8 @@ class OnednnConvPrepared final : public PreparedKernel {
       }
       std::unordered_map<int, memory> a = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
       if (has_bias) a.emplace(DNNL_ARG_BIAS, memory(e->bias_md, eng, in[2].data));
+      if (const std::size_t bytes = e->pd.scratchpad_desc().get_size(); bytes > 0)
+        a.emplace(DNNL_ARG_SCRATCHPAD, memory(e->pd.scratchpad_desc(), eng, thread_buffer(3, bytes)));
       e->conv.execute(st, a);
       if (e->y_out) e->y_out->execute(st, dst, yu);
       st.wait();
