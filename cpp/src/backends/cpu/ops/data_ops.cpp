@@ -38,6 +38,70 @@ void fill_value(void* dst, int64_t n, double v) {
   for (int64_t i = 0; i < n; ++i) p[i] = x;
 }
 
+// Pad: per output axis, the input index each output index reads (-1: the constant),
+// so the per-element work is a table lookup; rows along the last axis are copied as
+// a block where the input is contiguous (constant mode: fill, memcpy, fill).
+int64_t pad_source(const std::string& mode, int64_t c, int64_t dim) {
+  if (c >= 0 && c < dim) return c;
+  if (mode == "constant") return -1;
+  if (mode == "edge") return c < 0 ? 0 : dim - 1;
+  if (mode == "wrap") return ((c % dim) + dim) % dim;
+  const int64_t period = 2 * (dim - 1);  // reflect (dim >= 2, checked by the caller)
+  c = ((c % period) + period) % period;
+  return c >= dim ? period - c : c;
+}
+
+void pad_rows(const std::string& mode, const char* src, const Shape& s, char* dst, const Shape& o,
+              const std::vector<int64_t>& full, std::size_t es, const unsigned char* cval) {
+  const int64_t r = static_cast<int64_t>(o.size());
+  const int64_t total = shape_numel(o);
+  if (total == 0) return;
+  if (r == 0) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  std::vector<std::vector<int64_t>> map(static_cast<std::size_t>(r));
+  for (int64_t i = 0; i < r; ++i) {
+    map[i].resize(static_cast<std::size_t>(o[i]));
+    for (int64_t c = 0; c < o[i]; ++c) map[i][c] = pad_source(mode, c - full[i], s[i]);
+  }
+  Shape istr(r, 1);
+  for (int64_t i = r - 2; i >= 0; --i) istr[i] = istr[i + 1] * s[i + 1];
+  const int64_t width = o[r - 1], rows = total / width;
+  const std::vector<int64_t>& last = map[r - 1];
+  // The run of the last axis that is a straight copy of the input row.
+  const int64_t lo = std::clamp<int64_t>(full[r - 1], 0, width);
+  const int64_t hi = std::clamp<int64_t>(full[r - 1] + s[r - 1], lo, width);
+  auto fill = [&](char* d, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) std::memcpy(d + k * es, cval, es);
+  };
+  parallel_for(rows, total, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      char* d = dst + static_cast<std::size_t>(row * width) * es;
+      int64_t rem = row, off = 0;
+      bool inside = true;
+      for (int64_t i = r - 2; i >= 0 && inside; --i) {
+        const int64_t c = map[i][rem % o[i]];
+        rem /= o[i];
+        if (c < 0) inside = false;
+        off += c * istr[i];
+      }
+      if (!inside) {
+        fill(d, width);
+        continue;
+      }
+      const char* srow = src + static_cast<std::size_t>(off) * es;
+      if (mode == "constant") {
+        fill(d, lo);
+        if (hi > lo) std::memcpy(d + lo * es, srow + (lo - full[r - 1]) * es, (hi - lo) * es);
+        fill(d + hi * es, width - hi);
+      } else {
+        for (int64_t k = 0; k < width; ++k) std::memcpy(d + k * es, srow + last[k] * es, es);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void register_data_ops(std::vector<OpDef>& defs) {
@@ -195,38 +259,10 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
                       ": reflect padding needs at least 2 elements on padded axes");
       }
       const std::size_t es = dtype_size(in[0].dtype);
-      HostTensor cval = HostTensor::alloc(in[0].dtype, {});
-      visit_dtype(in[0].dtype, [&](auto tag) { fill_value<decltype(tag)>(cval.data, 1, cv); });
-      Shape istr(r, 1);
-      for (int64_t i = r - 2; i >= 0; --i) istr[i] = istr[i + 1] * s[i + 1];
-      const int64_t total = out[0].numel();
-      const char* src = static_cast<const char*>(in[0].data);
-      char* dst = static_cast<char*>(out[0].data);
-      for (int64_t e = 0; e < total; ++e) {
-        int64_t rem = e, off = 0;
-        bool inside = true;
-        for (int64_t i = r - 1; i >= 0; --i) {
-          int64_t c = rem % o[i] - full[i];
-          rem /= o[i];
-          const int64_t dim = s[i];
-          if (c < 0 || c >= dim) {
-            if (mode == "constant") {
-              inside = false;
-              break;
-            } else if (mode == "edge") {
-              c = c < 0 ? 0 : dim - 1;
-            } else if (mode == "wrap") {
-              c = ((c % dim) + dim) % dim;
-            } else {  // reflect
-              const int64_t period = 2 * (dim - 1);
-              c = ((c % period) + period) % period;
-              if (c >= dim) c = period - c;
-            }
-          }
-          off += c * istr[i];
-        }
-        std::memcpy(dst + e * es, inside ? src + off * es : static_cast<const char*>(cval.data), es);
-      }
+      alignas(16) unsigned char cval[16];
+      visit_dtype(in[0].dtype, [&](auto tag) { fill_value<decltype(tag)>(cval, 1, cv); });
+      pad_rows(mode, static_cast<const char*>(in[0].data), s, static_cast<char*>(out[0].data), o, full, es,
+               cval);
     });
     defs.push_back(std::move(d));
   }
