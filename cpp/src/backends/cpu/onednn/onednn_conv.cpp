@@ -10,8 +10,11 @@
 //             plain layout is kept and no reorder runs.
 //   epilogue  the compiler's fused Conv epilogue as post-ops: bias as the
 //             convolution's bias, the residual (input 3) as a sum post-op, the
-//             activation as eltwise post-ops. An activation oneDNN cannot express
-//             makes supports() say no, so another kernel runs the node.
+//             activation as eltwise post-ops (relu, clip, hard-sigmoid: our pass
+//             after the primitive, which keeps NaN as ONNX does). An activation oneDNN
+//             cannot express makes supports() say no, so another kernel runs the node.
+//   refused   a 1×1 output plane (squeeze-excitation convolutions): a GEMV, which
+//             cpu_im2col runs without the layout reorders.
 // Threads: the plan's (parallel_threads()), handed to OpenMP (onednn_context.h).
 //
 // Priority 17: above cpu_direct (15) and cpu_im2col (10), below cpu_depthwise (20).
@@ -34,6 +37,7 @@
 #include <optional>
 
 #include "backends/cpu/onednn/onednn_context.h"
+#include "backends/cpu/ops/elementwise.h"
 #include "backends/cpu/ops/parallel.h"
 #include "backends/cpu/ops/spatial.h"
 #include "xpuruntime/ops/epilogue.h"
@@ -48,8 +52,17 @@ struct Eltwise {
   float alpha = 0.f, beta = 0.f;
 };
 
+// Activations whose oneDNN post-op turns NaN into a number (relu, and clip through
+// max/min): ONNX keeps NaN, so these run as our own pass over the output after the
+// primitive (bias and residual stay fused).
+bool activation_after(const ops::Epilogue& e) {
+  using ops::Unary;
+  return e.has_activation() &&
+         (e.activation == Unary::kRelu || e.activation == Unary::kClip || e.activation == Unary::kHardSigmoid);
+}
+
 bool eltwise_of(const ops::Epilogue& e, std::vector<Eltwise>& out, std::string& why) {
-  if (!e.has_activation()) return true;
+  if (!e.has_activation() || activation_after(e)) return true;
   using ops::Unary;
   const float a = static_cast<float>(e.params.alpha), b = static_cast<float>(e.params.beta);
 #ifdef XRT_HAVE_ONEDNN
@@ -282,6 +295,7 @@ class OnednnConvPrepared final : public PreparedKernel {
       e->conv.execute(st, a);
       if (e->y_out) e->y_out->execute(st, dst, yu);
       st.wait();
+      if (activation_after(epi_)) run_unary(epi_.activation, epi_.params, DType::kFloat32, y.data, y.data, y.numel());
     } catch (const dnnl::error& err) {
       XRT_THROW(UnsupportedOperationError, node_.where(), ": oneDNN convolution failed: ", err.what(),
                 " (pin conv to cpu_im2col to run it without oneDNN)");
@@ -380,6 +394,12 @@ Support onednn_supports(const Node& n, const std::vector<Meta>& in) {
   if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
     return Support::no(reason::kShapeUnsupported, "only 1-3 spatial dimensions");
   if (!static_shape(x) || !static_shape(w)) return Support::yes();
+  // A 1×1 output plane (squeeze-excitation convolutions, classifier heads) is one dot
+  // product per output channel: cpu_im2col's GEMV runs it without the reorders into
+  // and out of the blocked layout, which cost more than the product here.
+  if (shape_numel(conv_geometry(ConvAttrs::from_node(n), x, w).out) <= 1)
+    return Support::no(reason::kShapeUnsupported,
+                       "a 1×1 output plane is one dot product per channel (cpu_im2col's GEMV)");
 #ifdef XRT_HAVE_ONEDNN
   try {
     const bool bias = in.size() > 2 && in[2].present;
