@@ -133,6 +133,22 @@ XRT_ISA_CLONES [[gnu::flatten]] void eval_blocks(const Operands& o, int64_t b_be
       }
       const std::size_t oi = static_cast<std::size_t>(ins.operand);
       const float* src = opnd;
+      if (ins.binary == FusedBin::kPow && cnt[oi] == 1 && ins.kind != Instr::Kind::kBinaryOperandLeft) {
+        // x^c with a constant exponent (GPT-2's tanh-GELU cubes): a loop per exponent,
+        // so the common ones vectorize instead of branching per element into pow().
+        const float c = in[oi].ptr<const float>()[0];
+        if (c == 2.0f) {
+          for (int64_t k = 0; k < len; ++k) acc[k] = acc[k] * acc[k];
+        } else if (c == 3.0f) {
+          for (int64_t k = 0; k < len; ++k) acc[k] = acc[k] * acc[k] * acc[k];
+        } else if (c == 0.5f) {
+          for (int64_t k = 0; k < len; ++k) acc[k] = std::sqrt(acc[k]);
+        } else if (c == 1.0f) {
+        } else {
+          for (int64_t k = 0; k < len; ++k) acc[k] = std::pow(acc[k], c);
+        }
+        continue;
+      }
       if (cnt[oi] == 1) {
         for (int64_t k = 0; k < len; ++k) opnd[k] = in[oi].ptr<const float>()[0];
       } else if (cnt[oi] == total) {
