@@ -117,3 +117,21 @@ def test_gemm_isa_is_the_widest_the_cpu_has() -> None:
     # the blocked GEMM's registry entry says which micro-kernel it runs
     blocked = [k for k in xrt.kernels.list_kernels("matmul", "cpu") if k.name == "cpu_blocked"]
     assert len(blocked) == 1 and f"{info['isa']} micro-kernel" in blocked[0].description
+
+
+def test_vector_isa_and_onednn_are_recorded() -> None:
+    # The vectorized loops' clone is the widest x86-64 level the CPU has (x86-64-v4 needs
+    # AVX-512 F/BW/CD/DQ/VL); a build without clones says "baseline".
+    info = xrt.ops.cpu_gemm_info()
+    flags_line = (
+        next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
+        if Path("/proc/cpuinfo").is_file()
+        else ""
+    )
+    have = set(flags_line.split())
+    assert info["vector_isa"] in ("x86-64-v4", "x86-64-v3", "baseline")
+    if info["vector_isa"] == "x86-64-v4":
+        assert {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= have
+    elif info["vector_isa"] == "x86-64-v3":
+        assert {"avx2", "fma", "bmi2"} <= have
+    assert info["onednn"].startswith("oneDNN ") or "without oneDNN" in info["onednn"]

@@ -129,9 +129,16 @@ void bind_ops(py::module_& m) {
         d["isa"] = isa;
         d["blas_available"] = blas_available;
         d["blas"] = blas;
+        if (const auto info = plugin_entry<cpu::KernelInfoEntry>("cpu", cpu::entry::kKernelInfo)) {
+          std::string vector_isa, onednn;
+          info(&vector_isa, &onednn);
+          d["vector_isa"] = vector_isa;
+          d["onednn"] = onednn;
+        }
         return d;
       },
-      "The CPU matmul kernels' build: micro-kernel ISA and the BLAS library.");
+      "The CPU kernels' build: GEMM micro-kernel ISA, BLAS library, the x86-64 level of the "
+      "vectorized loops, and oneDNN.");
 }
 
 }  // namespace xpuruntime::bindings

@@ -174,8 +174,12 @@ def clear_cache() -> None:
 
 
 def cpu_gemm_info() -> dict[str, Any]:
-    """The CPU kernels' build: ``{"isa": "avx512"|"avx2"|"portable", "blas_available": bool, "blas": str}``
-    (``isa``: the cpu_blocked GEMM's micro-kernel, the widest this CPU runs)."""
+    """The CPU kernels' build, chosen at run time for this CPU: ``{"isa": "avx512"|"avx2"|"portable",
+    "blas_available": bool, "blas": str, "vector_isa": "x86-64-v4"|"x86-64-v3"|"baseline",
+    "onednn": str}`` (``isa``: the cpu_blocked GEMM's micro-kernel, the widest this CPU runs;
+    ``vector_isa``: the compiled clone the vectorized elementwise, softmax and normalization
+    loops run; ``onednn``: the oneDNN version and threading runtime the onednn kernels use, or
+    why the build has none)."""
     return dict(_ops.cpu_gemm_info())
 
 

@@ -9,7 +9,9 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_provider.h"
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/onednn/onednn_context.h"
 #include "backends/cpu/ops/gemm_call.h"
+#include "backends/cpu/ops/isa_clones.h"
 #include "xpuruntime/cpu_plugin_abi.h"
 #include "xpuruntime/plugin.h"
 
@@ -24,6 +26,11 @@ void gemm_info(std::string* isa, bool* blas_available, std::string* blas) {
   if (blas != nullptr) *blas = matmul::cpu_blas_info();
 }
 
+void kernel_info(std::string* vector_isa, std::string* onednn) {
+  if (vector_isa != nullptr) *vector_isa = cpu::isa_clone_level();
+  if (onednn != nullptr) *onednn = cpu::onednn::onednn_info();
+}
+
 // The CPU plugin's entry points, by the name callers pass to plugin_lookup("cpu", ...).
 void* lookup(const char* name) {
   if (name == nullptr) return nullptr;
@@ -32,6 +39,9 @@ void* lookup(const char* name) {
   }
   if (std::strcmp(name, cpu::entry::kGemmInfo) == 0) {
     return reinterpret_cast<void*>(static_cast<cpu::GemmInfoEntry>(&gemm_info));
+  }
+  if (std::strcmp(name, cpu::entry::kKernelInfo) == 0) {
+    return reinterpret_cast<void*>(static_cast<cpu::KernelInfoEntry>(&kernel_info));
   }
   return nullptr;
 }

@@ -27,3 +27,23 @@
 #ifndef XRT_ISA_LAMBDA
 #define XRT_ISA_LAMBDA
 #endif
+
+namespace xpuruntime::cpu {
+
+// The clone the loader picks for XRT_ISA_CLONES functions on this CPU ("x86-64-v4",
+// "x86-64-v3", or "baseline" for SSE2, a non-x86 CPU, or a build without clones).
+inline const char* isa_clone_level() {
+#if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(XRT_NO_ISA_CLONES)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    return "x86-64-v4";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+    return "x86-64-v3";
+#endif
+  return "baseline";
+}
+
+}  // namespace xpuruntime::cpu
