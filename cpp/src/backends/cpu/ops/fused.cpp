@@ -105,7 +105,7 @@ struct Operands {
 // per-op loops into each clone so they are vectorized at its width. Same operations in
 // the same order in every clone (no FMA contraction under -std=c++20): the bits do
 // not depend on the clone.
-XRT_ISA_CLONES [[gnu::flatten]] void eval_blocks(const Operands& o, int64_t b_begin,
+[[gnu::flatten]] XRT_ISA_CLONES void eval_blocks(const Operands& o, int64_t b_begin,
                                                   int64_t b_end) {
   const std::vector<Instr>& prog = *o.prog;
   const std::vector<TensorView>& in = *o.in;

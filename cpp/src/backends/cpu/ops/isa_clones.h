@@ -5,8 +5,9 @@
 // reductions), whose speed scales with the vector width. Hand-written intrinsics
 // kernels (the GEMM micro-kernels, the direct convolutions) pick their ISA themselves.
 //
-// Put [[gnu::flatten]] next to it when the loop calls inline helpers, so they are
-// inlined into (and vectorized at the width of) each clone.
+// Put [[gnu::flatten]] before it (Clang wants C++ attributes first) when the loop
+// calls inline helpers, so they are inlined into (and vectorized at the width of)
+// each clone.
 #pragma once
 
 #if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && \

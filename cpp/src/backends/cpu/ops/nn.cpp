@@ -21,7 +21,7 @@ namespace {
 // place in y: max, then exp and sum in one pass, then the scale. Each loop has a
 // single job and no conditional store, so all three vectorize at the clone's width
 // (a 1500-wide attention row is 3 passes over 6 KB of L1).
-XRT_ISA_CLONES [[gnu::flatten]] void softmax_row(const float* x, float* y, int64_t len, bool log) {
+[[gnu::flatten]] XRT_ISA_CLONES void softmax_row(const float* x, float* y, int64_t len, bool log) {
   float m = -INFINITY;
   for (int64_t i = 0; i < len; ++i) m = x[i] > m ? x[i] : m;
   if (std::isinf(m) && m < 0) m = 0;  // all -inf row: exp gives 0s, sum 0 -> NaN like ORT
