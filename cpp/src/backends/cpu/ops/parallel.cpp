@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -42,13 +43,23 @@ struct Job {
   std::atomic<int> seats{0};
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
+  // The first exception a chunk threw (rethrown on the calling thread once every chunk
+  // is accounted for); later chunks are skipped but still counted done. An exception
+  // must not leave a worker thread or an OpenMP region: either ends the process.
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
 
   void work() {
     for (;;) {
       const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
       if (c >= chunks) return;
-      const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
-      (*fn)(b, e);
+      if (!failed.load(std::memory_order_relaxed)) {
+        try {
+          (*fn)(n * c / chunks, n * (c + 1) / chunks);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+        }
+      }
       done.fetch_add(1, std::memory_order_release);
     }
   }
@@ -118,6 +129,7 @@ class Pool {
         job.work();
         t_in_job = false;
       }
+      if (job.error) std::rethrow_exception(job.error);
       return;
     }
 #endif
@@ -137,8 +149,11 @@ class Pool {
     t_in_job = false;
     // Every chunk is claimed now; wait only for chunks a helper is still running.
     while (job->done.load(std::memory_order_acquire) < job->chunks) std::this_thread::yield();
-    std::lock_guard<std::mutex> lk(mu_);
-    job_.reset();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_.reset();
+    }
+    if (job->error) std::rethrow_exception(job->error);
   }
 
  private:
