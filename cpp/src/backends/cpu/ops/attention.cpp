@@ -6,7 +6,7 @@
 // long sequences (with fewer tasks than threads, all pairs at once and the GEMMs and
 // rows split instead). The GEMM is a
 // sub-kernel chosen through the Dispatcher under the plan's policies and recorded as
-// node "<attention>/gemm" (cpu_blas or cpu_blocked), as a convolution's is.
+// node "<attention>/gemm" (onednn, cpu_blas or cpu_blocked), as a convolution's is.
 #include "xpuruntime/ops/attention.h"
 
 #include <algorithm>
@@ -212,8 +212,8 @@ PreparedKernelPtr attention_prepare(const OpDef& def, const PrepareContext& pc) 
   auto gemm = std::dynamic_pointer_cast<const CpuGemmPrepared>(p);
   XRT_CHECK(gemm != nullptr, UnsupportedOperationError, n.where(),
             ": the matmul kernel chosen for this attention's GEMM (", mc.node,
-            ") cannot run inside the CPU attention kernel; CPU GEMM kernels: cpu_blas, "
-            "cpu_blocked (pin one of them for op 'matmul')");
+            ") cannot run inside the CPU attention kernel; CPU GEMM kernels: onednn, "
+            "cpu_blas, cpu_blocked (pin one of them for op 'matmul')");
   std::string name = gemm->gemm();
   return std::make_shared<AttentionPrepared>(std::move(n), std::move(name), std::move(p));
 }

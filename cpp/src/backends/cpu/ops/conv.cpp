@@ -581,8 +581,8 @@ PreparedKernelPtr im2col_prepare(const OpDef& def, const PrepareContext& pc) {
   auto gemm = std::dynamic_pointer_cast<const CpuGemmPrepared>(p);
   XRT_CHECK(gemm != nullptr, UnsupportedOperationError, n.where(),
             ": the matmul kernel chosen for this convolution's GEMM (", mc.node,
-            ") cannot run inside a CPU convolution; CPU GEMM kernels: cpu_blas, cpu_blocked "
-            "(pin one of them for op 'matmul', or pin conv to cpu_direct)");
+            ") cannot run inside a CPU convolution; CPU GEMM kernels: onednn, cpu_blas, "
+            "cpu_blocked (pin one of them for op 'matmul', or pin conv to cpu_direct)");
   std::string name = gemm->gemm();
   return std::make_shared<Im2colPrepared>(std::move(n), std::move(gemm), std::move(name));
 }

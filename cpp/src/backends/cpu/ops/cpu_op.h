@@ -12,7 +12,7 @@
 // that file's register_*() function; register_cpu_kernels picks it up. Then list the
 // op in docs/ops.md by running scripts/gen_ops_doc.py. Everything here is
 // thread-safe: OpDefs are immutable after registration and run() has no state.
-// MatMul and Gemm have no OpDef: the matmul kernels (cpu_blas, cpu_blocked) prepare
+// MatMul and Gemm have no OpDef: the matmul kernels (onednn, cpu_blas, cpu_blocked) prepare
 // them (gemm_call.h).
 #pragma once
 

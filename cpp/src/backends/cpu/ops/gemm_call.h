@@ -1,4 +1,4 @@
-// The CPU GEMM kernels (cpu_blas, cpu_blocked) as the op kernels call them: by
+// The CPU GEMM kernels (onednn, cpu_blas, cpu_blocked) as the op kernels call them: by
 // name on a GemmProblem (our pool splits it), bound once at prepare time; the
 // prepared forms of the matmul kernels (ONNX MatMul/Gemm nodes, and the plain GEMM
 // a Conv holds as its sub-kernel); plus the per-thread scratch buffer that im2col
