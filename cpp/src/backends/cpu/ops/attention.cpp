@@ -109,7 +109,9 @@ void attend(const std::string& gemm, const Operands& o, int64_t p0, int64_t p1, 
 // sequence (a 1500-key Whisper row block is 21 rows, not a 9 MB score matrix), and
 // at least 16 rows so the GEMMs keep their shape.
 int64_t query_block(int64_t Sq, int64_t Sk) {
-  return std::clamp<int64_t>((int64_t{32} << 10) / std::max<int64_t>(Sk, 1), 16, std::max<int64_t>(Sq, 1));
+  // (std::clamp would need Sq >= 16: short queries take all their rows at once.)
+  const int64_t rows = std::max<int64_t>((int64_t{32} << 10) / std::max<int64_t>(Sk, 1), 16);
+  return std::min(rows, std::max<int64_t>(Sq, 1));
 }
 
 void attention_f32(const std::string& gemm, const ops::AttentionAttrs& a, const Node& n,

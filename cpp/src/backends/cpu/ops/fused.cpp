@@ -143,8 +143,7 @@ struct Operands {
           for (int64_t k = 0; k < len; ++k) acc[k] = acc[k] * acc[k] * acc[k];
         } else if (c == 0.5f) {
           for (int64_t k = 0; k < len; ++k) acc[k] = std::sqrt(acc[k]);
-        } else if (c == 1.0f) {
-        } else {
+        } else if (c != 1.0f) {
           for (int64_t k = 0; k < len; ++k) acc[k] = std::pow(acc[k], c);
         }
         continue;
