@@ -38,5 +38,6 @@ void register_classify_schemas(std::vector<OpSchema>& s);
 void register_resize_schemas(std::vector<OpSchema>& s);
 void register_attention_schemas(std::vector<OpSchema>& s);
 void register_einsum_schemas(std::vector<OpSchema>& s);
+void register_nhwc_pool_schemas(std::vector<OpSchema>& s);
 
 }  // namespace xpuruntime::ops

@@ -34,6 +34,7 @@ const Table& table() {
     register_resize_schemas(tb->schemas);
     register_attention_schemas(tb->schemas);
     register_einsum_schemas(tb->schemas);
+    register_nhwc_pool_schemas(tb->schemas);
     for (const OpSchema& s : tb->schemas) tb->by_type.emplace(s.op_type, &s);
     return tb;
   }();

@@ -7,6 +7,9 @@
 #include "backends/cpu/ops/cpu_op.h"
 
 namespace xpuruntime::cpu {
+
+void register_nhwc_pool_ops(std::vector<OpDef>& defs);  // pool_nhwc.cpp
+
 namespace {
 
 struct Table {
@@ -31,6 +34,7 @@ const Table& table() {
     register_classify_ops(tb->defs);
     register_resize_ops(tb->defs);
     register_einsum_ops(tb->defs);
+    register_nhwc_pool_ops(tb->defs);
     for (OpDef& d : tb->defs) {
       // The op's semantics come from its schema; a kernel may narrow the dtypes.
       const ops::OpSchema* schema = ops::find_schema(d.op_type);
