@@ -309,6 +309,21 @@ def test_pool_propagates_nan(op: str, attrs: dict[str, Any], channels: int) -> N
     _assert_close(_run_nhwc(op, x, attrs), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("channels", [16, 67])
+def test_maxpool_nan_in_one_image_only(channels: int) -> None:
+    """Images without NaN take plain maxima (exact there); the one with NaN keeps it."""
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    x = RNG.standard_normal((3, 14, 14, channels)).astype(np.float32)
+    x[1, 5, 6, 3] = np.nan  # one NaN in image 1, not at a window's first tap
+    x[1, 0, 0, channels - 1] = np.nan
+    x[2, 7, 7, :] = np.inf  # infinities, no NaN, in image 2
+    x[2, 3, 3, :] = -np.inf
+    want = _reference("MaxPool", x, attrs)
+    got = _run_nhwc("MaxPool", x, attrs)
+    assert np.isnan(want[1]).sum() >= 2 and not np.isnan(want[[0, 2]]).any()
+    _assert_close(got, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("shape", [[2, 5, 5, 3], [1, 112, 112, 32], [2, 7, 7, 81]])
 def test_global_max_propagates_nan(shape: list[int]) -> None:
     x = _special(shape, seed=len(shape) + shape[-1])

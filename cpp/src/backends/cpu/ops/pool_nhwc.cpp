@@ -45,6 +45,22 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // one select, so the channel loops vectorize.
 inline float nan_max(float best, float v) { return (v > best) | (v != v) ? v : best; }
 
+// What a window reduction computes: a float32 sum, a maximum, or a maximum that keeps
+// NaN. The plain maximum (`v > best ? v : best`, one max instruction per vector) is
+// exact for NaN-free data; the NaN-keeping one costs two compares, a mask OR and a
+// blend per vector, so it runs only on images that hold a NaN.
+enum class Reduce { kSum, kMax, kNanMax };
+
+template <Reduce R>
+inline float reduce_step(float acc, float v) {
+  if constexpr (R == Reduce::kSum)
+    return acc + v;
+  else if constexpr (R == Reduce::kMax)
+    return v > acc ? v : acc;
+  else
+    return nan_max(acc, v);
+}
+
 // The valid taps [k0, k1) of a window along one dimension, and how many of its
 // positions lie inside input + pads (count_include_pad's divisor).
 struct TapRange {
@@ -92,9 +108,10 @@ struct Geom {
 // (NaN-propagating; -inf without taps) or their float32 sum in tap order divided by
 // `div` (0 when div is 0, which happens only for a window without taps). W is a
 // Width<B> or, for the channels left after the blocks, an int64_t below kLanes.
-template <bool kMax, typename W>
+template <Reduce R, typename W>
 inline void reduce_window(const float* x, const int64_t* offs, int64_t nt, float div, float* y,
                           W w) {
+  constexpr bool kMax = R != Reduce::kSum;
   float acc[kBlock];
   if (nt == 0) {
     for (int64_t c = 0; c < w; ++c) acc[c] = kMax ? kNegInf : 0.0f;
@@ -104,7 +121,7 @@ inline void reduce_window(const float* x, const int64_t* offs, int64_t nt, float
   }
   for (int64_t t = 1; t < nt; ++t) {
     const float* p = x + offs[t];
-    for (int64_t c = 0; c < w; ++c) acc[c] = kMax ? nan_max(acc[c], p[c]) : acc[c] + p[c];
+    for (int64_t c = 0; c < w; ++c) acc[c] = reduce_step<R>(acc[c], p[c]);
   }
   if constexpr (kMax) {
     for (int64_t c = 0; c < w; ++c) y[c] = acc[c];
@@ -114,15 +131,37 @@ inline void reduce_window(const float* x, const int64_t* offs, int64_t nt, float
   }
 }
 
-template <bool kMax>
+template <Reduce R>
 inline void reduce_window_channels(const float* x, const int64_t* offs, int64_t nt, float div,
                                    float* y, int64_t C) {
   int64_t c = 0;
   for (; c + kBlock <= C; c += kBlock)
-    reduce_window<kMax>(x + c, offs, nt, div, y + c, Width<kBlock>{});
+    reduce_window<R>(x + c, offs, nt, div, y + c, Width<kBlock>{});
   for (; c + kLanes <= C; c += kLanes)
-    reduce_window<kMax>(x + c, offs, nt, div, y + c, Width<kLanes>{});
-  if (c < C) reduce_window<kMax>(x + c, offs, nt, div, y + c, C - c);
+    reduce_window<R>(x + c, offs, nt, div, y + c, Width<kLanes>{});
+  if (c < C) reduce_window<R>(x + c, offs, nt, div, y + c, C - c);
+}
+
+// Per image of x = [N, image values]: whether it holds a NaN. One vectorized pass,
+// parallel over N x a fixed split of each image. On [1,112,112,64] 3x3/s2 this pass
+// plus plain maxima measured ~10% faster than NaN-keeping maxima throughout (the pool
+// is memory-bound; the pass also brings the input closer to the core).
+std::vector<char> images_with_nan(const float* x, int64_t N, int64_t image) {
+  constexpr int64_t kPieces = 8;
+  std::vector<char> piece(static_cast<std::size_t>(N * kPieces), 0);
+  parallel_for(N * kPieces, N * image, [&](int64_t t_begin, int64_t t_end) XRT_ISA_LAMBDA {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t n = t / kPieces, j = t % kPieces;
+      const float* xp = x + n * image;
+      int bad = 0;
+      for (int64_t i = image * j / kPieces; i < image * (j + 1) / kPieces; ++i)
+        bad |= static_cast<int>(xp[i] != xp[i]);
+      piece[t] = static_cast<char>(bad != 0);
+    }
+  });
+  std::vector<char> out(static_cast<std::size_t>(N), 0);
+  for (int64_t t = 0; t < N * kPieces; ++t) out[t / kPieces] |= piece[t];
+  return out;
 }
 
 // NhwcMaxPool / NhwcAveragePool. Parallel over output pixels (N, O0, O1, O2) in
@@ -144,6 +183,7 @@ void pool_nhwc(const PoolAttrs& a, const TensorView& xv, TensorView& yv) {
   const bool include_pad = a.count_include_pad;
   const float* px = xv.ptr<const float>();
   float* py = yv.ptr<float>();
+  const std::vector<char> nan_image = kMax ? images_with_nan(px, N, image) : std::vector<char>();
   parallel_for(pixels, pixels * window * C, [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
     // Per row: the offsets of the valid (k0, k1) input rows; per pixel: every tap's.
     std::vector<int64_t> rows(static_cast<std::size_t>(g.k[0] * g.k[1]));
@@ -171,7 +211,13 @@ void pool_nhwc(const PoolAttrs& a, const TensorView& xv, TensorView& yv) {
         for (int64_t j = 0; j < nrows; ++j)
           for (int64_t k2 = r2.k0; k2 < r2.k1; ++k2) offs[nt++] = rows[j] + (b2 + k2 * g.d[2]) * C;
         const float div = static_cast<float>(include_pad ? padded01 * r2.padded : nt);
-        reduce_window_channels<kMax>(xn, offs.data(), nt, div, py + p * C, C);
+        float* y = py + p * C;
+        if (!kMax)
+          reduce_window_channels<Reduce::kSum>(xn, offs.data(), nt, div, y, C);
+        else if (nan_image[n])
+          reduce_window_channels<Reduce::kNanMax>(xn, offs.data(), nt, div, y, C);
+        else
+          reduce_window_channels<Reduce::kMax>(xn, offs.data(), nt, div, y, C);
       }
     }
   });
