@@ -270,6 +270,14 @@ def test_global_pool(op: str, shape: list[int]) -> None:
     _assert_close(got, _to_nhwc(nchw).astype(np.float64), rtol=1e-5, atol=atol)
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_kernel_far_larger_than_the_input(op: str) -> None:
+    """Windows of 10^10 taps over a padded 3x3 input: the work is bounded by the valid taps."""
+    attrs = {"kernel_shape": [100000, 100000], "strides": [100000, 100000], "pads": [99999] * 4}
+    x = RNG.standard_normal((2, 3, 3, 20)).astype(np.float32)
+    _assert_close(_run_nhwc(op, x, attrs), _reference(op, x, attrs))
+
+
 def test_global_pool_is_deterministic() -> None:
     """The spatial split depends on the shape alone: the same bits on every run."""
     x = RNG.standard_normal((1, 112, 112, 32)).astype(np.float32)

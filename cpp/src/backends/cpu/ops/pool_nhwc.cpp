@@ -179,15 +179,22 @@ void pool_nhwc(const PoolAttrs& a, const TensorView& xv, TensorView& yv) {
   std::vector<TapRange> inner(static_cast<std::size_t>(g.out[2]));
   for (int64_t o = 0; o < g.out[2]; ++o) inner[o] = g.taps(2, o);
   const int64_t image = g.in[0] * g.in[1] * g.in[2] * C;
-  const int64_t window = g.k[0] * g.k[1] * g.k[2];
+  // Valid taps of a window: at most min(k, in) per dimension (distinct positions inside
+  // the input). That bounds the offset lists by the image even for a kernel_shape far
+  // larger than it (padded), whose product could overflow.
+  const int64_t rows_max = std::min(g.k[0], g.in[0]) * std::min(g.k[1], g.in[1]);
+  const int64_t taps_max = rows_max * std::min(g.k[2], g.in[2]);
+  const int64_t work = taps_max > 0 && pixels * C > std::numeric_limits<int64_t>::max() / taps_max
+                           ? std::numeric_limits<int64_t>::max()
+                           : pixels * C * taps_max;
   const bool include_pad = a.count_include_pad;
   const float* px = xv.ptr<const float>();
   float* py = yv.ptr<float>();
   const std::vector<char> nan_image = kMax ? images_with_nan(px, N, image) : std::vector<char>();
-  parallel_for(pixels, pixels * window * C, [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
+  parallel_for(pixels, work, [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
     // Per row: the offsets of the valid (k0, k1) input rows; per pixel: every tap's.
-    std::vector<int64_t> rows(static_cast<std::size_t>(g.k[0] * g.k[1]));
-    std::vector<int64_t> offs(static_cast<std::size_t>(window));
+    std::vector<int64_t> rows(static_cast<std::size_t>(rows_max));
+    std::vector<int64_t> offs(static_cast<std::size_t>(taps_max));
     int64_t p = p_begin;
     while (p < p_end) {
       int64_t o2 = p % g.out[2], t = p / g.out[2];
@@ -202,7 +209,9 @@ void pool_nhwc(const PoolAttrs& a, const TensorView& xv, TensorView& yv) {
         for (int64_t k1 = r1.k0; k1 < r1.k1; ++k1)
           rows[nrows++] = (i0 * g.in[1] + g.start(1, o1) + k1 * g.d[1]) * g.in[2] * C;
       }
-      const int64_t padded01 = r0.padded * r1.padded;
+      // count_include_pad's divisor in float: exact for any real window, and no
+      // integer overflow for absurd kernel_shape/pads products.
+      const float padded01 = static_cast<float>(r0.padded) * static_cast<float>(r1.padded);
       const float* xn = px + n * image;
       for (; p < row_end; ++p, ++o2) {
         const TapRange& r2 = inner[o2];
@@ -210,7 +219,8 @@ void pool_nhwc(const PoolAttrs& a, const TensorView& xv, TensorView& yv) {
         int64_t nt = 0;
         for (int64_t j = 0; j < nrows; ++j)
           for (int64_t k2 = r2.k0; k2 < r2.k1; ++k2) offs[nt++] = rows[j] + (b2 + k2 * g.d[2]) * C;
-        const float div = static_cast<float>(include_pad ? padded01 * r2.padded : nt);
+        const float div =
+            include_pad ? padded01 * static_cast<float>(r2.padded) : static_cast<float>(nt);
         float* y = py + p * C;
         if (!kMax)
           reduce_window_channels<Reduce::kSum>(xn, offs.data(), nt, div, y, C);
