@@ -357,9 +357,13 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
   ASSERT_EQ(plan.steps.size(), 1u);
   EXPECT_EQ(plan.steps[0].kernel, "cpu_im2col");
   EXPECT_FALSE(plan.steps[0].node.has("_gemm")) << "the GEMM is a sub-kernel, not an attribute";
-  // The conv, its GEMM, and the plan's threads (engine.policy, always last).
-  ASSERT_EQ(plan.decisions.size(), 3u);
-  auto sub = nlohmann::json::parse(plan.decisions[1]);
+  // The layout (NCHW: the policy pins Conv), the conv, its GEMM, and the plan's
+  // threads (engine.policy, always last).
+  ASSERT_EQ(plan.decisions.size(), 4u);
+  auto layout = nlohmann::json::parse(plan.decisions[0]);
+  EXPECT_EQ(layout.at("op"), "layout");
+  EXPECT_EQ(layout.at("chosen"), "nchw");
+  auto sub = nlohmann::json::parse(plan.decisions[2]);
   EXPECT_EQ(sub.at("op"), "matmul");
   EXPECT_EQ(sub.at("node"), plan.steps[0].node.name + "/gemm");
   EXPECT_EQ(sub.at("chosen"), "cpu_blocked");
@@ -391,7 +395,7 @@ TEST_F(SeamTest, ConvIm2colRecordsItsGemmAsASubDecisionAndReloadsIt) {
   EXPECT_EQ(std::memcmp(y[0].data, y2[0].data, y[0].nbytes()), 0);
   // ... and a plan whose sub-decision is gone is refused.
   ExecutionPlan damaged = plan;
-  damaged.decisions.erase(damaged.decisions.begin() + 1);
+  damaged.decisions.erase(damaged.decisions.begin() + 2);
   EXPECT_THROW(ExecutionPlan::deserialize(damaged.serialize()), InvalidModelError);
 }
 

@@ -262,13 +262,25 @@ def _onednn_conv_available() -> bool:
 
 def test_dense_conv_default_and_explained() -> None:
     # Dense convolutions: oneDNN's where the build has it, else our direct kernel (AVX2),
-    # else im2col.
+    # else im2col. A lone Conv stays NCHW (channels-last would need a Transpose on each
+    # side: test_channels_last.py covers the layout pass).
     w = np.ones((6, 4, 3, 3), np.float32)
     model = conv_model((1, 4, 9, 9), w, None, [1, 1], [1, 1, 1, 1], [1, 1], 1, None, y_shape=[1, 6, 9, 9])
     sess = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native")
-    step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
-    want = "onednn" if _onednn_conv_available() else ("cpu_direct" if DIRECT_OK else "cpu_im2col")
-    assert step["kernel"] == want
+    if _onednn_conv_available():
+        step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
+        assert step["kernel"] == "onednn"
+        (lay,) = sess.explain().filter(op="layout")
+        assert lay.chosen == "nchw" and "cost more than they save" in lay.detail
+        # a pinned NCHW kernel order keeps the model's layout, and oneDNN runs NCHW too
+        pinned = xrt.KernelPolicy(conv=["onednn", "cpu_direct"])
+        sess = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native", kernel_policy=pinned)
+        assert next(s for s in sess.plan.steps if s["op_type"] == "Conv")["kernel"] == "onednn"
+        (lay,) = sess.explain().filter(op="layout")
+        assert lay.chosen == "nchw" and "conv_nhwc" in lay.detail
+    else:
+        step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
+        assert step["kernel"] == ("cpu_direct" if DIRECT_OK else "cpu_im2col")
     # A 1×1 output plane is rejected by cpu_direct with its reason (cpu_im2col's GEMV runs it).
     one = conv_model((1, 4, 3, 3), w, None, [1, 1], [0, 0, 0, 0], [1, 1], 1, None, y_shape=[1, 6, 1, 1])
     policy = xrt.KernelPolicy(conv=["cpu_direct", "cpu_im2col"])
@@ -316,7 +328,10 @@ def test_depthwise_kernel_is_chosen_for_depthwise_convs() -> None:
         (1, c, 10, 10), w, None, [1, 1], [1, 1, 1, 1], [1, 1], c, "Relu", y_shape=[1, c, 10, 10]
     )
     model = model.SerializeToString()
-    sess = xrt.InferenceSession(model, device="cpu", engine="native")
+    # Where oneDNN runs the model channels-last, the NCHW kernels are chosen by a policy
+    # that pins them (cpu_depthwise first here; it refuses dense convolutions).
+    kp = xrt.KernelPolicy(conv=["cpu_depthwise", "cpu_direct", "cpu_im2col"]) if _onednn_conv_available() else None
+    sess = xrt.InferenceSession(model, device="cpu", engine="native", kernel_policy=kp)
     step = next(s for s in sess.plan.steps if s["op_type"] == "Conv")
     assert step["kernel"] == "cpu_depthwise" and step["activation"] == "Relu"
 

@@ -4,7 +4,9 @@ Random 1-D/2-D/3-D convolutions (groups, depthwise, strides, dilations, asymmetr
 pads, bias, the fused residual and activations) pinned to ``onednn`` against a
 NumPy float64 reference (tolerance: 1e-4 relative to the output's magnitude); the
 choice is recorded in the session's decisions; a dynamic-shape model runs at
-several shapes; pinning works both ways; a float64 Conv pinned to ``onednn`` with
+several shapes; each case runs both ways: the model's NCHW Conv pinned to ``onednn``
+(reorders around the primitive) and, with ``conv_nhwc="onednn"``, the channels-last
+layout pass's NhwcConv on the same kernel; pinning works both ways; a float64 Conv pinned to ``onednn`` with
 ``mode="require"`` raises a typed error naming the kernel and the reason. Skips,
 saying why, when the build has no oneDNN (the kernel then reports
 ``backend_unavailable``, which is checked).
@@ -97,10 +99,14 @@ def conv_model(x_shape, w, b, strides, pads, dil, group, act, residual, y_shape,
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def session(model: bytes, conv: str, mode: str = "require") -> xrt.InferenceSession:
-    return xrt.InferenceSession(
-        model, device="cpu", engine="native", kernel_policy=xrt.KernelPolicy(conv=conv, mode=mode)
-    )
+LAYOUTS = ["nchw", "channels_last"]
+
+
+def session(model: bytes, conv: str, mode: str = "require", layout: str = "nchw") -> xrt.InferenceSession:
+    kp = xrt.KernelPolicy(conv=conv, mode=mode)
+    if layout == "channels_last":
+        kp = xrt.KernelPolicy(conv=conv, conv_nhwc="onednn", mode=mode)
+    return xrt.InferenceSession(model, device="cpu", engine="native", kernel_policy=kp)
 
 
 def _onednn_missing() -> str:
@@ -119,7 +125,7 @@ MISSING = _onednn_missing()
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"onednn kernel unavailable: {MISSING}")
 
 
-def run_case(x_shape, w_shape, strides, pads, dil, group, act, residual, bias, seed):  # type: ignore[no-untyped-def]
+def run_case(x_shape, w_shape, strides, pads, dil, group, act, residual, bias, seed, layout="nchw"):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
@@ -131,7 +137,15 @@ def run_case(x_shape, w_shape, strides, pads, dil, group, act, residual, bias, s
         y = y + feeds["R"]
     y = act_ref(act, y)
     model = conv_model(x_shape, w, b, strides, pads, dil, group, act, residual, y.shape)
-    if np.prod(y.shape[2:]) <= 1:
+    if layout == "channels_last":
+        # Channels-last needs no reorder, so NhwcConv takes 1×1 output planes too.
+        sess = session(model, "onednn", layout=layout)
+        step = next(s for s in sess.plan.steps if s["op_type"] == "NhwcConv")
+        assert step["kernel"] == "onednn"
+        (d,) = sess.explain().filter(op="conv_nhwc")
+        assert (d.chosen, d.rule) == ("onednn", "policy.require")
+        assert not sess.explain().filter(op="conv")
+    elif np.prod(y.shape[2:]) <= 1:
         # A 1×1 output plane is a GEMV: onednn refuses it with its reason, and in
         # prefer mode another kernel runs it.
         with pytest.raises(xrt.UnsupportedOperationError, match="1×1 output plane"):
@@ -165,50 +179,61 @@ def random_case(rng: np.random.Generator, rank: int, i: int):  # type: ignore[no
     return (int(rng.integers(1, 3)), c, *sp), (group * mg, c // group, *ks), s, pads, d, group
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("rank", [1, 2, 3])
 @pytest.mark.parametrize("i", range(8))
-def test_random_convolutions_match_float64(rank: int, i: int) -> None:
+def test_random_convolutions_match_float64(rank: int, i: int, layout: str) -> None:
     rng = np.random.default_rng(1000 * rank + i)
     xs, ws, s, pads, d, group = random_case(rng, rank, i)
     act = ACTS[(i + rank) % len(ACTS)]
-    run_case(xs, ws, s, pads, d, group, act, residual=i % 3 == 1, bias=i % 4 != 3, seed=i)
+    run_case(xs, ws, s, pads, d, group, act, residual=i % 3 == 1, bias=i % 4 != 3, seed=i, layout=layout)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("act", ACTS)
-def test_every_fused_activation_with_residual(act: str | None) -> None:
-    run_case((1, 16, 14, 14), (32, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, act, True, True, 3)
+def test_every_fused_activation_with_residual(act: str | None, layout: str) -> None:
+    run_case((1, 16, 14, 14), (32, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, act, True, True, 3, layout)
 
 
-def test_network_sized_layers() -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_network_sized_layers(layout: str) -> None:
     # Blocked (direct) oneDNN paths with reorders in and out; a 1x1 and a depthwise.
-    run_case((1, 64, 28, 28), (64, 64, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, "Relu", True, True, 5)
-    run_case((1, 3, 64, 64), (32, 3, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 1, "Relu", False, True, 6)
-    run_case((1, 96, 28, 28), (24, 96, 1, 1), [1, 1], [0] * 4, [1, 1], 1, None, True, True, 7)
-    run_case((1, 96, 28, 28), (96, 1, 5, 5), [2, 2], [2, 2, 2, 2], [1, 1], 96, "HardSwish", False, True, 8)
+    cases = [
+        ((1, 64, 28, 28), (64, 64, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, "Relu", True, True, 5),
+        ((1, 3, 64, 64), (32, 3, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 1, "Relu", False, True, 6),
+        ((1, 96, 28, 28), (24, 96, 1, 1), [1, 1], [0] * 4, [1, 1], 1, None, True, True, 7),
+        ((1, 96, 28, 28), (96, 1, 5, 5), [2, 2], [2, 2, 2, 2], [1, 1], 96, "HardSwish", False, True, 8),
+    ]
+    for c in cases:
+        run_case(*c, layout=layout)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("pads", [[2, 0, 0, 0], [0, 2, 2, 1]])
-def test_residual_and_bias_where_windows_see_only_padding(pads: list[int]) -> None:
+def test_residual_and_bias_where_windows_see_only_padding(pads: list[int], layout: str) -> None:
     # Kernel height 1 with padding: whole output rows see only padding (oneDNN 2.6's
-    # blocked path dropped the residual there when a bias was fused too).
-    run_case((2, 2, 9, 11), (5, 2, 1, 4), [1, 2], pads, [2, 2], 1, None, True, True, 1)
-    run_case((2, 2, 9, 11), (5, 2, 1, 4), [1, 2], pads, [2, 2], 1, "Relu", True, True, 2)
+    # blocked path dropped the residual there when a bias was fused too; channels-last
+    # adds the residual after the primitive there).
+    run_case((2, 2, 9, 11), (5, 2, 1, 4), [1, 2], pads, [2, 2], 1, None, True, True, 1, layout)
+    run_case((2, 2, 9, 11), (5, 2, 1, 4), [1, 2], pads, [2, 2], 1, "Relu", True, True, 2, layout)
 
 
-def test_dynamic_shapes_build_a_primitive_per_shape() -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dynamic_shapes_build_a_primitive_per_shape(layout: str) -> None:
     rng = np.random.default_rng(11)
     w = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
     b = rng.standard_normal(8).astype(np.float32)
     model = conv_model(
         ("N", 4, "H", "W"), w, b, [1, 1], [1] * 4, [1, 1], 1, "Relu", False, ("N", 8, "H", "W")
     )
-    sess = session(model, "onednn")
+    sess = session(model, "onednn", layout=layout)
     for shape in [(1, 4, 9, 9), (2, 4, 16, 12), (1, 4, 9, 9)]:
         x = rng.standard_normal(shape).astype(np.float32)
         y = act_ref("Relu", ref_conv(x, w, b, [1, 1], [1] * 4, [1, 1], 1))
         out = sess.run({"X": x})["Y"]
         assert np.abs(out - y).max() <= RTOL * max(1.0, np.abs(y).max()), shape
-    assert any(d.chosen == "onednn" for d in sess.explain().filter(op="conv"))
+    op = "conv_nhwc" if layout == "channels_last" else "conv"
+    assert any(d.chosen == "onednn" for d in sess.explain().filter(op=op))
 
 
 def test_pinning_works_both_ways() -> None:

@@ -233,6 +233,15 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     log("epilogue fusion (ops fused into Conv/MatMul/Gemm)", passes::fuse_epilogues(g));
   if (opt.fuse && pays.elementwise_chains)
     log("elementwise fusion (chains fused)", passes::fuse_elementwise(g));
+  // Layouts after the fusions (an NhwcConv keeps its fused epilogue), then the
+  // elementwise fusion again for what the layout pass created (BatchNormalization's
+  // per-channel Mul and Add).
+  if (opt.fuse) {
+    const int n = passes::to_channels_last(g, *provider, opt.kernel_policy, plan.decisions);
+    log("channels-last layout (nodes converted)", n);
+    if (n > 0 && pays.elementwise_chains)
+      log("elementwise fusion (chains fused)", passes::fuse_elementwise(g));
+  }
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/false),
                     provider.get());

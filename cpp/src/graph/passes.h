@@ -8,6 +8,7 @@
 
 #include "xpuruntime/graph/ir.h"
 #include "xpuruntime/graph/provider.h"
+#include "xpuruntime/policy.h"
 
 namespace xpuruntime::graph::passes {
 
@@ -32,6 +33,12 @@ int fuse_layernorm_patterns(Graph& g, const ExecutionProvider& provider,
                             std::vector<std::string>& decisions);
 int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
                             std::vector<std::string>& decisions);
+// Convolutional regions to channels-last activations (layout_channels_last.cpp):
+// Conv -> NhwcConv where a kernel of the provider runs it and the policy leaves Conv
+// to oneDNN, layout-agnostic neighbours follow, Transposes at the region borders.
+// Appends one Decision (op "layout"); returns the nodes converted.
+int to_channels_last(Graph& g, const ExecutionProvider& provider, const KernelPolicy& kp,
+                     std::vector<std::string>& decisions);
 // A float32 graph compiled for fp16/bf16 (`to`): float32 values inside the graph
 // take the target type (constants converted, saturated to its range), Casts at the
 // float32 graph inputs/outputs keep the model's interface (precision.cpp).

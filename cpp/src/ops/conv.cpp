@@ -1,6 +1,8 @@
 // The Conv schema: NCHW-style convolution over 1-3 spatial dims with groups,
 // strides, dilations and pads/auto_pad; the compiler may fuse a bias, a residual
-// ("_sum") and an activation into it.
+// ("_sum") and an activation into it. NhwcConv (domain xrt): the same convolution on
+// channels-last activations [N, D1.., C] (weights stay ONNX [M, C/g, k..]), which the
+// channels-last layout pass (graph/layout_channels_last.cpp) creates.
 #include "ops/families.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/ops/spatial.h"
@@ -36,12 +38,53 @@ bool conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& o
   return true;
 }
 
+// NhwcConv: Conv's inference on the channels-last shapes moved to NCHW and back.
+bool nhwc_conv_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 2);
+  std::vector<Meta> logical = in;
+  if (in[0].shape) {
+    XRT_CHECK(in[0].shape->size() >= 3 && in[0].shape->size() <= 5, InvalidModelError, n.where(),
+              ": X ", graph::shape_str(*in[0].shape), " must have rank 3 to 5 [N, D1.., C]");
+    logical[0].shape = permuted(*in[0].shape, from_channels_last(in[0].shape->size()));
+  }
+  if (!conv_infer(n, logical, out)) return false;
+  out[0].shape = permuted(*out[0].shape, to_channels_last(out[0].shape->size()));
+  return true;
+}
+
 }  // namespace
+
+std::vector<int64_t> to_channels_last(std::size_t rank) {
+  std::vector<int64_t> p = {0};
+  for (std::size_t i = 2; i < rank; ++i) p.push_back(static_cast<int64_t>(i));
+  p.push_back(1);
+  return p;
+}
+
+std::vector<int64_t> from_channels_last(std::size_t rank) {
+  std::vector<int64_t> p = {0, static_cast<int64_t>(rank) - 1};
+  for (std::size_t i = 1; i + 1 < rank; ++i) p.push_back(static_cast<int64_t>(i));
+  return p;
+}
+
+Shape permuted(const Shape& s, const std::vector<int64_t>& perm) {
+  Shape r(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) r[i] = s[static_cast<std::size_t>(perm[i])];
+  return r;
+}
 
 void register_conv_schemas(std::vector<OpSchema>& s) {
   s.push_back(make_schema("Conv", {DType::kFloat32, DType::kFloat64},
                           "Conv over 1-3 spatial dims (groups, strides, dilations, pads)",
                           conv_infer));
+  OpSchema d = make_schema("NhwcConv", {DType::kFloat32},
+                           "Conv on channels-last activations [N, D1.., C] (weights [M, C/g, k..]), "
+                           "created by the compiler's channels-last layout pass",
+                           nhwc_conv_infer);
+  d.key = "conv_nhwc";
+  d.domain = "xrt";
+  d.foldable = false;
+  s.push_back(std::move(d));
 }
 
 }  // namespace xpuruntime::ops

@@ -57,6 +57,7 @@ std::vector<std::string> schema_op_types() {
 
 std::string op_key(const std::string& op_type) {
   if (op_type == "Conv") return "conv";
+  if (op_type == "NhwcConv") return "conv_nhwc";  // the layout pass's channels-last Conv (xrt)
   if (op_type == "MatMul" || op_type == "Gemm") return "matmul";
   if (op_type == "Softmax") return "softmax";
   if (op_type == "LayerNormalization") return "layernorm";

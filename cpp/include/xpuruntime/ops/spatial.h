@@ -62,4 +62,11 @@ Spatial conv_geometry(const ConvAttrs& a, const graph::Shape& x, const graph::Sh
 // MaxPool/AveragePool.
 Spatial pool_geometry(const PoolAttrs& a, const graph::Shape& in);
 
+// Channels-last layout (ops/conv.cpp): the permutation taking a logical [N, C, D1..]
+// tensor to [N, D1.., C] (to_channels_last) and back (from_channels_last), for rank
+// 3-5; permuted(s, p)[i] = s[p[i]], Transpose's rule.
+std::vector<int64_t> to_channels_last(std::size_t rank);
+std::vector<int64_t> from_channels_last(std::size_t rank);
+graph::Shape permuted(const graph::Shape& s, const std::vector<int64_t>& perm);
+
 }  // namespace xpuruntime::ops

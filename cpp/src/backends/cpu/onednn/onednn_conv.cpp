@@ -122,6 +122,9 @@ struct Entry {
   memory::desc user_x, user_w, user_y, bias_md;
   std::optional<dnnl::reorder> x_in, y_in, y_out, w_in;  // empty: layouts equal
   memory packed_w;                                       // empty: weights not constant
+  // The residual added (and the activation applied) by our passes after the
+  // primitive instead of as post-ops (see padding_only_outputs).
+  bool residual_after = false;
 };
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
@@ -129,6 +132,14 @@ memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); 
 Tag plain_tag(std::size_t rank) {
   return rank == 3 ? Tag::ncw : rank == 4 ? Tag::nchw : Tag::ncdhw;
 }
+
+Tag channels_last_tag(std::size_t rank) {
+  return rank == 3 ? Tag::nwc : rank == 4 ? Tag::nhwc : Tag::ndhwc;
+}
+
+// The activations' layout a primitive is built for: oneDNN's choice (reordered in and
+// out), the plain NCHW layout, or channels-last (NhwcConv: no reorder at all).
+enum class Act { kAny, kPlain, kChannelsLast };
 
 // The ONNX weight [M, C/g, k...] as oneDNN sees it: [g, M/g, C/g, k...] when grouped.
 memory::desc weight_md(const Shape& w, int64_t group, Tag fmt) {
@@ -143,9 +154,9 @@ memory::desc weight_md(const Shape& w, int64_t group, Tag fmt) {
   return memory::desc(d, memory::data_type::f32, fmt);
 }
 
-// A primitive descriptor for the case; blocked src/dst unless `plain`.
+// A primitive descriptor for the case (k.x in logical NCHW order) and layout.
 dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops::Epilogue& e,
-                                                  const ConvKey& k, bool plain) {
+                                                  const ConvKey& k, Act layout) {
   const ops::Spatial g = conv_geometry(a, k.x, k.w);
   Shape ys = {k.x[0], k.w[0]};
   ys.insert(ys.end(), g.out.begin(), g.out.end());
@@ -156,7 +167,9 @@ dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops:
     pl.push_back(g.pb[i]);
     pr.push_back(g.pe[i]);
   }
-  const Tag act = plain ? plain_tag(k.x.size()) : Tag::any;
+  const Tag act = layout == Act::kPlain           ? plain_tag(k.x.size())
+                  : layout == Act::kChannelsLast ? channels_last_tag(k.x.size())
+                                                 : Tag::any;
   const memory::desc x(dims_of(k.x), memory::data_type::f32, act);
   const memory::desc y(dims_of(ys), memory::data_type::f32, act);
   const memory::desc w = weight_md(k.w, a.group, Tag::any);
@@ -232,11 +245,14 @@ void* thread_buffer(int slot, std::size_t bytes) {
 // Conv/"onednn" bound to one plan step.
 class OnednnConvPrepared final : public PreparedKernel {
  public:
-  OnednnConvPrepared(Node node, graph::HostTensor weights, std::optional<ConvKey> key)
+  // channels_last: NhwcConv, X / Y / residual are [N, D1.., C].
+  OnednnConvPrepared(Node node, graph::HostTensor weights, std::optional<ConvKey> key,
+                     bool channels_last)
       : node_(std::move(node)),
         attrs_(ConvAttrs::from_node(node_)),
         epi_(ops::Epilogue::from_node(node_)),
-        weights_(std::move(weights)) {
+        weights_(std::move(weights)),
+        channels_last_(channels_last) {
     if (key) first_ = build(*key);
   }
 
@@ -255,7 +271,12 @@ class OnednnConvPrepared final : public PreparedKernel {
     const bool has_bias = in.size() > 2 && in[2].data != nullptr;
     const int threads = parallel_threads();
     onednn::OmpThreads omp(threads);
-    const std::shared_ptr<const Entry> e = entry_for({in[0].shape, in[1].shape, has_bias, threads});
+    XRT_CHECK(!channels_last_ || (in[0].shape.size() >= 3 && in[0].shape.size() <= 5),
+              InvalidArgumentError, node_.where(), ": X ", shape_str(in[0].shape),
+              " must be [N, D1.., C] with 1-3 spatial dimensions");
+    const Shape x = channels_last_ ? ops::permuted(in[0].shape, ops::from_channels_last(in[0].shape.size()))
+                                   : in[0].shape;
+    const std::shared_ptr<const Entry> e = entry_for({x, in[1].shape, has_bias, threads});
     const dnnl::engine& eng = onednn::cpu_engine();
     dnnl::stream& st = onednn::thread_stream();
     const TensorView& y = out[0];
@@ -271,6 +292,8 @@ class OnednnConvPrepared final : public PreparedKernel {
         XRT_CHECK(in.size() > 3 && in[3].data != nullptr && in[3].numel() == y.numel(),
                   InvalidArgumentError, node_.where(),
                   ": the fused residual (input 3) must have the output's shape");
+      }
+      if (epi_.residual && !e->residual_after) {
         // The sum post-op adds what dst holds: the residual, in dst's layout.
         if (e->y_in) {
           memory ru(e->user_y, eng, in[3].data);
@@ -295,7 +318,9 @@ class OnednnConvPrepared final : public PreparedKernel {
       e->conv.execute(st, a);
       if (e->y_out) e->y_out->execute(st, dst, yu);
       st.wait();
-      if (activation_after(epi_)) run_unary(epi_.activation, epi_.params, DType::kFloat32, y.data, y.data, y.numel());
+      if (e->residual_after) add_residual(in[3], y);
+      if (activation_after(epi_) || (e->residual_after && epi_.has_activation()))
+        run_unary(epi_.activation, epi_.params, DType::kFloat32, y.data, y.data, y.numel());
     } catch (const dnnl::error& err) {
       XRT_THROW(UnsupportedOperationError, node_.where(), ": oneDNN convolution failed: ", err.what(),
                 " (pin conv to cpu_im2col to run it without oneDNN)");
@@ -316,6 +341,15 @@ class OnednnConvPrepared final : public PreparedKernel {
     return e;
   }
 
+  // y += r (float32, same shape), split over the plan's threads.
+  static void add_residual(const TensorView& r, const TensorView& y) {
+    const float* rp = static_cast<const float*>(r.data);
+    float* yp = static_cast<float*>(y.data);
+    parallel_for(y.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) yp[i] += rp[i];
+    });
+  }
+
   std::shared_ptr<const Entry> build(const ConvKey& k) const {
     XRT_CHECK(static_shape(k.x) && k.w.size() == k.x.size(), InvalidArgumentError, node_.where(),
               ": onednn Conv needs X and W of rank 3-5, got ", shape_str(k.x), " and ",
@@ -324,16 +358,24 @@ class OnednnConvPrepared final : public PreparedKernel {
     try {
       auto e = std::make_shared<Entry>();
       e->key = k;
-      const bool plain = epi_.residual && padding_only_outputs(attrs_, k.x, k.w);
-      e->pd = make_pd(attrs_, epi_, k, plain);
-      // oneDNN's GEMM path takes NCHW itself: reorders around it would only cost.
-      if (!plain && std::string(e->pd.impl_info_str()).find("gemm") != std::string::npos)
-        e->pd = make_pd(attrs_, epi_, k, true);
+      const bool padding_only = epi_.residual && padding_only_outputs(attrs_, k.x, k.w);
+      if (channels_last_) {
+        // No plain fallback here: the residual and activation run after the primitive.
+        e->residual_after = padding_only;
+        ops::Epilogue fused = epi_;
+        if (padding_only) fused = ops::Epilogue{.bias = epi_.bias};
+        e->pd = make_pd(attrs_, fused, k, Act::kChannelsLast);
+      } else {
+        e->pd = make_pd(attrs_, epi_, k, padding_only ? Act::kPlain : Act::kAny);
+        // oneDNN's GEMM path takes NCHW itself: reorders around it would only cost.
+        if (!padding_only && std::string(e->pd.impl_info_str()).find("gemm") != std::string::npos)
+          e->pd = make_pd(attrs_, epi_, k, Act::kPlain);
+      }
       e->conv = dnnl::convolution_forward(e->pd);
-      const Tag t = plain_tag(k.x.size());
+      const Tag t = channels_last_ ? channels_last_tag(k.x.size()) : plain_tag(k.x.size());
       e->user_x = memory::desc(dims_of(k.x), memory::data_type::f32, t);
       e->user_y = memory::desc(e->pd.dst_desc().dims(), memory::data_type::f32, t);
-      e->user_w = weight_md(k.w, attrs_.group, t);
+      e->user_w = weight_md(k.w, attrs_.group, plain_tag(k.x.size()));
       e->bias_md = memory::desc({k.w[0]}, memory::data_type::f32, Tag::x);
       e->x_in = reorder_if(e->user_x, e->pd.src_desc());
       e->y_out = reorder_if(e->pd.dst_desc(), e->user_y);
@@ -361,12 +403,14 @@ class OnednnConvPrepared final : public PreparedKernel {
   ConvAttrs attrs_;
   ops::Epilogue epi_;
   graph::HostTensor weights_;  // the constant W, or undefined
+  bool channels_last_ = false;
   std::shared_ptr<const Entry> first_;
   mutable std::mutex mu_;
   mutable std::vector<std::shared_ptr<const Entry>> cache_;
 };
 
 PreparedKernelPtr onednn_prepare(const OpDef& def, const PrepareContext& pc) {
+  const bool channels_last = def.op_type == "NhwcConv";
   Node n = prepared_node(def.op_type, pc);
   graph::HostTensor w;
   if (pc.constants.size() > 1 && pc.constants[1].defined() && pc.constants[1].dtype == DType::kFloat32)
@@ -375,40 +419,55 @@ PreparedKernelPtr onednn_prepare(const OpDef& def, const PrepareContext& pc) {
   if (pc.ctx != nullptr && pc.ctx->inputs.size() >= 2 && static_shape(pc.ctx->inputs[0].shape) &&
       static_shape(pc.ctx->inputs[1].shape)) {
     const bool bias = pc.ctx->inputs.size() > 2 && !pc.ctx->inputs[2].shape.empty();
-    key = ConvKey{pc.ctx->inputs[0].shape, pc.ctx->inputs[1].shape, bias, parallel_threads()};
+    const Shape& x = pc.ctx->inputs[0].shape;
+    key = ConvKey{channels_last ? ops::permuted(x, ops::from_channels_last(x.size())) : x,
+                  pc.ctx->inputs[1].shape, bias, parallel_threads()};
   }
-  return std::make_shared<OnednnConvPrepared>(std::move(n), std::move(w), std::move(key));
+  return std::make_shared<OnednnConvPrepared>(std::move(n), std::move(w), std::move(key),
+                                              channels_last);
 }
 
 #endif  // XRT_HAVE_ONEDNN
 
-Support onednn_supports(const Node& n, const std::vector<Meta>& in) {
+// Conv (channels_last false) or NhwcConv (X [N, D1.., C]).
+Support supports_layout(const Node& n, const std::vector<Meta>& in, bool channels_last) {
   if (!onednn::onednn_available()) return Support::no(reason::kBackendUnavailable, onednn::onednn_info());
   const ops::Epilogue e = ops::Epilogue::from_node(n);
   std::vector<Eltwise> elt;
   std::string why;
   if (!eltwise_of(e, elt, why)) return Support::no(reason::kAttributeUnsupported, why);
   if (in.size() < 2 || !in[0].shape || !in[1].shape) return Support::yes();  // built per shape at run
-  const Shape& x = *in[0].shape;
   const Shape& w = *in[1].shape;
-  if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+  if (in[0].shape->size() < 3 || in[0].shape->size() > 5 || w.size() != in[0].shape->size())
     return Support::no(reason::kShapeUnsupported, "only 1-3 spatial dimensions");
+  const Shape x = channels_last ? ops::permuted(*in[0].shape, ops::from_channels_last(w.size()))
+                                : *in[0].shape;
   if (!static_shape(x) || !static_shape(w)) return Support::yes();
   // A 1×1 output plane (squeeze-excitation convolutions, classifier heads) is one dot
   // product per output channel: cpu_im2col's GEMV runs it without the reorders into
-  // and out of the blocked layout, which cost more than the product here.
-  if (shape_numel(conv_geometry(ConvAttrs::from_node(n), x, w).out) <= 1)
+  // and out of the blocked layout, which cost more than the product here. Channels-last
+  // activations need no reorder, so NhwcConv takes it.
+  if (!channels_last && shape_numel(conv_geometry(ConvAttrs::from_node(n), x, w).out) <= 1)
     return Support::no(reason::kShapeUnsupported,
                        "a 1×1 output plane is one dot product per channel (cpu_im2col's GEMV)");
 #ifdef XRT_HAVE_ONEDNN
   try {
     const bool bias = in.size() > 2 && in[2].present;
-    make_pd(ConvAttrs::from_node(n), e, ConvKey{x, w, bias, parallel_threads()}, false);
+    make_pd(ConvAttrs::from_node(n), e, ConvKey{x, w, bias, parallel_threads()},
+            channels_last ? Act::kChannelsLast : Act::kAny);
   } catch (const dnnl::error& err) {
     return Support::no(reason::kShapeUnsupported, std::string("oneDNN: ") + err.what());
   }
 #endif
   return Support::yes();
+}
+
+Support onednn_supports(const Node& n, const std::vector<Meta>& in) {
+  return supports_layout(n, in, false);
+}
+
+Support onednn_nhwc_supports(const Node& n, const std::vector<Meta>& in) {
+  return supports_layout(n, in, true);
 }
 
 }  // namespace
@@ -425,7 +484,7 @@ void register_onednn_conv_ops(std::vector<OpDef>& defs) {
   d.supports = onednn_supports;
 #ifdef XRT_HAVE_ONEDNN
   d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
-    OnednnConvPrepared(n, graph::HostTensor{}, std::nullopt).run_views(in, out);
+    OnednnConvPrepared(n, graph::HostTensor{}, std::nullopt, false).run_views(in, out);
   };
   d.prepare = onednn_prepare;
 #else
@@ -434,6 +493,22 @@ void register_onednn_conv_ops(std::vector<OpDef>& defs) {
   };
 #endif
   defs.push_back(d);
+
+  // NhwcConv: the channels-last layout pass's convolution, oneDNN's only (the pass
+  // creates it only where this kernel supports the node).
+  OpDef c = d;
+  c.op_type = "NhwcConv";
+  c.priority = 10;
+  c.description =
+      "oneDNN convolution on channels-last activations: no reorder around the primitive, "
+      "weights packed once, bias, residual and activation as post-ops";
+  c.supports = onednn_nhwc_supports;
+#ifdef XRT_HAVE_ONEDNN
+  c.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+    OnednnConvPrepared(n, graph::HostTensor{}, std::nullopt, true).run_views(in, out);
+  };
+#endif
+  defs.push_back(c);
 }
 
 }  // namespace xpuruntime::cpu

@@ -115,14 +115,21 @@ void register_data_ops(std::vector<OpDef>& defs) {
       int64_t outer = 1;
       for (int64_t i = 0; i < axis; ++i) outer *= o[i];
       const int64_t orow = out[0].numel() / std::max<int64_t>(1, outer);
-      int64_t off = 0;
-      for (const TensorView& t : in) {
-        const int64_t row = outer ? t.numel() / outer : 0;
-        for (int64_t b = 0; b < outer; ++b)
-          std::memcpy(static_cast<char*>(out[0].data) + (b * orow + off) * es,
-                      static_cast<const char*>(t.data) + b * row * es, row * es);
-        off += row;
+      // Output row by output row (each input's piece in turn), split over the threads:
+      // a concat on an inner axis (channels-last activations) is many short rows.
+      std::vector<int64_t> rows(in.size()), offs(in.size());
+      for (std::size_t i = 0, off = 0; i < in.size(); ++i) {
+        rows[i] = outer ? in[i].numel() / outer : 0;
+        offs[i] = static_cast<int64_t>(off);
+        off += static_cast<std::size_t>(rows[i]);
       }
+      char* dst = static_cast<char*>(out[0].data);
+      parallel_for(outer, out[0].numel(), [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b)
+          for (std::size_t i = 0; i < in.size(); ++i)
+            std::memcpy(dst + (b * orow + offs[i]) * es,
+                        static_cast<const char*>(in[i].data) + b * rows[i] * es, rows[i] * es);
+      });
     });
     defs.push_back(std::move(d));
   }

@@ -122,7 +122,16 @@ struct Operands {
       } else if (cnt[i] == 1) {
         for (int64_t k = 0; k < len; ++k) dst[k] = src[0];
       } else {
-        for (int64_t k = 0; k < len; ++k) dst[k] = src[(start + k) % cnt[i]];
+        // A suffix row (a bias, channels-last per-channel parameters): copied in
+        // contiguous runs, no division per element.
+        const int64_t row = cnt[i];
+        int64_t pos = start % row;
+        for (int64_t k = 0; k < len;) {
+          const int64_t run = std::min(row - pos, len - k);
+          for (int64_t j = 0; j < run; ++j) dst[k + j] = src[pos + j];
+          k += run;
+          pos = 0;
+        }
       }
     };
     load(0, acc);

@@ -1,0 +1,698 @@
+// The channels-last layout pass (passes.h): convolutional regions run on
+// [N, D1.., C] activations instead of ONNX's [N, C, D1..].
+//
+// Why: oneDNN's convolutions on this CPU are several times faster on channels-last
+// (or blocked) activations than on NCHW, and reordering NCHW in and out around every
+// Conv costs as much as the convolution for the few-channel, high-resolution layers
+// of MobileNet-class networks (measured on MobileNetV2's convolutions: 4.9 ms with a
+// reorder around each, 2.4 ms channels-last throughout). So the layout is chosen for
+// regions, not per node, as ONNX Runtime's NCHWc and PyTorch's channels_last do:
+//   - every Conv the oneDNN channels-last kernel supports becomes an NhwcConv;
+//   - ops that do not care which axis holds the channels follow their input into
+//     channels-last: elementwise ops (constants permuted at compile time), Concat and
+//     Split (axis remapped), BatchNormalization (a per-channel Mul and Add), pooling
+//     (the Nhwc* pooling ops, where a kernel runs them), Shape (a Gather of the
+//     permuted dims) and Transpose (its permutation composed: the NHWC<->NCHW
+//     Transposes around a LayerNorm in ConvNeXt or Swin cancel out);
+//   - every other reader gets the NCHW tensor back through one Transpose per value
+//     (a Reshape, free, when the spatial dims are all 1: squeeze-excitation vectors).
+// Graph inputs and outputs keep the model's layout. The pass records one Decision
+// (op "layout") saying what it converted, or why it did not run.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+
+#include "graph/fusion_patterns.h"
+#include "graph/passes.h"
+#include "xpuruntime/decision.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/ops/op_schema.h"
+#include "xpuruntime/ops/spatial.h"
+
+namespace xpuruntime::graph::passes {
+namespace {
+
+using Perm = std::vector<int64_t>;
+
+bool is_identity(const Perm& p) {
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+// transpose(transpose(x, a), b) == transpose(x, compose(a, b)).
+Perm compose(const Perm& a, const Perm& b) {
+  Perm r(b.size());
+  for (std::size_t i = 0; i < b.size(); ++i) r[i] = a[static_cast<std::size_t>(b[i])];
+  return r;
+}
+
+// The position of logical axis `axis` in the channels-last order.
+int64_t cl_axis(int64_t axis, std::size_t rank) {
+  const Perm p = ops::to_channels_last(rank);
+  return std::find(p.begin(), p.end(), axis) - p.begin();
+}
+
+// A constant transposed at compile time (any dtype: bytes moved element-wise).
+HostTensor transposed_constant(const HostTensor& t, const Perm& perm) {
+  HostTensor r = HostTensor::alloc(t.dtype, ops::permuted(t.shape, perm));
+  const std::size_t es = dtype_size(t.dtype), rank = t.shape.size();
+  std::vector<int64_t> in_stride(rank, 1);
+  for (std::size_t d = rank; d-- > 1;) in_stride[d - 1] = in_stride[d] * t.shape[d];
+  std::vector<int64_t> idx(rank, 0);
+  const auto* src = static_cast<const unsigned char*>(t.data);
+  auto* dst = static_cast<unsigned char*>(r.data);
+  for (int64_t o = 0; o < r.numel(); ++o) {
+    int64_t off = 0;
+    for (std::size_t d = 0; d < rank; ++d) off += idx[d] * in_stride[static_cast<std::size_t>(perm[d])];
+    std::copy_n(src + off * es, es, dst + o * es);
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < r.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return r;
+}
+
+bool elementwise_op(const Node& n) {
+  static const std::set<std::string> kOps = {
+      "Add",  "Sub",   "Mul",     "Div",      "Pow",         "Min",       "Max",  "Sum",
+      "Mean", "PRelu", "Relu",    "Sigmoid",  "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu",
+      "Elu",  "Selu",  "Gelu",    "Erf",      "Exp",         "Log",       "Sqrt", "Neg",
+      "Abs",  "Clip",  "Softplus", "Identity", "Reciprocal", "Mish",      "Sign", "Floor",
+      "Ceil", "Round"};
+  if (n.domain == "xrt") return n.op_type == "FusedElementwise";
+  return n.domain.empty() && kOps.count(n.op_type) != 0;
+}
+
+class ChannelsLast {
+ public:
+  ChannelsLast(Graph& g, const ExecutionProvider& provider) : g_(g), provider_(provider) {}
+
+  int run() {
+    const std::vector<int> order = g_.topo_order();
+    std::vector<Node> nodes = g_.nodes;  // the originals, read while `out_` is built
+    for (int k : order) {
+      const Node& n = nodes[k];
+      if (!convert(n)) keep(n);
+    }
+    for (int& o : g_.outputs) {
+      if (auto it = alias_.find(o); it != alias_.end()) {
+        // A graph output whose Transpose cancelled: copied out under its own name.
+        Node id;
+        id.name = patterns::unique_node_name(g_, g_.values[o].name + "_identity");
+        id.op_type = "Identity";
+        id.inputs = {it->second};
+        id.outputs = {o};
+        out_.push_back(std::move(id));
+        alias_.erase(it);
+        continue;
+      }
+      o = plain(o);
+    }
+    g_.nodes = std::move(out_);
+    compact(g_);
+    return converted_;
+  }
+
+  int converted() const { return converted_; }
+  int convs() const { return convs_; }
+  int transposes() const { return transposes_; }
+  // Elements the inserted Transposes move, and the convolutions' input + output
+  // elements (what the NCHW path reorders around each oneDNN primitive); -1 where a
+  // shape is known only at run time.
+  int64_t transposed_elements() const { return moved_; }
+  int64_t conv_elements() const { return conv_io_; }
+
+ private:
+  // ---- values -------------------------------------------------------------------
+
+  int rank_of(int v) const {
+    if (v < 0) return -1;
+    const Value& val = g_.values[v];
+    if (val.constant.defined()) return static_cast<int>(val.constant.shape.size());
+    if (val.shape) return static_cast<int>(val.shape->size());
+    if (val.declared) return static_cast<int>(val.declared->size());
+    auto it = rank_.find(v);
+    return it == rank_.end() ? -1 : it->second;
+  }
+
+  // The logical value's spatial dims are all 1 (its NCHW and NHWC bytes are equal).
+  bool spatial_ones(int v) const {
+    if (ones_.count(v)) return true;
+    const Value& val = g_.values[v];
+    if (!val.shape || val.shape->size() < 3) return false;
+    return std::all_of(val.shape->begin() + 2, val.shape->end(), [](int64_t d) { return d == 1; });
+  }
+
+  int fresh(const std::string& prefix, int like, bool channels_last) {
+    const int v = g_.value_id(fresh_name(g_, prefix));
+    Value& nv = g_.values[v];
+    const Value& src = g_.values[like];
+    nv.dtype = src.dtype;
+    nv.dtype_known = src.dtype_known;
+    if (src.shape) {
+      nv.shape = channels_last ? ops::permuted(*src.shape, ops::to_channels_last(src.shape->size()))
+                               : *src.shape;
+    }
+    return v;
+  }
+
+  int int64_constant(const std::string& prefix, const std::vector<int64_t>& vals) {
+    HostTensor t = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(vals.size())});
+    std::copy(vals.begin(), vals.end(), t.ptr<int64_t>());
+    const int v = g_.value_id(fresh_name(g_, prefix));
+    g_.values[v].constant = t;
+    g_.values[v].dtype = DType::kInt64;
+    g_.values[v].dtype_known = true;
+    g_.values[v].shape = t.shape;
+    return v;
+  }
+
+  // A node moving `from` into `to` by `perm` (into channels-last when `into_cl`): a
+  // Reshape when only size-1 dims move around the channel axis (same bytes), else a
+  // Transpose.
+  void move_layout(int from, int to, const Perm& perm, bool into_cl, bool ones,
+                   const std::string& name) {
+    Node t;
+    t.name = patterns::unique_node_name(g_, name);
+    t.inputs = {from};
+    t.outputs = {to};
+    if (ones) {
+      // [N, C, 1..] <-> [N, 1.., C]: 0 keeps N, -1 takes the channels.
+      const std::size_t r = perm.size();
+      std::vector<int64_t> dims(r, 1);
+      dims[0] = 0;
+      dims[into_cl ? r - 1 : 1] = -1;  // channels-last: C last; NCHW: C second
+      if (g_.values[to].shape) dims = *g_.values[to].shape;
+      t.op_type = "Reshape";
+      t.inputs.push_back(int64_constant(name + "_shape", dims));
+    } else {
+      t.op_type = "Transpose";
+      t.attrs["perm"] = Attr::of_ints(perm);
+      ++transposes_;
+      add_elements(moved_, to);
+    }
+    out_.push_back(std::move(t));
+  }
+
+  // The channels-last form of logical value v (rank r), created on first use.
+  int cl(int v, int r) {
+    if (auto it = cl_.find(v); it != cl_.end()) return it->second;
+    const Perm to_cl = ops::to_channels_last(r);
+    int c;
+    if (g_.values[v].constant.defined()) {
+      c = g_.value_id(fresh_name(g_, g_.values[v].name + "_nhwc"));
+      Value& cv = g_.values[c];
+      cv.constant = transposed_constant(g_.values[v].constant, to_cl);
+      cv.dtype = cv.constant.dtype;
+      cv.dtype_known = true;
+      cv.shape = cv.constant.shape;
+    } else if (auto t = transposed_from_.find(v); t != transposed_from_.end()) {
+      // v = transpose(b, q): one Transpose from b, none when the two cancel.
+      const auto& [b, q] = t->second;
+      const Perm p = compose(q, to_cl);
+      if (is_identity(p)) {
+        c = b;
+      } else {
+        c = fresh(g_.values[v].name + "_nhwc", v, true);
+        move_layout(b, c, p, true, false, g_.values[v].name + "_to_nhwc");
+      }
+    } else {
+      c = fresh(g_.values[v].name + "_nhwc", v, true);
+      move_layout(plain(v), c, to_cl, true, spatial_ones(v), g_.values[v].name + "_to_nhwc");
+    }
+    cl_[v] = c;
+    return c;
+  }
+
+  // v in the model's layout: materialized once (Transpose back) when its producer
+  // was converted; values produced in the model's layout are returned as they are.
+  int plain(int v) {
+    if (v < 0) return v;
+    if (auto it = alias_.find(v); it != alias_.end()) return it->second;
+    if (!pending_.count(v)) return v;
+    pending_.erase(v);
+    const int r = rank_of(v);
+    move_layout(cl_.at(v), v, ops::from_channels_last(r), false, spatial_ones(v),
+                g_.values[v].name + "_to_nchw");
+    return v;
+  }
+
+  // v was produced channels-last (by a converted node): its readers convert for free.
+  // A value that merely has a channels-last copy does not pull its readers along
+  // (their other inputs might need Transposes of their own).
+  bool produced_cl(int v) const {
+    if (native_.count(v)) return true;
+    // The output of a Transpose whose channels-last form is its source (ConvNeXt's
+    // Permute back from the MLP): free too.
+    auto t = transposed_from_.find(v);
+    return t != transposed_from_.end() &&
+           is_identity(compose(t->second.second, ops::to_channels_last(t->second.second.size())));
+  }
+
+  // Output `v` of a converted node now lives in channels-last value c.
+  void set_produced_cl(int v, int c, int r) {
+    cl_[v] = c;
+    pending_.insert(v);
+    native_.insert(v);
+    rank_[v] = r;
+  }
+
+  void keep(Node n) {
+    for (int& i : n.inputs) i = plain(i);
+    out_.push_back(std::move(n));
+  }
+
+  // ---- conversions --------------------------------------------------------------
+
+  bool convert(const Node& n) {
+    if (n.op_type == "Conv" && n.domain.empty()) return convert_conv(n);
+    if (n.op_type == "Transpose" && n.domain.empty()) return convert_transpose(n);
+    if (elementwise_op(n)) return convert_elementwise(n);
+    if ((n.op_type == "Concat" || n.op_type == "Split") && n.domain.empty()) return convert_axis_op(n);
+    if (n.op_type == "BatchNormalization" && n.domain.empty()) return convert_batchnorm(n);
+    if (n.op_type == "Shape" && n.domain.empty()) return convert_shape(n);
+    static const std::set<std::string> kPools = {"MaxPool", "AveragePool", "GlobalAveragePool",
+                                                 "GlobalMaxPool"};
+    if (kPools.count(n.op_type) && n.domain.empty()) return convert_pool(n);
+    return false;
+  }
+
+  // A kernel of the provider runs op `op_type` on these (channels-last) specs. With
+  // X's shape known only at run time the kernels answer for the dtype alone (the
+  // NCHW Conv is dispatched the same way).
+  bool kernel_runs(const Node& n, const std::string& op_type, const std::vector<int>& inputs) {
+    if (ops::find_schema(op_type) == nullptr) return false;
+    if (!inputs.empty() && !patterns::spec_of(g_, inputs[0])) {
+      bool any = false;
+      for (const KernelPtr& k : KernelRegistry::instance().kernels(ops::find_schema(op_type)->key))
+        any = any || (k->def().runs_on(provider_.kernel_device()) && !k->def().requested_only);
+      return any;
+    }
+    patterns::Candidate c;
+    c.node = n;
+    c.node.op_type = op_type;
+    c.node.domain = "xrt";
+    for (int v : inputs) {
+      TensorSpec s;
+      if (v >= 0) {
+        auto spec = patterns::spec_of(g_, v);
+        if (spec) {
+          s = *spec;
+          if (!g_.values[v].constant.defined() && s.shape.size() >= 3)
+            s.shape = ops::permuted(s.shape, ops::to_channels_last(s.shape.size()));
+        } else {
+          s.dtype = g_.values[v].dtype;
+        }
+      }
+      c.inputs.push_back(s);
+    }
+    return patterns::any_kernel_supports(c, provider_);
+  }
+
+  bool convert_conv(const Node& n) {
+    if (n.inputs.size() < 2 || n.inputs[0] < 0 || n.inputs[1] < 0) return false;
+    const int r = rank_of(n.inputs[1]);
+    if (r < 3 || r > 5 || !g_.values[n.inputs[0]].dtype_known ||
+        g_.values[n.inputs[0]].dtype != DType::kFloat32)
+      return false;
+    if (!kernel_runs(n, "NhwcConv", n.inputs)) return false;
+    Node c = n;
+    c.op_type = "NhwcConv";
+    c.domain = "xrt";
+    c.inputs[0] = cl(n.inputs[0], r);
+    if (c.inputs.size() > 3 && c.inputs[3] >= 0) c.inputs[3] = cl(n.inputs[3], r);
+    const int y = n.outputs[0];
+    c.outputs = {fresh(g_.values[y].name + "_nhwc", y, true)};
+    set_produced_cl(y, c.outputs[0], r);
+    add_elements(conv_io_, n.inputs[0]);
+    add_elements(conv_io_, y);
+    out_.push_back(std::move(c));
+    ++converted_;
+    ++convs_;
+    return true;
+  }
+
+  // A Transpose of a channels-last value reads it directly with the composed
+  // permutation (none at all when they cancel).
+  bool convert_transpose(const Node& n) {
+    const int x = n.inputs[0], y = n.outputs[0];
+    const Perm p = n.attr_ints("perm", {});
+    const int r = rank_of(x);
+    if (produced_cl(x) && static_cast<int>(p.size()) == r) {
+      const Perm q = compose(ops::from_channels_last(r), p);
+      const int c = cl_.at(x);
+      if (is_identity(q)) {
+        alias_[y] = c;
+      } else {
+        Node t = n;
+        t.inputs = {c};
+        t.attrs["perm"] = Attr::of_ints(q);
+        out_.push_back(std::move(t));
+      }
+      transposed_from_[y] = {c, q};
+      ++converted_;
+      return true;
+    }
+    // Kept as it is; remembered so that a channels-last reader of y can compose.
+    if (static_cast<int>(p.size()) == r && r >= 3) transposed_from_[y] = {plain(x), p};
+    return false;
+  }
+
+  bool convert_elementwise(const Node& n) {
+    if (n.outputs.size() != 1 || n.outputs[0] < 0) return false;
+    int r = -1;
+    bool any_cl = false;
+    for (int v : n.inputs)
+      if (v >= 0 && produced_cl(v) && !g_.values[v].constant.defined()) {
+        any_cl = true;
+        r = rank_of(v);
+      }
+    if (!any_cl || r < 3 || r > 5) return false;
+    if (n.op_type == "FusedElementwise" && !fused_operands_stay_suffixes(n, r)) return false;
+    // Every input: rank r (its channels-last form), a constant broadcasting to rank r
+    // (permuted now), or a single element.
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const int v = n.inputs[i];
+      if (v < 0) continue;
+      const Value& val = g_.values[v];
+      if (val.constant.defined()) {
+        if (val.constant.numel() == 1 || static_cast<int>(val.constant.shape.size()) <= r) continue;
+        return false;
+      }
+      const int vr = rank_of(v);
+      if (vr == r) continue;
+      if (n.op_type == "Clip" && i > 0) continue;  // min / max: scalars
+      return false;
+    }
+    Node c = n;
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const int v = n.inputs[i];
+      if (v < 0 || (n.op_type == "Clip" && i > 0)) continue;
+      const Value& val = g_.values[v];
+      if (val.constant.defined() && val.constant.numel() == 1) continue;
+      if (val.constant.defined() && static_cast<int>(val.constant.shape.size()) < r) {
+        HostTensor t = val.constant;
+        Shape s(static_cast<std::size_t>(r) - t.shape.size(), 1);
+        s.insert(s.end(), t.shape.begin(), t.shape.end());
+        t.shape = s;  // the same bytes at rank r
+        c.inputs[i] = const_cl(v, t, r);
+        continue;
+      }
+      c.inputs[i] = cl(v, r);
+    }
+    const int y = n.outputs[0];
+    c.outputs = {fresh(g_.values[y].name + "_nhwc", y, true)};
+    set_produced_cl(y, c.outputs[0], r);
+    bool ones = true;
+    for (int v : n.inputs)
+      if (v >= 0 && !g_.values[v].constant.defined() && rank_of(v) == r) ones = ones && spatial_ones(v);
+    if (ones) ones_.insert(y);
+    out_.push_back(std::move(c));
+    ++converted_;
+    return true;
+  }
+
+  // FusedElementwise reads each operand as the full tensor, a scalar or a suffix row
+  // of the output (the fusion checked that in NCHW): each must stay one in
+  // channels-last order ([W] broadcast along the last axis does not). Needs shapes.
+  bool fused_operands_stay_suffixes(const Node& n, int r) const {
+    const Value& y = g_.values[n.outputs[0]];
+    if (!y.shape) return false;
+    const Shape out = ops::permuted(*y.shape, ops::to_channels_last(static_cast<std::size_t>(r)));
+    for (int v : n.inputs) {
+      if (v < 0) continue;
+      const Value& val = g_.values[v];
+      const std::optional<Shape> s = val.constant.defined() ? std::optional<Shape>(val.constant.shape) : val.shape;
+      if (!s || s->size() > static_cast<std::size_t>(r)) return false;
+      if (shape_numel(*s) == 1) continue;
+      Shape at_rank(static_cast<std::size_t>(r) - s->size(), 1);
+      at_rank.insert(at_rank.end(), s->begin(), s->end());
+      const Shape p = ops::permuted(at_rank, ops::to_channels_last(static_cast<std::size_t>(r)));
+      std::size_t lead = 0;
+      while (lead < p.size() && p[lead] == 1) ++lead;
+      if (!std::equal(p.begin() + static_cast<std::ptrdiff_t>(lead), p.end(),
+                      out.end() - static_cast<std::ptrdiff_t>(p.size() - lead)))
+        return false;
+    }
+    return true;
+  }
+
+  // A lower-rank constant broadcast to rank r, then permuted.
+  int const_cl(int v, const HostTensor& at_rank, int r) {
+    const int c = g_.value_id(fresh_name(g_, g_.values[v].name + "_nhwc"));
+    Value& cv = g_.values[c];
+    cv.constant = transposed_constant(at_rank, ops::to_channels_last(r));
+    cv.dtype = cv.constant.dtype;
+    cv.dtype_known = true;
+    cv.shape = cv.constant.shape;
+    return c;
+  }
+
+  // Concat / Split on any axis: the axis moves to its channels-last position.
+  bool convert_axis_op(const Node& n) {
+    const bool concat = n.op_type == "Concat";
+    const int x0 = n.inputs.empty() ? -1 : n.inputs[0];
+    if (x0 < 0) return false;
+    const int r = rank_of(x0);
+    if (r < 3 || r > 5) return false;
+    const std::size_t data_inputs = concat ? n.inputs.size() : 1;
+    bool any_cl = false;
+    for (std::size_t i = 0; i < data_inputs; ++i) {
+      const int v = n.inputs[i];
+      if (v < 0 || rank_of(v) != r) return false;
+      any_cl = any_cl || produced_cl(v);
+    }
+    if (!any_cl) return false;
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r) return false;
+    Node c = n;
+    c.attrs["axis"] = Attr::of_int(cl_axis(axis, static_cast<std::size_t>(r)));
+    for (std::size_t i = 0; i < data_inputs; ++i) c.inputs[i] = cl(n.inputs[i], r);
+    for (std::size_t i = data_inputs; i < c.inputs.size(); ++i) c.inputs[i] = plain(c.inputs[i]);
+    for (std::size_t o = 0; o < n.outputs.size(); ++o) {
+      const int y = n.outputs[o];
+      if (y < 0) continue;
+      c.outputs[o] = fresh(g_.values[y].name + "_nhwc", y, true);
+      set_produced_cl(y, c.outputs[o], r);
+    }
+    out_.push_back(std::move(c));
+    ++converted_;
+    return true;
+  }
+
+  // Inference BatchNormalization with constant parameters: y = x * a + b per channel,
+  // a = scale / sqrt(var + eps), b = bias - mean * a, as a Mul and an Add over [C].
+  bool convert_batchnorm(const Node& n) {
+    if (n.inputs.size() < 5 || n.outputs.size() != 1 || !produced_cl(n.inputs[0])) return false;
+    const int r = rank_of(n.inputs[0]);
+    if (r < 3 || r > 5 || n.attr_int("training_mode", 0) != 0) return false;
+    for (int i = 1; i < 5; ++i)
+      if (n.inputs[i] < 0 || !g_.values[n.inputs[i]].constant.defined() ||
+          g_.values[n.inputs[i]].constant.shape.size() != 1)
+        return false;
+    if (g_.values[n.inputs[0]].dtype != DType::kFloat32) return false;
+    const HostTensor &s = g_.values[n.inputs[1]].constant, &b = g_.values[n.inputs[2]].constant,
+                     &m = g_.values[n.inputs[3]].constant, &var = g_.values[n.inputs[4]].constant;
+    const int64_t ch = s.numel();
+    if (b.numel() != ch || m.numel() != ch || var.numel() != ch) return false;
+    const double eps = n.attr_float("epsilon", 1e-5);
+    HostTensor a = HostTensor::alloc(DType::kFloat32, {ch}), sh = HostTensor::alloc(DType::kFloat32, {ch});
+    for (int64_t j = 0; j < ch; ++j) {
+      const double aj = s.float_at(j) / std::sqrt(var.float_at(j) + eps);
+      a.ptr<float>()[j] = static_cast<float>(aj);
+      sh.ptr<float>()[j] = static_cast<float>(b.float_at(j) - m.float_at(j) * aj);
+    }
+    auto constant = [&](const HostTensor& t, const std::string& suffix) {
+      const int v = g_.value_id(fresh_name(g_, n.name + suffix));
+      g_.values[v].constant = t;
+      g_.values[v].dtype = DType::kFloat32;
+      g_.values[v].dtype_known = true;
+      g_.values[v].shape = t.shape;
+      return v;
+    };
+    const int y = n.outputs[0];
+    const int mid = fresh(g_.values[y].name + "_scaled_nhwc", y, true);
+    const int out = fresh(g_.values[y].name + "_nhwc", y, true);
+    Node mul;
+    mul.name = patterns::unique_node_name(g_, n.name + "_scale");
+    mul.op_type = "Mul";
+    mul.inputs = {cl(n.inputs[0], r), constant(a, "_nhwc_scale")};
+    mul.outputs = {mid};
+    Node add;
+    add.name = patterns::unique_node_name(g_, n.name + "_shift");
+    add.op_type = "Add";
+    add.inputs = {mid, constant(sh, "_nhwc_shift")};
+    add.outputs = {out};
+    out_.push_back(std::move(mul));
+    out_.push_back(std::move(add));
+    set_produced_cl(y, out, r);
+    ++converted_;
+    ++batchnorms_;
+    return true;
+  }
+
+  // Shape of a channels-last value: its dims gathered back into the model's order.
+  bool convert_shape(const Node& n) {
+    const int x = n.inputs[0];
+    if (!produced_cl(x) || n.has("start") || n.has("end")) return false;
+    const int r = rank_of(x);
+    const int y = n.outputs[0];
+    const int raw = g_.value_id(fresh_name(g_, g_.values[y].name + "_nhwc"));
+    g_.values[raw].dtype = DType::kInt64;
+    g_.values[raw].dtype_known = true;
+    Node s = n;
+    s.inputs = {cl_.at(x)};
+    s.outputs = {raw};
+    Node gather;
+    gather.name = patterns::unique_node_name(g_, n.name + "_nchw_order");
+    gather.op_type = "Gather";
+    gather.attrs["axis"] = Attr::of_int(0);
+    // NCHW dim i sits at channels-last position from_channels_last[i].
+    gather.inputs = {raw, int64_constant(n.name + "_perm", ops::from_channels_last(r))};
+    gather.outputs = {y};
+    out_.push_back(std::move(s));
+    out_.push_back(std::move(gather));
+    ++converted_;
+    return true;
+  }
+
+  // Pooling on a channels-last value, where an Nhwc* pooling kernel runs it.
+  bool convert_pool(const Node& n) {
+    const int x = n.inputs[0];
+    if (!produced_cl(x) || (n.outputs.size() > 1 && n.outputs[1] >= 0)) return false;
+    const int r = rank_of(x);
+    if (r < 3 || r > 5 || g_.values[x].dtype != DType::kFloat32) return false;
+    const std::string op = "Nhwc" + n.op_type;
+    if (!kernel_runs(n, op, {x})) return false;
+    Node c = n;
+    c.op_type = op;
+    c.domain = "xrt";
+    c.inputs = {cl(x, r)};
+    const int y = n.outputs[0];
+    c.outputs = {fresh(g_.values[y].name + "_nhwc", y, true)};
+    set_produced_cl(y, c.outputs[0], r);
+    if (n.op_type.rfind("Global", 0) == 0) ones_.insert(y);
+    out_.push_back(std::move(c));
+    ++converted_;
+    return true;
+  }
+
+  Graph& g_;
+  const ExecutionProvider& provider_;
+  std::vector<Node> out_;
+  std::unordered_map<int, int> cl_;     // logical value -> its channels-last value
+  std::set<int> native_;                // produced channels-last (by a converted node)
+  std::set<int> pending_;               // ... whose NCHW form is not made yet
+  std::unordered_map<int, int> alias_;  // a Transpose that cancelled: value -> its source
+  std::unordered_map<int, std::pair<int, Perm>> transposed_from_;  // y = transpose(b, q)
+  std::unordered_map<int, int> rank_;
+  std::set<int> ones_;
+  void add_elements(int64_t& sum, int v) const {
+    const Value& val = g_.values[v];
+    if (sum < 0) return;
+    sum = val.shape ? sum + shape_numel(*val.shape) : -1;
+  }
+
+  int converted_ = 0, convs_ = 0, transposes_ = 0, batchnorms_ = 0;
+  int64_t moved_ = 0, conv_io_ = 0;
+};
+
+// Whether the policy lets the pass run. KernelPolicy(conv_nhwc="onednn") asks for it
+// (`asked`); otherwise it runs only where Conv is left to the dispatcher: a pinned
+// Conv kernel (conv="onednn" included) or a tuning pin on a Conv case runs the model's
+// NCHW Conv nodes as pinned.
+bool policy_allows(const KernelPolicy& kp, bool& asked, std::string& why) {
+  const std::vector<std::string> cl = kp.get("conv_nhwc");
+  asked = !cl.empty();
+  if (asked) {
+    if (cl[0] == std::string(kAutoKernel) || cl[0] == "onednn") return true;
+    why = "KernelPolicy(conv_nhwc=" + cl[0] + ") names no channels-last convolution kernel";
+    return false;
+  }
+  const std::vector<std::string> names = kp.get("conv");
+  if (!names.empty() && names[0] != std::string(kAutoKernel)) {
+    why = "KernelPolicy(conv=" + names[0] +
+          ") pins the model's NCHW Conv nodes (KernelPolicy(conv_nhwc='onednn') asks for "
+          "channels-last as well)";
+    return false;
+  }
+  for (const auto& [key, pin] : kp.pins)
+    if (key.rfind("conv|", 0) == 0) {
+      why = "a tuning pin on a Conv case (" + key + ") keeps convolutions in NCHW";
+      return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+int to_channels_last(Graph& g, const ExecutionProvider& provider, const KernelPolicy& kp,
+                     std::vector<std::string>& decisions) {
+  bool any_conv = false;
+  for (const Node& n : g.nodes) any_conv = any_conv || (n.op_type == "Conv" && n.domain.empty());
+  if (!any_conv) return 0;
+  Decision d;
+  d.op = "layout";
+  d.node = "native:channels_last";
+  d.device = provider.device().str();
+  std::string why;
+  bool asked = false;
+  const bool allowed = policy_allows(kp, asked, why);
+  bool kernel = false;
+  for (const KernelPtr& k : KernelRegistry::instance().kernels("conv_nhwc")) {
+    const KernelDef& def = k->def();
+    kernel = kernel || (def.runs_on(provider.kernel_device()) && !def.requested_only);
+  }
+  int converted = 0;
+  if (!allowed) {
+    d.rule = rule::kPolicyPrefer;
+    d.chosen = "nchw";
+    d.detail = why;
+  } else if (!kernel) {
+    d.rule = "default";
+    d.chosen = "nchw";
+    d.detail = "no channels-last convolution kernel on " + provider.name();
+  } else {
+    // On a copy: kept where the policy asks for it (conv_nhwc), else only where the
+    // Transposes it needs between the layouts move less than a quarter of what the
+    // convolutions read and write (ShuffleNet's channel shuffles, Reshapes of the
+    // channel axis, would need one around every block; a lone Conv needs two, as many
+    // as the reorders oneDNN's NCHW path makes). Unknown shapes: at most one
+    // Transpose per four convolutions.
+    Graph trial = g;
+    ChannelsLast pass(trial, provider);
+    converted = pass.run();
+    const int64_t moved = pass.transposed_elements(), io = pass.conv_elements();
+    const bool pays = pass.convs() > 0 && (asked || (moved >= 0 && io >= 0
+                                                         ? 4 * moved <= io
+                                                         : 4 * pass.transposes() <= pass.convs()));
+    d.rule = asked ? rule::kPolicyPrefer : "default";
+    const std::string what =
+        std::to_string(pass.convs()) + " Conv channels-last (NhwcConv) with " +
+        std::to_string(converted - pass.convs()) + " other nodes, " +
+        std::to_string(pass.transposes()) + " Transposes between the layouts" +
+        (moved >= 0 && io >= 0 ? " (" + std::to_string(moved) + " elements moved vs " +
+                                     std::to_string(io) + " read and written by the convolutions)"
+                               : std::string());
+    if (pays) {
+      g = std::move(trial);
+      d.chosen = "channels_last";
+      d.detail = what + (asked ? ": converted, as KernelPolicy(conv_nhwc) asks"
+                               : ": converted. A pinned Conv kernel, e.g. "
+                                 "KernelPolicy(conv='cpu_direct'), keeps the model's NCHW layout");
+    } else {
+      converted = 0;
+      d.chosen = "nchw";
+      d.detail = what + ": kept NCHW, the layout changes would cost more than they save";
+    }
+  }
+  decisions.push_back(d.to_json());
+  return converted;
+}
+
+}  // namespace xpuruntime::graph::passes

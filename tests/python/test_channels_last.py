@@ -1,0 +1,316 @@
+"""The compiler's channels-last layout pass (cpp/src/graph/layout_channels_last.cpp).
+
+Convolutional graphs built here (Conv 1-D/2-D/3-D, a squeeze-excitation block, a
+residual, Concat, Split, an unfolded BatchNormalization, pooling, elementwise ops with
+constants of every broadcast rank, a Transpose pair around a LayerNormalization, Shape,
+graph outputs read in both layouts) run through the native engine with the default
+policy, where the pass moves them to channels-last, and are compared with ONNX
+Runtime on fresh random inputs (tolerance 1e-4 relative to the output's magnitude).
+These small graphs ask for the layout with ``KernelPolicy(conv_nhwc="onednn")``; by
+default the pass keeps a graph NCHW where the Transposes between the layouts would
+move more than a quarter of what the convolutions read and write (a lone Conv), and
+converts a deep chain. The plan records the layout Decision and NhwcConv steps; a policy
+that pins NCHW Conv kernels keeps NCHW (and matches too); dynamic batch runs at several shapes; a saved
+plan reloads and gives the same bits; NaN still propagates through a fused Relu.
+Skips, saying why, when the build has no oneDNN.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import xpuruntime as xrt
+from xpuruntime import ops
+from onnx import TensorProto, helper, numpy_helper
+
+RTOL = 1e-4
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _w(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    fan_in = int(np.prod(shape[1:]))
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+
+
+class Builder:
+    """A tiny ONNX graph builder (opset 17) with random weights."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = _rng(seed)
+        self.nodes: list = []
+        self.inits: list = []
+        self.n = 0
+
+    def name(self, p: str) -> str:
+        self.n += 1
+        return f"{p}{self.n}"
+
+    def const(self, arr: np.ndarray) -> str:
+        nm = self.name("k")
+        self.inits.append(numpy_helper.from_array(arr, nm))
+        return nm
+
+    def op(self, op: str, ins: list[str], n_out: int = 1, **attrs) -> list[str]:  # type: ignore[no-untyped-def]
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op, ins, outs, name=self.name(op + "_"), **attrs))
+        return outs
+
+    def conv(self, x: str, cin: int, cout: int, k: int, rank: int = 2, stride: int = 1, group: int = 1, bias: bool = True) -> str:
+        w = self.const(_w(self.rng, cout, cin // group, *([k] * rank)))
+        ins = [x, w] + ([self.const(self.rng.standard_normal(cout).astype(np.float32) * 0.1)] if bias else [])
+        return self.op(
+            "Conv", ins, kernel_shape=[k] * rank, strides=[stride] * rank, pads=[k // 2] * (2 * rank), group=group
+        )[0]
+
+    def model(self, inputs: list, outputs: list) -> bytes:
+        g = helper.make_graph(self.nodes, "cl", inputs, outputs, self.inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def out(name: str, rank: int, elem: int = TensorProto.FLOAT):  # type: ignore[no-untyped-def]
+    """A graph output of known rank, dims left symbolic."""
+    return helper.make_tensor_value_info(name, elem, [f"{name}_d{i}" for i in range(rank)])
+
+
+ASK = xrt.KernelPolicy(conv_nhwc="onednn")
+
+
+def compare(model: bytes, feeds: dict[str, np.ndarray], **kw) -> xrt.InferenceSession:  # type: ignore[no-untyped-def]
+    """Runs the model natively (channels-last asked for unless a policy is given) and on
+    ONNX Runtime; asserts every output matches."""
+    kw.setdefault("kernel_policy", ASK)
+    sess = xrt.InferenceSession(model, device="cpu", engine="native", **kw)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    names = [o.name for o in ref.get_outputs()]
+    want = ref.run(None, feeds)
+    got = sess.run(feeds)
+    for n, w in zip(names, want):
+        g = np.asarray(got[n])
+        assert g.shape == w.shape, (n, g.shape, w.shape)
+        scale = max(float(np.max(np.abs(w))), 1e-6)
+        err = float(np.max(np.abs(g.astype(np.float64) - w))) / scale
+        assert err <= RTOL, f"output {n}: relative error {err:.2e}"
+    return sess
+
+
+def decisions(sess: xrt.InferenceSession) -> list[dict]:
+    out = []
+    for d in sess.explain().to_list():
+        out.append(d if isinstance(d, dict) else json.loads(d))
+    return out
+
+
+def layout_decision(sess: xrt.InferenceSession) -> dict:
+    (d,) = [d for d in decisions(sess) if d["op"] == "layout"]
+    return d
+
+
+def ops_of(sess: xrt.InferenceSession) -> list[str]:
+    return [d["op"] for d in decisions(sess)]
+
+
+def _onednn_missing() -> str:
+    info = ops.cpu_gemm_info()["onednn"]
+    return "" if info.startswith("oneDNN ") else info
+
+
+MISSING = _onednn_missing()
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
+
+
+def convnet(seed: int, batch: int | str = 1) -> bytes:
+    """A small network using every op family the pass converts (2-D)."""
+    b = Builder(seed)
+    x = "X"
+    c1 = b.op("Relu", [b.conv(x, 3, 16, 3, stride=2)])[0]
+    p = b.op("MaxPool", [c1], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])[0]
+    # depthwise + pointwise with a per-channel constant of rank 3 ([C,1,1]) and a
+    # row constant of rank 1 (broadcast along W, not C)
+    dw = b.conv(p, 16, 16, 3, group=16)
+    dw = b.op("Mul", [dw, b.const(b.rng.standard_normal((16, 1, 1)).astype(np.float32))])[0]
+    dw = b.op("Add", [dw, b.const(b.rng.standard_normal((8,)).astype(np.float32))])[0]
+    dw = b.op("Clip", [dw, b.const(np.array(-1.0, np.float32)), b.const(np.array(2.0, np.float32))])[0]
+    pw = b.conv(dw, 16, 24, 1)
+    # squeeze-excitation
+    s = b.op("GlobalAveragePool", [pw])[0]
+    s = b.op("Relu", [b.conv(s, 24, 8, 1)])[0]
+    s = b.op("HardSigmoid", [b.conv(s, 8, 24, 1)])[0]
+    se = b.op("Mul", [pw, s])[0]
+    # residual (fused into the conv) and a rank-4 constant
+    r = b.op("Add", [b.conv(se, 24, 24, 3), se])[0]
+    r = b.op("Sub", [r, b.const(b.rng.standard_normal((1, 24, 1, 1)).astype(np.float32))])[0]
+    # split / concat / unfolded batchnorm
+    a1, a2 = b.op("Split", [r, b.const(np.array([8, 16], np.int64))], n_out=2, axis=1)
+    cat = b.op("Concat", [b.conv(a1, 8, 8, 3), a2, r], axis=1)[0]
+    c = 48
+    bn = b.op(
+        "BatchNormalization",
+        [
+            cat,
+            b.const((1 + 0.1 * b.rng.standard_normal(c)).astype(np.float32)),
+            b.const(b.rng.standard_normal(c).astype(np.float32) * 0.1),
+            b.const(b.rng.standard_normal(c).astype(np.float32) * 0.1),
+            b.const((1 + b.rng.random(c)).astype(np.float32)),
+        ],
+        epsilon=1e-3,
+    )[0]
+    bn = b.op("Relu", [bn])[0]
+    ap = b.op("AveragePool", [bn], kernel_shape=[2, 2], strides=[2, 2])[0]
+    # the ConvNeXt / Swin pattern: to NHWC, LayerNorm over C, back
+    t = b.op("Transpose", [ap], perm=[0, 2, 3, 1])[0]
+    ln = b.op(
+        "LayerNormalization",
+        [t, b.const(np.ones(c, np.float32) * 1.5), b.const(np.full(c, 0.25, np.float32))],
+        axis=-1,
+    )[0]
+    t2 = b.op("Transpose", [ln], perm=[0, 3, 1, 2])[0]
+    feat = b.conv(t2, c, 32, 3)
+    # outputs: a conv output directly, a pooled head, and an intermediate also read by
+    # a reshape (both layouts of one value)
+    head = b.op("Flatten", [b.op("GlobalMaxPool", [feat])[0]], axis=1)[0]
+    reshaped = b.op("Reshape", [pw, b.const(np.array([0, -1], np.int64))])[0]
+    dims = [batch, 3, 32, 32]
+    return b.model(
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, dims)],
+        [
+            out(feat, 4),
+            out(head, 2),
+            out(reshaped, 2),
+        ],
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_convnet_matches_ort_channels_last(seed: int) -> None:
+    x = _rng(100 + seed).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    sess = compare(convnet(seed), {"X": x})
+    d = layout_decision(sess)
+    assert d["chosen"] == "channels_last", d
+    ops = ops_of(sess)
+    assert ops.count("conv_nhwc") == 8 and "conv" not in ops, ops
+    # pooling and BatchNormalization followed the convolutions
+    for op in ("nhwcmaxpool", "nhwcaveragepool", "nhwcglobalaveragepool", "nhwcglobalmaxpool"):
+        assert op in ops, (op, ops)
+    assert "batchnormalization" not in ops
+    # Five Transposes between the layouts: the input, the two outputs read in NCHW
+    # (the conv output, the reshaped one), and around the Add+Clip chain fused before
+    # the pass, whose [W]-shaped constant is no suffix row channels-last. The model's
+    # two Transposes around the LayerNorm cancelled against the layout (else 7).
+    assert ", 5 Transposes between the layouts" in d["detail"], d["detail"]
+    assert d["rule"] == "policy.prefer" and "as KernelPolicy(conv_nhwc) asks" in d["detail"]
+
+
+def test_policy_off_oneDNN_keeps_nchw() -> None:
+    x = _rng(7).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    kp = xrt.KernelPolicy(conv=["cpu_direct", "cpu_im2col"])
+    sess = compare(convnet(3), {"X": x}, kernel_policy=kp)
+    d = layout_decision(sess)
+    assert d["chosen"] == "nchw" and "cpu_direct" in d["detail"], d
+    assert "conv_nhwc" not in ops_of(sess)
+
+
+def test_dynamic_batch_runs_at_several_shapes() -> None:
+    model = convnet(4, batch="N")
+    sess = None
+    for n in (1, 3, 2):
+        x = _rng(n).standard_normal((n, 3, 32, 32)).astype(np.float32)
+        sess = compare(model, {"X": x})
+    assert sess is not None and layout_decision(sess)["chosen"] == "channels_last"
+
+
+def conv1d_model(seed: int) -> bytes:
+    """Whisper's front end (activations simplified): Conv1d, strided Conv1d, Transpose(0, 2, 1)."""
+    b = Builder(seed)
+    h = b.op("Relu", [b.conv("X", 8, 16, 3, rank=1)])[0]
+    h = b.op("Sigmoid", [b.conv(h, 16, 16, 3, rank=1, stride=2)])[0]
+    t = b.op("Transpose", [h], perm=[0, 2, 1])[0]
+    y = b.op("Add", [t, b.const(b.rng.standard_normal((16,)).astype(np.float32))])[0]
+    return b.model(
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8, 50])],
+        [out(y, 3)],
+    )
+
+
+def test_conv1d_transpose_cancels() -> None:
+    x = _rng(11).standard_normal((2, 8, 50)).astype(np.float32)
+    sess = compare(conv1d_model(5), {"X": x})
+    d = layout_decision(sess)
+    assert d["chosen"] == "channels_last"
+    assert ops_of(sess).count("conv_nhwc") == 2
+    # only the input's Transpose: the model's Transpose(0, 2, 1) is the layout itself
+    assert ", 1 Transposes" in d["detail"], d["detail"]
+
+
+def test_conv3d_and_shape() -> None:
+    b = Builder(6)
+    y = b.op("Relu", [b.conv("X", 4, 8, 3, rank=3)])[0]
+    shp = b.op("Shape", [y])[0]
+    flat = b.op("Reshape", [y, b.const(np.array([0, 8, -1], np.int64))])[0]
+    model = b.model(
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4, 6, 7, 5])],
+        [
+            out(y, 5),
+            out(shp, 1, TensorProto.INT64),
+            out(flat, 3),
+        ],
+    )
+    x = _rng(12).standard_normal((2, 4, 6, 7, 5)).astype(np.float32)
+    sess = compare(model, {"X": x})
+    assert "conv_nhwc" in ops_of(sess)
+
+
+def test_saved_plan_reloads_with_same_bits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    x = _rng(21).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    sess = compare(convnet(8), {"X": x})
+    path = tmp_path / "cl.plan"
+    sess.save_plan(path)
+    again = xrt.InferenceSession.load_plan(path, kernel_policy=ASK)
+    a, b = sess.run({"X": x}), again.run({"X": x})
+    for k in a:
+        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+
+
+def test_nan_propagates_through_fused_relu() -> None:
+    b = Builder(9)
+    y = b.op("Relu", [b.conv("X", 4, 8, 3)])[0]
+    y = b.op("Clip", [b.conv(y, 8, 8, 1), b.const(np.array(0.0, np.float32)), b.const(np.array(6.0, np.float32))])[0]
+    model = b.model(
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [out(y, 4)],
+    )
+    x = _rng(13).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    x[0, 1, 3, 4] = np.nan
+    sess = xrt.InferenceSession(model, device="cpu", engine="native", kernel_policy=ASK)
+    assert "conv_nhwc" in ops_of(sess)
+    res = np.asarray(sess.run({"X": x})[y])
+    # the NaN reaches the 3x3 neighbourhood of (3, 4) through the first conv, then
+    # every channel at those pixels through the 1x1 conv
+    assert np.isnan(res[0, :, 2:5, 3:6]).all()
+    assert not np.isnan(res[0, :, 0, 0]).any()
+
+
+def chain(depth: int) -> bytes:
+    """A deep stack of 3x3 convolutions with ReLU on 32 channels."""
+    b = Builder(30)
+    h = b.conv("X", 3, 32, 3)
+    for _ in range(depth):
+        h = b.op("Relu", [b.conv(h, 32, 32, 3)])[0]
+    return b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 24, 24])], [out(h, 4)])
+
+
+def test_default_policy_weighs_the_transposes() -> None:
+    x = _rng(31).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    deep = compare(chain(6), {"X": x}, kernel_policy=None)
+    d = layout_decision(deep)
+    assert (d["chosen"], d["rule"]) == ("channels_last", "default"), d
+    assert "elements moved vs" in d["detail"]
+    lone = compare(chain(0), {"X": x}, kernel_policy=None)
+    d = layout_decision(lone)
+    assert d["chosen"] == "nchw" and "cost more than they save" in d["detail"], d
+    assert "conv" in ops_of(lone) and "conv_nhwc" not in ops_of(lone)
