@@ -43,7 +43,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // One step of a running maximum that keeps NaN (pool.cpp's nan_max_step): a NaN
 // value replaces the maximum and a NaN maximum stays. `|` instead of `||` keeps it
 // one select, so the channel loops vectorize.
-inline float nan_max(float best, float v) { return (v > best) | (v != v) ? v : best; }
+inline float nan_max(float best, float v) { return ((v > best) | (v != v)) ? v : best; }
 
 // What a window reduction computes: a float32 sum, a maximum, or a maximum that keeps
 // NaN. The plain maximum (`v > best ? v : best`, one max instruction per vector) is
