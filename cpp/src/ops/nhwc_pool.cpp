@@ -15,17 +15,12 @@
 namespace xpuruntime::ops {
 namespace {
 
-// A channels-last input [N, D1.., C] with 1-3 spatial dimensions, as the NCHW shape
-// [N, C, D1..] the window geometry is defined on.
-Shape nchw_of(const Node& n, const Shape& s, std::size_t min_rank, std::size_t max_rank) {
-  XRT_CHECK(s.size() >= min_rank && s.size() <= max_rank, InvalidModelError, n.where(), ": input ",
+// Throws InvalidModelError unless s is [N, spatial dims.., C] of rank min_rank to 5.
+void require_channels_last_rank(const Node& n, const Shape& s, std::size_t min_rank) {
+  XRT_CHECK(s.size() >= min_rank && s.size() <= 5, InvalidModelError, n.where(), ": input ",
             graph::shape_str(s), " has rank ", s.size(),
             "; a channels-last pool takes [N, spatial dims.., C] with ",
-            min_rank == 3 ? "1 to 3" : "0 to 3", " spatial dimensions (rank ", min_rank, " to ",
-            max_rank, ")");
-  Shape p = {s.front(), s.back()};
-  p.insert(p.end(), s.begin() + 1, s.end() - 1);
-  return p;
+            min_rank == 3 ? "1 to 3" : "0 to 3", " spatial dimensions (rank ", min_rank, " to 5)");
 }
 
 void require_one_output(const Node& n) {
@@ -43,7 +38,8 @@ bool nhwc_pool_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
   out[0].dtype = in[0].dtype;
   if (!in[0].shape) return false;
   const Shape& s = *in[0].shape;
-  const Spatial g = pool_geometry(a, nchw_of(n, s, 3, 5));
+  require_channels_last_rank(n, s, 3);
+  const Spatial g = pool_geometry(a, permuted(s, from_channels_last(s.size())));
   Shape o = {s.front()};
   o.insert(o.end(), g.out.begin(), g.out.end());
   o.push_back(s.back());
@@ -58,7 +54,7 @@ bool nhwc_global_pool_infer(const Node& n, const std::vector<Meta>& in, std::vec
   out[0].dtype = in[0].dtype;
   if (!in[0].shape) return false;
   Shape s = *in[0].shape;
-  nchw_of(n, s, 2, 5);  // the rank check
+  require_channels_last_rank(n, s, 2);
   for (std::size_t i = 1; i + 1 < s.size(); ++i) s[i] = 1;
   out[0].shape = std::move(s);
   return true;

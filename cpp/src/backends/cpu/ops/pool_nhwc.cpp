@@ -171,9 +171,7 @@ template <bool kMax>
 void pool_nhwc(const PoolAttrs& a, const TensorView& xv, TensorView& yv) {
   const Shape& xs = xv.shape;
   const int64_t N = xs.front(), C = xs.back();
-  Shape nchw = {N, C};
-  nchw.insert(nchw.end(), xs.begin() + 1, xs.end() - 1);
-  const Geom g(pool_geometry(a, nchw));
+  const Geom g(pool_geometry(a, ops::permuted(xs, ops::from_channels_last(xs.size()))));
   const int64_t pixels = N * g.out[0] * g.out[1] * g.out[2];
   if (pixels == 0 || C == 0) return;
   std::vector<TapRange> inner(static_cast<std::size_t>(g.out[2]));
