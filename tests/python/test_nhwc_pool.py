@@ -196,6 +196,46 @@ def test_pool_matches_onnx_semantics_on_the_transpose(
     _assert_close(got, _to_nhwc(nchw).astype(np.float64))
 
 
+def _random_case(seed: int) -> tuple[str, list[int], dict[str, Any]]:
+    """A random valid geometry: 1-3 spatial dims, kernel 1-7, strides, dilations, pads, modes."""
+    r = np.random.default_rng(1000 + seed)
+    while True:
+        rank = int(r.integers(1, 4))
+        sizes = [int(v) for v in r.integers(1, 13 if rank < 3 else 8, rank)]
+        k = [int(v) for v in r.integers(1, 8 if rank < 3 else 4, rank)]
+        attrs: dict[str, Any] = {"kernel_shape": k}
+        if r.random() < 0.6:
+            attrs["strides"] = [int(v) for v in r.integers(1, 4, rank)]
+        if r.random() < 0.3:
+            attrs["dilations"] = [int(v) for v in r.integers(1, 3, rank)]
+        mode = r.choice(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+        if mode == "NOTSET":
+            attrs["pads"] = [int(r.integers(0, kk)) if kk > 1 else 0 for kk in k + k]
+        else:
+            attrs["auto_pad"] = str(mode)
+        if mode in ("NOTSET", "VALID") and r.random() < 0.4:
+            attrs["ceil_mode"] = 1
+        op = str(r.choice(["MaxPool", "AveragePool"]))
+        if op == "AveragePool" and r.random() < 0.5:
+            attrs["count_include_pad"] = 1
+        d = attrs.get("dilations", [1] * rank)
+        b, e = _geometry(sizes, attrs)[1:]
+        fits = all((kk - 1) * dd + 1 <= n + pb + pe for kk, dd, n, pb, pe in zip(k, d, sizes, b, e))
+        if fits and min(_geometry(sizes, attrs)[0]) > 0:
+            shape = [int(r.choice([1, 2]))] + sizes + [int(r.choice([1, 3, 17, 64, 70]))]
+            return op, shape, attrs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_geometries(seed: int) -> None:
+    op, shape, attrs = _random_case(seed)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = _run_nhwc(op, x, attrs)
+    _assert_close(got, _reference(op, x, attrs))
+    nchw = _session(_model(op, list(_to_nchw(x).shape), x.ndim, attrs, nhwc=False)).run({"x": _to_nchw(x)})
+    _assert_close(got, _to_nhwc(nchw["y"]).astype(np.float64))
+
+
 @pytest.mark.parametrize(
     "op,attrs",
     [
@@ -238,6 +278,24 @@ def test_pool_matches_torch(op: str, attrs: dict[str, Any]) -> None:
         else:
             want = torch.nn.functional.avg_pool2d(xt, attrs["kernel_shape"], attrs.get("strides", 1))
     _assert_close(_run_nhwc(op, x, attrs), _to_nhwc(want.numpy()).astype(np.float64))
+
+
+@pytest.mark.parametrize(
+    "n,k,s", [(5, 1, 3), (5, 2, 2), (7, 3, 2), (9, 7, 3), (12, 2, 5)], ids=lambda v: str(v)
+)
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_valid_ceil_mode_matches_onnxruntime(op: str, n: int, k: int, s: int) -> None:
+    """auto_pad VALID with ceil_mode: the last window starts inside the input, as ONNX Runtime has it."""
+    ort = pytest.importorskip("onnxruntime")
+    attrs = {"kernel_shape": [k, 2], "strides": [s, 1], "auto_pad": "VALID", "ceil_mode": 1}
+    x = RNG.standard_normal((2, n, 3, 5)).astype(np.float32)
+    ref = ort.InferenceSession(
+        _model(op, list(_to_nchw(x).shape), 4, attrs, nhwc=False), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": _to_nchw(x)})[0]
+    got = _run_nhwc(op, x, attrs)
+    _assert_close(got, _to_nhwc(ref).astype(np.float64))
+    nchw = _session(_model(op, list(_to_nchw(x).shape), 4, attrs, nhwc=False)).run({"x": _to_nchw(x)})
+    _assert_close(nchw["y"], ref.astype(np.float64))
 
 
 @pytest.mark.parametrize(

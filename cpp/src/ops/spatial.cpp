@@ -104,6 +104,8 @@ Spatial make_spatial(const WindowAttrs& a, const Shape& in, const std::vector<in
       int64_t span = g.in[i] - ek;
       require_window_fits(a, i, g.in[i], 0, 0, g.k[i], g.d[i], ek);
       g.out[i] = (ceil_mode ? span / g.s[i] + (span % g.s[i] != 0) : span / g.s[i]) + 1;
+      // As NOTSET's: the last window must start inside the input (ONNX Runtime's rule).
+      if (ceil_mode && (g.out[i] - 1) * g.s[i] >= g.in[i]) --g.out[i];
     } else {
       XRT_CHECK(auto_pad == "NOTSET", InvalidModelError, where, ": unknown auto_pad '",
                 auto_pad, "' (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
