@@ -6,6 +6,8 @@
 #include <numeric>
 
 #include "backends/cpu/ops/broadcast.h"
+#include "backends/cpu/ops/isa_clones.h"
+#include "backends/cpu/ops/parallel.h"
 #include "backends/cpu/ops/shape_util.h"
 
 namespace xpuruntime::cpu {
@@ -24,6 +26,66 @@ OpDef alias_def(const std::string& type) {
     alias_copy(in[0], out[0]);
   };
   return d;
+}
+
+// A transpose as few dims as it really has: size-1 dims dropped, and neighbours merged
+// where the source strides continue each other ([N,C,H,W] -> [N,H,W,C] is [N, HW, C]
+// with source strides [CHW, 1, HW]).
+void coalesce(Shape& shape, Shape& strides) {
+  Shape s, st;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) continue;
+    if (!s.empty() && st.back() == strides[i] * shape[i]) {
+      s.back() *= shape[i];
+      st.back() = strides[i];
+      continue;
+    }
+    s.push_back(shape[i]);
+    st.push_back(strides[i]);
+  }
+  shape = std::move(s);
+  strides = std::move(st);
+}
+
+// out[b][i][j] = src[b * sb + i + j * sj] for 4-byte elements: the layout changes
+// (NCHW <-> NHWC) and moving attention's head_dim in front of the sequence are
+// batched 2-D transposes. Tiles of 16 x 16 so both the reads (down
+// a source column) and the writes (along an output row) stay in L1; split over the
+// threads by (batch, row tile).
+// One full 16 x 16 tile through a local buffer: 16 contiguous source reads of 16
+// elements, 16 contiguous output writes; the compiler vectorizes both sides (its
+// 16 x 16 register transpose at AVX-512, gathers elsewhere). Compiled per ISA level.
+XRT_ISA_CLONES void tile_16x16(const uint32_t* s, int64_t sj, uint32_t* d, int64_t cols) {
+  alignas(64) uint32_t t[16][16];
+  for (int j = 0; j < 16; ++j)
+    for (int i = 0; i < 16; ++i) t[i][j] = s[i + j * sj];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) d[i * cols + j] = t[i][j];
+}
+
+void transpose_2d(const uint32_t* src, uint32_t* dst, int64_t batch, int64_t rows, int64_t cols,
+                  int64_t sb, int64_t sj) {
+  constexpr int64_t kT = 16;
+  const int64_t row_tiles = (rows + kT - 1) / kT;
+  parallel_for(batch * row_tiles, batch * rows * cols, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / row_tiles, i0 = (t % row_tiles) * kT;
+      const int64_t i1 = std::min(rows, i0 + kT);
+      const uint32_t* sbase = src + b * sb;
+      uint32_t* dbase = dst + b * rows * cols;
+      for (int64_t j0 = 0; j0 < cols; j0 += kT) {
+        const int64_t j1 = std::min(cols, j0 + kT);
+        if (i1 - i0 == kT && j1 - j0 == kT) {
+          tile_16x16(sbase + i0 + j0 * sj, sj, dbase + i0 * cols + j0, cols);
+          continue;
+        }
+        for (int64_t i = i0; i < i1; ++i) {
+          uint32_t* d = dbase + i * cols;
+          for (int64_t j = j0; j < j1; ++j) d[j] = sbase[i + j * sj];
+        }
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -97,7 +159,29 @@ void register_shape_ops(std::vector<OpDef>& defs) {
       for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
       Shape ost;
       for (int64_t p : perm) ost.push_back(st[p]);
-      strided_copy(in[0].data, out[0].data, dtype_size(in[0].dtype), out[0].shape, ost);
+      const std::size_t es = dtype_size(in[0].dtype);
+      Shape cs = out[0].shape, cst = ost;
+      coalesce(cs, cst);
+      // [B,] R, C with the rows contiguous in the source: a batched 2-D transpose.
+      const std::size_t r = cs.size();
+      if (es == 4 && (r == 2 || r == 3) && cst[r - 2] == 1) {
+        transpose_2d(in[0].ptr<const uint32_t>(), out[0].ptr<uint32_t>(), r == 3 ? cs[0] : 1,
+                     cs[r - 2], cs[r - 1], r == 3 ? cst[0] : 0, cst[r - 1]);
+        return;
+      }
+      // Otherwise the strided copy, split over the outermost output dim.
+      if (cs.size() >= 2 && cs[0] > 1 && out[0].numel() >= (1 << 16)) {
+        const Shape inner(cs.begin() + 1, cs.end()), inner_st(cst.begin() + 1, cst.end());
+        const int64_t per = shape_numel(inner);
+        parallel_for(cs[0], out[0].numel(), [&](int64_t b0, int64_t b1) {
+          for (int64_t b = b0; b < b1; ++b)
+            strided_copy(static_cast<const char*>(in[0].data) + b * cst[0] * es,
+                         static_cast<char*>(out[0].data) + b * per * es, es, inner, inner_st);
+        });
+        return;
+      }
+      strided_copy(in[0].data, out[0].data, es, cs.empty() ? Shape{1} : cs,
+                   cst.empty() ? Shape{1} : cst);
     };
     defs.push_back(std::move(d));
   }
