@@ -8,7 +8,7 @@ policy, where the pass moves them to channels-last, and are compared with ONNX
 Runtime on fresh random inputs (tolerance 1e-4 relative to the output's magnitude).
 These small graphs ask for the layout with ``KernelPolicy(conv_nhwc="onednn")``; by
 default the pass keeps a graph NCHW where the Transposes between the layouts would
-move more than a quarter of what the convolutions read and write (a lone Conv), and
+move at least as much as the convolutions read and write (a lone Conv), and
 converts a deep chain. The plan records the layout Decision and NhwcConv steps; a policy
 that pins NCHW Conv kernels keeps NCHW (and matches too); dynamic batch runs at several shapes; a saved
 plan reloads and gives the same bits; NaN still propagates through a fused Relu.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +34,10 @@ def host_array(name: str, arr: np.ndarray) -> np.ndarray:
     ``InvalidArgumentError`` naming the input. Arrays that need none of this are
     returned as they are (no copy).
     """
-    if isinstance(arr, np.ma.MaskedArray):
+    # numpy.ma is imported lazily (about 1.4 MB): without it no masked array exists,
+    # and touching np.ma here would import it on every process's first run.
+    ma = sys.modules.get("numpy.ma")
+    if ma is not None and isinstance(arr, ma.MaskedArray):
         raise InvalidArgumentError(
             f"input '{name}' is a numpy masked array: engines read its data and would ignore the "
             "mask; pass arr.filled(value) to fill the masked entries, or np.asarray(arr) to drop the "
