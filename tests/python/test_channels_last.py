@@ -23,8 +23,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import xpuruntime as xrt
-from xpuruntime import ops
 from onnx import TensorProto, helper, numpy_helper
+from xpuruntime import ops
 
 RTOL = 1e-4
 
@@ -61,11 +61,26 @@ class Builder:
         self.nodes.append(helper.make_node(op, ins, outs, name=self.name(op + "_"), **attrs))
         return outs
 
-    def conv(self, x: str, cin: int, cout: int, k: int, rank: int = 2, stride: int = 1, group: int = 1, bias: bool = True) -> str:
+    def conv(
+        self,
+        x: str,
+        cin: int,
+        cout: int,
+        k: int,
+        rank: int = 2,
+        stride: int = 1,
+        group: int = 1,
+        bias: bool = True,
+    ) -> str:
         w = self.const(_w(self.rng, cout, cin // group, *([k] * rank)))
         ins = [x, w] + ([self.const(self.rng.standard_normal(cout).astype(np.float32) * 0.1)] if bias else [])
         return self.op(
-            "Conv", ins, kernel_shape=[k] * rank, strides=[stride] * rank, pads=[k // 2] * (2 * rank), group=group
+            "Conv",
+            ins,
+            kernel_shape=[k] * rank,
+            strides=[stride] * rank,
+            pads=[k // 2] * (2 * rank),
+            group=group,
         )[0]
 
     def model(self, inputs: list, outputs: list) -> bytes:
@@ -279,7 +294,9 @@ def test_saved_plan_reloads_with_same_bits(tmp_path) -> None:  # type: ignore[no
 def test_nan_propagates_through_fused_relu() -> None:
     b = Builder(9)
     y = b.op("Relu", [b.conv("X", 4, 8, 3)])[0]
-    y = b.op("Clip", [b.conv(y, 8, 8, 1), b.const(np.array(0.0, np.float32)), b.const(np.array(6.0, np.float32))])[0]
+    y = b.op(
+        "Clip", [b.conv(y, 8, 8, 1), b.const(np.array(0.0, np.float32)), b.const(np.array(6.0, np.float32))]
+    )[0]
     model = b.model(
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4, 8, 8])],
         [out(y, 4)],
@@ -314,3 +331,36 @@ def test_default_policy_weighs_the_transposes() -> None:
     d = layout_decision(lone)
     assert d["chosen"] == "nchw" and "cost more than they save" in d["detail"], d
     assert "conv" in ops_of(lone) and "conv_nhwc" not in ops_of(lone)
+
+
+def silu_model(shared: bool) -> bytes:
+    """Conv -> SiLU (Sigmoid, Mul) twice; with ``shared`` the first conv's output is
+    also read by an Add, so its SiLU cannot fold into the convolution (and the second
+    SiLU fuses with that Add into one elementwise chain, which does not fold either)."""
+    b = Builder(40)
+    c1 = b.conv("X", 8, 16, 3)
+    h = b.op("Mul", [c1, b.op("Sigmoid", [c1])[0]])[0]
+    c2 = b.conv(h, 16, 16, 3, group=16)
+    y = b.op("Mul", [b.op("Sigmoid", [c2])[0], c2])[0]
+    if shared:
+        y = b.op("Add", [y, c1])[0]
+    y = b.conv(y, 16, 8, 1)
+    return b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 8, 20, 20])], [out(y, 4)])
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_silu_folds_into_the_convolution(shared: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    x = _rng(41).standard_normal((1, 8, 20, 20)).astype(np.float32)
+    sess = compare(silu_model(shared), {"X": x})
+    d = layout_decision(sess)
+    assert f"({0 if shared else 2} SiLU fused into them)" in d["detail"], d["detail"]
+    fused_steps = [s for s in sess.plan.steps if s["op_type"] == "FusedElementwise"]
+    assert len(fused_steps) == (2 if shared else 0)
+    sess.save_plan(tmp_path / "silu.plan")
+    again = xrt.InferenceSession.load_plan(tmp_path / "silu.plan", kernel_policy=ASK)
+    (a,), (b,) = sess.run({"X": x}).values(), again.run({"X": x}).values()
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+    # NaN keeps propagating through the folded SiLU (oneDNN's swish: no max/min)
+    x[0, 3, 10, 10] = np.nan
+    (res,) = sess.run({"X": x}).values()
+    assert np.isnan(np.asarray(res)[0, :, 9:12, 9:12]).all()

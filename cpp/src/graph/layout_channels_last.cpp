@@ -28,6 +28,7 @@
 #include "graph/passes.h"
 #include "xpuruntime/decision.h"
 #include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/ops/elementwise_program.h"
 #include "xpuruntime/ops/op_schema.h"
 #include "xpuruntime/ops/spatial.h"
 
@@ -89,7 +90,13 @@ bool elementwise_op(const Node& n) {
 
 class ChannelsLast {
  public:
-  ChannelsLast(Graph& g, const ExecutionProvider& provider) : g_(g), provider_(provider) {}
+  ChannelsLast(Graph& g, const ExecutionProvider& provider) : g_(g), provider_(provider) {
+    for (const Node& n : g_.nodes) {
+      std::set<int> read(n.inputs.begin(), n.inputs.end());
+      for (int i : read)
+        if (i >= 0) ++uses_[i];
+    }
+  }
 
   int run() {
     const std::vector<int> order = g_.topo_order();
@@ -120,6 +127,7 @@ class ChannelsLast {
   int converted() const { return converted_; }
   int convs() const { return convs_; }
   int transposes() const { return transposes_; }
+  int swishes() const { return swishes_; }
   // Elements the inserted Transposes move, and the convolutions' input + output
   // elements (what the NCHW path reorders around each oneDNN primitive); -1 where a
   // shape is known only at run time.
@@ -332,6 +340,7 @@ class ChannelsLast {
     set_produced_cl(y, c.outputs[0], r);
     add_elements(conv_io_, n.inputs[0]);
     add_elements(conv_io_, y);
+    conv_step_[y] = static_cast<int>(out_.size());
     out_.push_back(std::move(c));
     ++converted_;
     ++convs_;
@@ -364,8 +373,34 @@ class ChannelsLast {
     return false;
   }
 
+  // A SiLU, FusedElementwise(Sigmoid, Mul) of an NhwcConv's output and nothing else,
+  // that output read by no other node: folded into the convolution as oneDNN's swish
+  // post-op ("_swish"), one pass over memory fewer (EfficientNet: 49 of them).
+  bool fold_swish(const Node& n) {
+    if (n.op_type != "FusedElementwise" || n.outputs.size() != 1 || n.inputs.empty()) return false;
+    const int x = n.inputs[0];
+    auto conv = conv_step_.find(x);
+    if (conv == conv_step_.end() || uses_[x] != 1 || patterns::is_output(g_, x)) return false;
+    for (int v : n.inputs)
+      if (v != x) return false;
+    const ops::ElementwiseProgram prog = ops::ElementwiseProgram::from_node(n);
+    using K = ops::ElementwiseInstr::Kind;
+    if (prog.instrs.size() != 2 || prog.instrs[0].kind != K::kUnary ||
+        prog.instrs[0].unary != ops::Unary::kSigmoid || prog.instrs[1].kind == K::kUnary ||
+        prog.instrs[1].binary != ops::FusedBin::kMul)
+      return false;
+    Node& c = out_[conv->second];
+    if (c.has("_act") || c.attr_int("_sum", 0) != 0 || c.has("_swish")) return false;
+    c.attrs["_swish"] = Attr::of_int(1);
+    set_produced_cl(n.outputs[0], cl_.at(x), rank_of(x));
+    ++converted_;
+    ++swishes_;
+    return true;
+  }
+
   bool convert_elementwise(const Node& n) {
     if (n.outputs.size() != 1 || n.outputs[0] < 0) return false;
+    if (fold_swish(n)) return true;
     int r = -1;
     bool any_cl = false;
     for (int v : n.inputs)
@@ -600,7 +635,9 @@ class ChannelsLast {
     sum = val.shape ? sum + shape_numel(*val.shape) : -1;
   }
 
-  int converted_ = 0, convs_ = 0, transposes_ = 0, batchnorms_ = 0;
+  std::unordered_map<int, int> uses_;       // value -> original nodes reading it
+  std::unordered_map<int, int> conv_step_;  // NhwcConv's logical output -> its index in out_
+  int converted_ = 0, convs_ = 0, transposes_ = 0, batchnorms_ = 0, swishes_ = 0;
   int64_t moved_ = 0, conv_io_ = 0;
 };
 
@@ -677,7 +714,8 @@ int to_channels_last(Graph& g, const ExecutionProvider& provider, const KernelPo
     d.rule = asked ? rule::kPolicyPrefer : "default";
     const std::string what =
         std::to_string(pass.convs()) + " Conv channels-last (NhwcConv) with " +
-        std::to_string(converted - pass.convs()) + " other nodes, " +
+        std::to_string(converted - pass.convs()) + " other nodes (" +
+        std::to_string(pass.swishes()) + " SiLU fused into them), " +
         std::to_string(pass.transposes()) + " Transposes between the layouts" +
         (moved >= 0 && io >= 0 ? " (" + std::to_string(moved) + " elements moved vs " +
                                      std::to_string(io) + " read and written by the convolutions)"

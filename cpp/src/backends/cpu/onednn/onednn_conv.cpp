@@ -155,8 +155,11 @@ memory::desc weight_md(const Shape& w, int64_t group, Tag fmt) {
 }
 
 // A primitive descriptor for the case (k.x in logical NCHW order) and layout.
+// `swish`: NhwcConv's "_swish" attribute, x·sigmoid(x) after everything else (the
+// layout pass folds a SiLU that only reads the convolution's output into it).
 dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops::Epilogue& e,
-                                                  const ConvKey& k, Act layout) {
+                                                  const ConvKey& k, Act layout,
+                                                  bool swish = false) {
   const ops::Spatial g = conv_geometry(a, k.x, k.w);
   Shape ys = {k.x[0], k.w[0]};
   ys.insert(ys.end(), g.out.begin(), g.out.end());
@@ -189,6 +192,8 @@ dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops:
   eltwise_of(e, elt, why);
   for (const Eltwise& el : elt)
     po.append_eltwise(1.f, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
+  // oneDNN's swish keeps NaN (x·sigmoid(x) with no max/min), as ONNX's Mul(x, Sigmoid(x)).
+  if (swish) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   // Our scratchpad, per thread (run_views): with the library's mode the primitive may
@@ -251,8 +256,13 @@ class OnednnConvPrepared final : public PreparedKernel {
       : node_(std::move(node)),
         attrs_(ConvAttrs::from_node(node_)),
         epi_(ops::Epilogue::from_node(node_)),
+        swish_(node_.attr_int("_swish", 0) != 0),
         weights_(std::move(weights)),
         channels_last_(channels_last) {
+    XRT_CHECK(!swish_ || (channels_last_ && !epi_.residual && !epi_.has_activation()),
+              InvalidModelError, node_.where(),
+              ": _swish is the layout pass's fused SiLU of an NhwcConv without residual or "
+              "activation");
     if (key) first_ = build(*key);
   }
 
@@ -364,7 +374,7 @@ class OnednnConvPrepared final : public PreparedKernel {
         e->residual_after = padding_only;
         ops::Epilogue fused = epi_;
         if (padding_only) fused = ops::Epilogue{.bias = epi_.bias};
-        e->pd = make_pd(attrs_, fused, k, Act::kChannelsLast);
+        e->pd = make_pd(attrs_, fused, k, Act::kChannelsLast, swish_);
       } else {
         e->pd = make_pd(attrs_, epi_, k, padding_only ? Act::kPlain : Act::kAny);
         // oneDNN's GEMM path takes NCHW itself: reorders around it would only cost.
@@ -403,6 +413,7 @@ class OnednnConvPrepared final : public PreparedKernel {
   ConvAttrs attrs_;
   ops::Epilogue epi_;
   graph::HostTensor weights_;  // the constant W, or undefined
+  bool swish_ = false;  // NhwcConv only, never with a residual or an activation
   bool channels_last_ = false;
   std::shared_ptr<const Entry> first_;
   mutable std::mutex mu_;
@@ -454,7 +465,7 @@ Support supports_layout(const Node& n, const std::vector<Meta>& in, bool channel
   try {
     const bool bias = in.size() > 2 && in[2].present;
     make_pd(ConvAttrs::from_node(n), e, ConvKey{x, w, bias, parallel_threads()},
-            channels_last ? Act::kChannelsLast : Act::kAny);
+            channels_last ? Act::kChannelsLast : Act::kAny, n.attr_int("_swish", 0) != 0);
   } catch (const dnnl::error& err) {
     return Support::no(reason::kShapeUnsupported, std::string("oneDNN: ") + err.what());
   }
