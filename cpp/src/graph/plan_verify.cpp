@@ -309,6 +309,14 @@ void check_lifetimes(const ExecutionPlan& p, const std::vector<int>& def) {
   for (std::size_t a = 0; a < bufs.size(); ++a) {
     for (std::size_t b = a + 1; b < bufs.size() && bufs[b].off < bufs[a].off + bufs[a].bytes; ++b) {
       const bool together = !(bufs[a].stop < bufs[b].start || bufs[b].stop < bufs[a].start);
+      // A step writing its output over an input whose lifetime ends there, where its
+      // kernel allows it (the planner's in-place sharing: same offset and size).
+      auto in_place = [&](const Buf& x, const Buf& y) {
+        return x.off == y.off && x.bytes == y.bytes && x.stop == y.start &&
+               inplace_input(p, static_cast<std::size_t>(y.start)) == x.v &&
+               p.steps[static_cast<std::size_t>(y.start)].node.outputs[0] == y.v;
+      };
+      if (together && (in_place(bufs[a], bufs[b]) || in_place(bufs[b], bufs[a]))) continue;
       XRT_CHECK(!together, InvalidModelError, "plan file is corrupt: ", value_str(p, bufs[a].v),
                 " and ", value_str(p, bufs[b].v),
                 " are alive at the same time but overlap in the arena", kFix);

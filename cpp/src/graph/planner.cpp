@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <string>
 
 #include "xpuruntime/error.h"
 #include "xpuruntime/ops/op_schema.h"
@@ -72,6 +74,39 @@ void build_plan_values(const Graph& g, ExecutionPlan& plan) {
   }
 }
 
+int inplace_input(const ExecutionPlan& plan, std::size_t s) {
+  if (plan.header.device != "cpu") return -1;
+  static const std::set<std::string> kElementwise = {
+      "FusedElementwise", "Relu", "Sigmoid", "Tanh", "Clip",  "LeakyRelu", "HardSigmoid",
+      "HardSwish",        "Gelu", "Erf",     "Exp",  "Neg",   "Abs",       "Sqrt",
+      "Add",              "Sub",  "Mul",     "Div"};
+  const Node& n = plan.steps[s].node;
+  if (n.outputs.empty() || n.outputs[0] < 0) return -1;
+  const PlanValue& out = plan.values[static_cast<std::size_t>(n.outputs[0])];
+  if (!out.shape) return -1;
+  auto fits = [&](int v) {
+    if (v < 0) return false;
+    const PlanValue& in = plan.values[static_cast<std::size_t>(v)];
+    return in.kind == PlanValue::Kind::kIntermediate && in.shape && *in.shape == *out.shape &&
+           in.dtype == out.dtype;
+  };
+  if (n.op_type == "NhwcConv") {
+    // Not when the residual is also the convolution's input (x + conv(x)): the
+    // primitive would read x while writing over it.
+    const bool sum = n.attr_int("_sum", 0) != 0;
+    if (!sum || n.inputs.size() < 4 || !fits(n.inputs[3])) return -1;
+    for (std::size_t i = 0; i < 3; ++i)
+      if (n.inputs[i] == n.inputs[3]) return -1;
+    return n.inputs[3];
+  }
+  if (!kElementwise.count(n.op_type) || (n.domain == "xrt") != (n.op_type == "FusedElementwise"))
+    return -1;
+  const std::size_t data_inputs = n.op_type == "Clip" ? 1 : n.inputs.size();
+  for (std::size_t i = 0; i < data_inputs; ++i)
+    if (fits(n.inputs[i])) return n.inputs[i];
+  return -1;
+}
+
 void plan_memory(ExecutionPlan& plan) {
   const int nv = static_cast<int>(plan.values.size());
   std::vector<int> def_step(nv, -1);
@@ -105,6 +140,32 @@ void plan_memory(ExecutionPlan& plan) {
   MemoryReport& mem = plan.memory;
   mem = MemoryReport{};
   for (const HostTensor& c : plan.constants) mem.constant_bytes += static_cast<int64_t>(c.nbytes());
+  // In place: a step's output takes the buffer of an input whose lifetime ends there
+  // (inplace_input); chains of such steps share one buffer (share[v]: the value
+  // whose buffer v takes).
+  std::vector<int> share(nv, -1);
+  auto owner = [&](int v) {
+    while (share[v] >= 0) v = share[v];
+    return v;
+  };
+  auto static_buffer = [&](int v) {
+    const PlanValue& pv = plan.values[v];
+    return pv.kind == PlanValue::Kind::kIntermediate && pv.alias_of < 0 && pv.shape.has_value();
+  };
+  for (int s = 0; s < static_cast<int>(plan.steps.size()); ++s) {
+    const int in = inplace_input(plan, static_cast<std::size_t>(s));
+    const int out = in >= 0 ? plan.steps[s].node.outputs[0] : -1;
+    if (out < 0 || in == out || !static_buffer(in) || !static_buffer(out) || end[in] != s ||
+        def_step[out] != s || arena_bytes_of(plan.values[in]) != arena_bytes_of(plan.values[out]))
+      continue;
+    share[out] = in;
+  }
+  std::vector<int> group_stop(nv, -1);
+  for (int v = 0; v < nv; ++v)
+    if (static_buffer(v)) {
+      const int o = owner(v);
+      group_stop[o] = std::max({group_stop[o], end[v], def_step[v]});
+    }
   for (int v = 0; v < nv; ++v) {
     PlanValue& pv = plan.values[v];
     if (pv.kind != PlanValue::Kind::kIntermediate || pv.alias_of >= 0) continue;
@@ -115,7 +176,8 @@ void plan_memory(ExecutionPlan& plan) {
     ++mem.static_values;
     const int64_t b = arena_bytes_of(pv);
     mem.intermediate_bytes += shape_numel(*pv.shape) * static_cast<int64_t>(dtype_size(pv.dtype));
-    bufs.push_back({v, b, def_step[v], std::max(end[v], def_step[v])});
+    if (share[v] >= 0) continue;  // placed with the value whose buffer it takes
+    bufs.push_back({v, b, def_step[v], group_stop[v]});
   }
   std::stable_sort(bufs.begin(), bufs.end(), [](const Buf& a, const Buf& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.start < b.start;
@@ -141,6 +203,8 @@ void plan_memory(ExecutionPlan& plan) {
     plan.values[b.v].arena_offset = off;
     arena = std::max(arena, off + b.bytes);
   }
+  for (int v = 0; v < nv; ++v)
+    if (share[v] >= 0) plan.values[v].arena_offset = plan.values[owner(v)].arena_offset;
   mem.arena_bytes = arena;
 }
 

@@ -18,4 +18,13 @@ void plan_memory(ExecutionPlan& plan);
 // Bytes a value occupies in the arena (64-byte aligned), 0 when not static.
 int64_t arena_bytes_of(const PlanValue& v);
 
+// The input whose buffer step `s` may write its output 0 into (in place), or -1:
+// on the CPU, elementwise ops whose kernels read each element before writing the
+// same index (FusedElementwise, unary activations, same-shape binary ops) and
+// NhwcConv's fused residual (oneDNN's sum post-op accumulates into the residual).
+// The input must have output 0's dtype and static shape. The planner shares the
+// buffer only where that input's lifetime ends at step s; the plan verifier accepts
+// exactly these overlaps.
+int inplace_input(const ExecutionPlan& plan, std::size_t s);
+
 }  // namespace xpuruntime::graph

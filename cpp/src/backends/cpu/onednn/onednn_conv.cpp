@@ -298,6 +298,10 @@ class OnednnConvPrepared final : public PreparedKernel {
         e->x_in->execute(st, xu, src);
       }
       if (e->y_out) dst = memory(e->pd.dst_desc(), eng, thread_buffer(1, e->pd.dst_desc().get_size()));
+      // The planner may give the output the residual's buffer (in place): where the
+      // residual is added after the primitive, the convolution goes to scratch first.
+      const bool conv_aside = e->residual_after && in[3].data == y.data;
+      if (conv_aside) dst = memory(e->pd.dst_desc(), eng, thread_buffer(1, e->pd.dst_desc().get_size()));
       if (epi_.residual) {
         XRT_CHECK(in.size() > 3 && in[3].data != nullptr && in[3].numel() == y.numel(),
                   InvalidArgumentError, node_.where(),
@@ -328,7 +332,8 @@ class OnednnConvPrepared final : public PreparedKernel {
       e->conv.execute(st, a);
       if (e->y_out) e->y_out->execute(st, dst, yu);
       st.wait();
-      if (e->residual_after) add_residual(in[3], y);
+      if (e->residual_after)
+        add_residual(static_cast<const float*>(conv_aside ? dst.get_data_handle() : y.data), in[3], y);
       if (activation_after(epi_) || (e->residual_after && epi_.has_activation()))
         run_unary(epi_.activation, epi_.params, DType::kFloat32, y.data, y.data, y.numel());
     } catch (const dnnl::error& err) {
@@ -351,12 +356,13 @@ class OnednnConvPrepared final : public PreparedKernel {
     return e;
   }
 
-  // y += r (float32, same shape), split over the plan's threads.
-  static void add_residual(const TensorView& r, const TensorView& y) {
+  // y = conv + r (float32, same shape; y may be conv or r), split over the plan's
+  // threads.
+  static void add_residual(const float* conv, const TensorView& r, const TensorView& y) {
     const float* rp = static_cast<const float*>(r.data);
     float* yp = static_cast<float*>(y.data);
     parallel_for(y.numel(), 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) yp[i] += rp[i];
+      for (int64_t i = b; i < e; ++i) yp[i] = conv[i] + rp[i];
     });
   }
 
