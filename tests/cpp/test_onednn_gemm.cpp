@@ -193,10 +193,17 @@ TEST_F(OnednnGemm, BatchesWithSharedOperandsAndStridedC) {
 }
 
 TEST_F(OnednnGemm, OddSizesAndLongReduction) {
-  check(Case{1, 1, 1, 1}, 60);
-  check(Case{1, 1, 257, 3072, false, true, false, false, 0, true},
-        61);  // one row, N×K weights
+  check(Case{1, 3, 1, 1}, 60);
+  check(Case{1, 3, 257, 3072, false, true, false, false, 0, true},
+        61);  // three rows, N×K weights
   check(Case{1, 63, 1, 130}, 62);
+  // One or two rows are matrix-vector products: refused with the reason (cpu_blas).
+  for (int64_t m : {1, 2}) {
+    Data d = make(Case{1, m, 257, 300}, 64);
+    std::string why;
+    EXPECT_FALSE(try_onednn_gemm(d.p, &why));
+    EXPECT_NE(why.find("matrix-vector"), std::string::npos) << why;
+  }
   check(Case{3, 9, 70, 3072, false, false, false, true, 5, true, Activation::kGelu}, 63);
 }
 
@@ -295,7 +302,7 @@ TEST_F(OnednnGemm, PrimitiveCacheReusesAndStaysBounded) {
   for (int i = 0; i < 3; ++i) onednn_gemm(d.p);  // same key: no new primitive
   EXPECT_EQ(onednn_gemm_cache_size(), after_first);
   // More distinct shapes than the cache holds: it keeps the most recent only.
-  for (int64_t m = 1; m <= static_cast<int64_t>(kOnednnGemmCacheSize) + 20; ++m) {
+  for (int64_t m = 3; m <= static_cast<int64_t>(kOnednnGemmCacheSize) + 22; ++m) {
     Data s = make(Case{1, m, 3, 2}, 91);
     ASSERT_TRUE(try_onednn_gemm(s.p));
   }

@@ -111,6 +111,13 @@ GemmRejection static_rejection(const GemmProblem& p, Desc* a, Desc* b, Desc* c) 
   if (GemmRejection r = matmul::row_sums_rejection(p, "onednn")) return r;
   if (p.batch < 0 || p.m < 0 || p.n < 0 || p.k < 0) return {};  // dims unknown yet
   if (p.batch == 0 || p.m == 0 || p.n == 0) return {};          // nothing to address
+  // One or two rows is a matrix-vector product (classifier heads, one-token decoding):
+  // memory-bound, and the primitive's overhead shows. Measured (2 threads, AVX-512,
+  // K 768-1280, N 768-3072): cpu_blas's split 2.4-4.4x faster at M <= 2; from M = 4
+  // to 8 they trade places, from 16 oneDNN wins.
+  if (p.m <= 2 && p.k > 0)
+    return {Kind::kShape, "onednn: " + std::to_string(p.m) +
+                              " row(s): a matrix-vector product, faster on cpu_blas's split"};
   std::string why;
   std::optional<Desc> da, db, dc;
   if (!(dc = describe("C", p.batch, p.m, p.n, p.c_rs, p.c_cs, p.c_bs, true, &why))) {
