@@ -405,6 +405,98 @@ std::string onednn_gemm_impl(const GemmProblem& p) {
 #endif
 }
 
+#ifdef XRT_HAVE_ONEDNN
+struct OnednnPackedWeights::Impl {
+  Key key;
+  const void* b_src = nullptr;
+  std::optional<dnnl::matmul> prim;
+  memory::desc a, c, bias, scratch;
+  memory packed;
+};
+#else
+struct OnednnPackedWeights::Impl {};
+#endif
+
+OnednnPackedWeights::OnednnPackedWeights(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OnednnPackedWeights::~OnednnPackedWeights() = default;
+
+std::shared_ptr<const OnednnPackedWeights> OnednnPackedWeights::make(const GemmProblem& p) {
+#ifdef XRT_HAVE_ONEDNN
+  Desc a, b, c;
+  if (static_rejection(p, &a, &b, &c) || !known_non_empty(p)) return nullptr;
+  if (b.dims[0] != 1) return nullptr;  // one B for every batch
+  const int64_t ld = std::max(p.b.rs, p.b.cs);
+  if ((ld * static_cast<int64_t>(sizeof(float))) % 4096 != 0) return nullptr;
+  const int threads = gemm_threads();
+  auto impl = std::make_unique<Impl>();
+  onednn::OmpThreads omp(threads);
+  try {
+    impl->key = key_of(p, a, b, c, threads);
+    impl->a = md(a), impl->c = md(c);
+    impl->bias = memory::desc({1, 1, p.n}, memory::data_type::f32, memory::dims{p.n, p.n, 1});
+    const memory::desc any(memory::dims(b.dims.begin(), b.dims.end()), memory::data_type::f32,
+                           memory::format_tag::any);
+    const dnnl::matmul::desc d = p.bias ? dnnl::matmul::desc(impl->a, any, impl->bias, impl->c)
+                                        : dnnl::matmul::desc(impl->a, any, impl->c);
+    dnnl::post_ops po;  // as build(): relu is relu_pass() after the primitive
+    if (p.activation == matmul::Activation::kGelu)
+      po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::matmul::primitive_desc pd(d, attr, onednn::cpu_engine());
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return nullptr;
+    impl->prim.emplace(pd);
+    impl->scratch = pd.scratchpad_desc();
+    impl->packed = memory(pd.weights_desc(), onednn::cpu_engine());
+    memory src(md(b), onednn::cpu_engine(), const_cast<void*>(p.b.data));
+    dnnl::stream& st = onednn::thread_stream();
+    dnnl::reorder(src, impl->packed).execute(st, src, impl->packed);
+    st.wait();
+    impl->b_src = p.b.data;
+  } catch (const dnnl::error&) {
+    return nullptr;  // the plain path runs it (and reports what oneDNN says)
+  }
+  return std::make_shared<const OnednnPackedWeights>(std::move(impl));
+#else
+  (void)p;
+  return nullptr;
+#endif
+}
+
+bool OnednnPackedWeights::run(const GemmProblem& p) const {
+#ifdef XRT_HAVE_ONEDNN
+  if (p.b.data != impl_->b_src) return false;
+  Desc a, b, c;
+  if (static_rejection(p, &a, &b, &c) || !known_non_empty(p)) return false;
+  const int threads = gemm_threads();
+  if (key_of(p, a, b, c, threads) != impl_->key) return false;
+  onednn::OmpThreads omp(threads);
+  const dnnl::engine& eng = onednn::cpu_engine();
+  dnnl::stream& st = onednn::thread_stream();
+  try {
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(impl_->a, eng, const_cast<void*>(p.a.data))},
+        {DNNL_ARG_WEIGHTS, impl_->packed},
+        {DNNL_ARG_DST, memory(impl_->c, eng, p.c)}};
+    if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(impl_->bias, eng, const_cast<void*>(p.bias)));
+    if (const std::size_t bytes = impl_->scratch.get_size(); bytes > 0)
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(impl_->scratch, eng, thread_scratchpad(bytes)));
+    impl_->prim->execute(st, args);
+    st.wait();
+    if (p.activation == matmul::Activation::kRelu) relu_pass(p);
+  } catch (const dnnl::error& err) {
+    XRT_THROW(UnsupportedOperationError, "onednn GEMM on packed weights (", p.batch, "x", p.m, "x",
+              p.n, "x", p.k, ") failed: ", err.what(),
+              " (pin matmul to cpu_blas to run without oneDNN)");
+  }
+  return true;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 std::size_t onednn_gemm_cache_size() {
 #ifdef XRT_HAVE_ONEDNN
   return Cache::instance().size();

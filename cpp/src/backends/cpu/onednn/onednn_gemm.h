@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "ops/matmul/gemm_problem.h"
@@ -39,6 +40,28 @@ void onednn_gemm(const matmul::GemmProblem& p);
 // oneDNN's name of the implementation it runs p with ("brg:avx512_core", ...),
 // or empty when it rejects p: for tests and diagnostics.
 std::string onednn_gemm_impl(const matmul::GemmProblem& p);
+
+// A constant B (a MatMul/Gemm step's weights) packed once into oneDNN's blocked
+// layout for one problem shape. Where B's rows (or, transposed, its columns) lie a
+// multiple of 4 KiB apart they alias in the caches, and brgemm on the plain
+// operand runs up to 2x slower (measured, M 128, K 768, N 3072, 2 threads: 4.1-5.4
+// ms plain, 2.7 ms packed; other transformer shapes equal either way), so only
+// those are packed. make() returns null where that does not apply or oneDNN
+// rejects the problem; run() runs a problem with the same shapes, strides,
+// threads and B bytes, and returns false for any other (the caller then runs it
+// the plain way).
+class OnednnPackedWeights {
+ public:
+  static std::shared_ptr<const OnednnPackedWeights> make(const matmul::GemmProblem& p);
+  bool run(const matmul::GemmProblem& p) const;
+  ~OnednnPackedWeights();
+
+  struct Impl;
+  explicit OnednnPackedWeights(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 // Primitives (and cached rejections) held now; the cache keeps at most
 // kOnednnGemmCacheSize, dropping the least recently used.

@@ -40,7 +40,11 @@ struct Scratch {
 }  // namespace
 
 void onnx_matmul_run(const std::string& gemm, const MatmulStep& s, const Node& n,
-                     const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+                     const std::vector<TensorView>& in, std::vector<TensorView>& out,
+                     const GemmFirst* first) {
+  auto run = [&](const matmul::GemmProblem& q) {
+    if (first == nullptr || !(*first)(q)) run_gemm(gemm, q);
+  };
   Shape a = in[0].shape, b = in[1].shape;
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
@@ -74,7 +78,7 @@ void onnx_matmul_run(const std::string& gemm, const MatmulStep& s, const Node& n
     p.a = {in[0].data, k, 1, 0};
     p.b = {in[1].data, nn, 1, 0};
     p.c = out[0].data;
-    run_gemm(gemm, p);
+    run(p);
   } else if ((a_one || pa == batch) && pb == batch) {
     // Same-shaped batches (or a shared A): one batched problem.
     p.batch = nb;
@@ -82,7 +86,7 @@ void onnx_matmul_run(const std::string& gemm, const MatmulStep& s, const Node& n
     p.b = {in[1].data, nn, 1, k * nn};
     p.c = out[0].data;
     p.c_bs = m * nn;
-    run_gemm(gemm, p);
+    run(p);
   } else {
     // General broadcast of batch dims: one GEMM per output batch.
     auto strides = [&](const Shape& full, int64_t mat) {
@@ -107,7 +111,7 @@ void onnx_matmul_run(const std::string& gemm, const MatmulStep& s, const Node& n
       q.a = {static_cast<const char*>(in[0].data) + oa * es, k, 1, 0};
       q.b = {static_cast<const char*>(in[1].data) + ob * es, nn, 1, 0};
       q.c = static_cast<char*>(out[0].data) + bi * m * nn * es;
-      run_gemm(gemm, q);
+      run(q);
     }
   }
   if (k == 0 && p.bias) {
@@ -123,7 +127,8 @@ namespace {
 }  // namespace
 
 void onnx_gemm_run(const std::string& gemm, const MatmulStep& s, const Node& n,
-                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+                   const std::vector<TensorView>& in, std::vector<TensorView>& out,
+                   const GemmFirst* first) {
   const bool ta = s.attrs.trans_a, tb = s.attrs.trans_b;
   const double alpha = s.attrs.alpha, beta = s.attrs.beta;
   const Shape& a = in[0].shape;
@@ -145,7 +150,7 @@ void onnx_gemm_run(const std::string& gemm, const MatmulStep& s, const Node& n,
   if (bias_row) p.bias = in[2].data;
   if (m > 0 && nn > 0) {
     if (k == 0) std::memset(out[0].data, 0, out[0].nbytes());
-    else run_gemm(gemm, p);
+    else if (first == nullptr || !(*first)(p)) run_gemm(gemm, p);
   }
   if ((has_c && !bias_row) || alpha != 1.0) {
     // Y = alpha * Y + beta * broadcast(C)
@@ -324,26 +329,54 @@ namespace {
 // An ONNX MatMul/Gemm node bound to one GEMM kernel (the one the dispatcher chose
 // for it), its attributes and epilogue parsed once: the node is copied, so the
 // prepared kernel outlives the plan's graph.
+//
+// With the onednn GEMM and a constant B (the weights), problems that read exactly
+// those bytes may run on a copy packed once into oneDNN's layout (onednn_gemm.h:
+// OnednnPackedWeights), made at the first run, when the problem's shape is known.
 class OnnxMatmulPrepared final : public PreparedKernel {
  public:
-  OnnxMatmulPrepared(std::string gemm, Node node)
+  OnnxMatmulPrepared(std::string gemm, Node node, graph::HostTensor weights)
       : gemm_(std::move(gemm)),
         node_(std::move(node)),
         step_(MatmulStep::from_node(node_)),
-        is_gemm_(node_.op_type == "Gemm") {}
+        is_gemm_(node_.op_type == "Gemm"),
+        weights_(std::move(weights)) {
+    if (gemm_ == "onednn" && weights_.defined())
+      first_ = [this](const matmul::GemmProblem& p) { return run_packed(p); };
+  }
 
   void run(const KernelArgs& args) const override {
     const std::vector<TensorView> in = views_of(args.inputs);
     std::vector<TensorView> out = views_of(args.outputs);
-    if (is_gemm_) onnx_gemm_run(gemm_, step_, node_, in, out);
-    else onnx_matmul_run(gemm_, step_, node_, in, out);
+    const GemmFirst* first = first_ ? &first_ : nullptr;
+    if (is_gemm_) onnx_gemm_run(gemm_, step_, node_, in, out, first);
+    else onnx_matmul_run(gemm_, step_, node_, in, out, first);
   }
 
  private:
+  bool run_packed(const matmul::GemmProblem& p) const {
+    if (p.b.data != weights_.data) return false;
+    std::shared_ptr<const OnednnPackedWeights> w;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!tried_) {
+        packed_ = OnednnPackedWeights::make(p);
+        tried_ = true;
+      }
+      w = packed_;
+    }
+    return w && w->run(p);
+  }
+
   std::string gemm_;
   Node node_;
   MatmulStep step_;
   bool is_gemm_;
+  graph::HostTensor weights_;  // the constant B (kept alive: packed_ copies it)
+  GemmFirst first_;
+  mutable std::mutex mu_;
+  mutable bool tried_ = false;
+  mutable std::shared_ptr<const OnednnPackedWeights> packed_;
 };
 
 }  // namespace
@@ -351,7 +384,9 @@ class OnnxMatmulPrepared final : public PreparedKernel {
 PreparedKernelPtr prepare_cpu_matmul(const Kernel& kernel, const std::string& gemm,
                                      const PrepareContext& pc) {
   if (pc.node != nullptr && (pc.node->op_type == "MatMul" || pc.node->op_type == "Gemm")) {
-    return std::make_shared<OnnxMatmulPrepared>(gemm, *pc.node);
+    graph::HostTensor w;
+    if (pc.constants.size() > 1 && pc.constants[1].defined()) w = pc.constants[1];
+    return std::make_shared<OnnxMatmulPrepared>(gemm, *pc.node, std::move(w));
   }
   return std::make_shared<CpuGemmPrepared>(gemm, kernel.Kernel::prepare(pc));
 }

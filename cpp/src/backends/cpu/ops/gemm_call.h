@@ -5,6 +5,8 @@
 // and packing use.
 #pragma once
 
+#include <functional>
+
 #include <cstddef>
 #include <string>
 
@@ -32,10 +34,15 @@ struct MatmulStep {
     return {ops::GemmAttrs::from_node(n), ops::Epilogue::from_node(n)};
   }
 };
+// `first`, when given, is tried on every GEMM problem before run_gemm and returns
+// true when it ran it (the onednn kernel's packed constant weights).
+using GemmFirst = std::function<bool(const matmul::GemmProblem&)>;
 void onnx_matmul_run(const std::string& gemm, const MatmulStep& s, const Node& n,
-                     const std::vector<TensorView>& in, std::vector<TensorView>& out);
+                     const std::vector<TensorView>& in, std::vector<TensorView>& out,
+                     const GemmFirst* first = nullptr);
 void onnx_gemm_run(const std::string& gemm, const MatmulStep& s, const Node& n,
-                   const std::vector<TensorView>& in, std::vector<TensorView>& out);
+                   const std::vector<TensorView>& in, std::vector<TensorView>& out,
+                   const GemmFirst* first = nullptr);
 
 // A CPU GEMM kernel bound to one plain GEMM problem (what a Conv's prepare_sub
 // returns for op "matmul"): run() runs the case of its OpContext, run_problem()
