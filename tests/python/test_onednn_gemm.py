@@ -322,35 +322,37 @@ def test_matrix_vector_products_go_to_cpu_blas(rows: int) -> None:
 
 @pytest.mark.parametrize(
     "kind,k,n,act",
-    [("MatMul", 96, 1024, None), ("MatMul", 64, 2048, "Relu"), ("Gemm", 1024, 80, None), ("MatMul", 96, 1000, None)],
+    [("MatMul", 96, 1024, None), ("MatMul", 64, 1536, "Relu"), ("Gemm", 512, 80, None), ("MatMul", 96, 1000, None)],
 )
-def test_constant_weights_4k_apart_run_packed_and_match(kind: str, k: int, n: int, act: str | None) -> None:
-    # B's rows (Gemm transB: its columns) 4 KiB apart are packed once into oneDNN's
-    # layout; results must match float64 at several batch sizes (one packed copy, and
-    # the plain path for shapes it was not made for). N=1000 is not packed (control).
-    rng = np.random.default_rng(k + n)
+@pytest.mark.parametrize("rows", [37, 5])
+def test_constant_weights_2k_apart_run_packed_and_match(kind: str, k: int, n: int, act: str | None, rows: int) -> None:
+    # Static shapes: B's rows (Gemm transB: its columns) a multiple of 2 KiB apart are
+    # packed once into oneDNN's layout when the session is built; the result must
+    # match float64. N=1000 is not packed (control); the dynamic-shape model runs the
+    # plain path.
+    rng = np.random.default_rng(k + n + rows)
     w = (_rand(rng, (n, k) if kind == "Gemm" else (k, n)) / np.sqrt(k)).astype(np.float32)
     bias = _rand(rng, (n,))
-    if kind == "Gemm":
-        nodes = [helper.make_node("Gemm", ["X", "W", "B"], ["Y"], transB=1)]
-        x_shape, w_ref = ["rows", k], w.T.astype(np.float64)
-    else:
-        nodes = [helper.make_node("MatMul", ["X", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["Y"])]
-        x_shape, w_ref = ["batch", "rows", k], w.astype(np.float64)
-    if act:
-        nodes[-1].output[0] = "pre"
-        nodes.append(helper.make_node(act, ["pre"], ["Y"]))
-    g = helper.make_graph(
-        nodes,
-        "packed",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [f"y{i}" for i in range(len(x_shape))])],
-        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")],
-    )
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    sess = xrt.InferenceSession(model, device="cpu", engine="native")
-    shapes = [(37, k), (5, k), (37, k)] if kind == "Gemm" else [(2, 37, k), (1, 5, k), (2, 37, k)]
-    for shape in shapes:
+    for dynamic in (False, True):
+        if kind == "Gemm":
+            nodes = [helper.make_node("Gemm", ["X", "W", "B"], ["Y"], transB=1)]
+            x_shape, w_ref, shape = ["r" if dynamic else rows, k], w.T.astype(np.float64), (rows, k)
+        else:
+            nodes = [helper.make_node("MatMul", ["X", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["Y"])]
+            x_shape = ["b" if dynamic else 2, "r" if dynamic else rows, k]
+            w_ref, shape = w.astype(np.float64), (2, rows, k)
+        if act:
+            nodes[-1].output[0] = "pre"
+            nodes.append(helper.make_node(act, ["pre"], ["Y"]))
+        g = helper.make_graph(
+            nodes,
+            "packed",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [f"y{i}" for i in range(len(x_shape))])],
+            [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")],
+        )
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+        sess = xrt.InferenceSession(model, device="cpu", engine="native")
         x = _rand(rng, shape)
         want = x.astype(np.float64) @ w_ref + bias
         if act == "Relu":

@@ -426,7 +426,7 @@ std::shared_ptr<const OnednnPackedWeights> OnednnPackedWeights::make(const GemmP
   if (static_rejection(p, &a, &b, &c) || !known_non_empty(p)) return nullptr;
   if (b.dims[0] != 1) return nullptr;  // one B for every batch
   const int64_t ld = std::max(p.b.rs, p.b.cs);
-  if ((ld * static_cast<int64_t>(sizeof(float))) % 4096 != 0) return nullptr;
+  if ((ld * static_cast<int64_t>(sizeof(float))) % 2048 != 0) return nullptr;
   const int threads = gemm_threads();
   auto impl = std::make_unique<Impl>();
   onednn::OmpThreads omp(threads);

@@ -41,12 +41,13 @@ void onednn_gemm(const matmul::GemmProblem& p);
 // or empty when it rejects p: for tests and diagnostics.
 std::string onednn_gemm_impl(const matmul::GemmProblem& p);
 
-// A constant B (a MatMul/Gemm step's weights) packed once into oneDNN's blocked
-// layout for one problem shape. Where B's rows (or, transposed, its columns) lie a
-// multiple of 4 KiB apart they alias in the caches, and brgemm on the plain
-// operand runs up to 2x slower (measured, M 128, K 768, N 3072, 2 threads: 4.1-5.4
-// ms plain, 2.7 ms packed; other transformer shapes equal either way), so only
-// those are packed. make() returns null where that does not apply or oneDNN
+// A constant B (a MatMul/Gemm step's weights) packed once, when the session is
+// built, into oneDNN's blocked layout for one problem shape. Where B's rows (or,
+// transposed, its columns) lie a multiple of 2 KiB apart they alias in the caches
+// and brgemm on the plain operand runs slower (measured, 2 threads: M 128, K 768,
+// N 3072 - BERT's FFN - 4.1-5.4 ms plain, 2.7 ms packed; Whisper's M 1500, K 384,
+// N 1536: 10.6 vs 8.4 ms; other transformer shapes within a few percent either
+// way), so only those are packed: the packed copy is memory beside the weights. make() returns null where that does not apply or oneDNN
 // rejects the problem; run() runs a problem with the same shapes, strides,
 // threads and B bytes, and returns false for any other (the caller then runs it
 // the plain way).

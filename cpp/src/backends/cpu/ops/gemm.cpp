@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
 #include "backends/cpu/onednn/onednn_context.h"
@@ -330,19 +331,25 @@ namespace {
 // for it), its attributes and epilogue parsed once: the node is copied, so the
 // prepared kernel outlives the plan's graph.
 //
-// With the onednn GEMM and a constant B (the weights), problems that read exactly
-// those bytes may run on a copy packed once into oneDNN's layout (onednn_gemm.h:
-// OnednnPackedWeights), made at the first run, when the problem's shape is known.
+// With the onednn GEMM, 2-D constant weights and static shapes, the weights may be
+// packed once here, when the session is built, into oneDNN's layout
+// (onednn_gemm.h: OnednnPackedWeights); problems reading exactly those bytes with
+// the shapes they were packed for run on the packed copy.
 class OnnxMatmulPrepared final : public PreparedKernel {
  public:
-  OnnxMatmulPrepared(std::string gemm, Node node, graph::HostTensor weights)
+  OnnxMatmulPrepared(std::string gemm, Node node, graph::HostTensor weights, const OpContext* ctx)
       : gemm_(std::move(gemm)),
         node_(std::move(node)),
         step_(MatmulStep::from_node(node_)),
         is_gemm_(node_.op_type == "Gemm"),
         weights_(std::move(weights)) {
-    if (gemm_ == "onednn" && weights_.defined())
-      first_ = [this](const matmul::GemmProblem& p) { return run_packed(p); };
+    if (gemm_ != "onednn" || !weights_.defined() || weights_.dtype != DType::kFloat32 ||
+        weights_.shape.size() != 2 || ctx == nullptr || ctx->inputs.size() < 2)
+      return;
+    if (std::optional<matmul::GemmProblem> p = problem_at_prepare(*ctx)) {
+      packed_ = OnednnPackedWeights::make(*p);
+      if (packed_) first_ = [this](const matmul::GemmProblem& q) { return packed_->run(q); };
+    }
   }
 
   void run(const KernelArgs& args) const override {
@@ -354,29 +361,52 @@ class OnnxMatmulPrepared final : public PreparedKernel {
   }
 
  private:
-  bool run_packed(const matmul::GemmProblem& p) const {
-    if (p.b.data != weights_.data) return false;
-    std::shared_ptr<const OnednnPackedWeights> w;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!tried_) {
-        packed_ = OnednnPackedWeights::make(p);
-        tried_ = true;
+  // The GEMM problem run() will build (onnx_matmul_run / onnx_gemm_run: a 2-D B is
+  // shared by every batch, so MatMul is one tall product), with the constant's
+  // address as B and no A or C yet; nullopt where a shape is not static or the node
+  // is not of that form.
+  std::optional<matmul::GemmProblem> problem_at_prepare(const OpContext& ctx) const {
+    const Shape& a = ctx.inputs[0].shape;
+    const Shape& b = weights_.shape;
+    if (a.size() < 2 || ctx.inputs[1].shape != b) return std::nullopt;
+    for (int64_t d : a)
+      if (d <= 0) return std::nullopt;
+    matmul::GemmProblem p;
+    p.dtype = DType::kFloat32;
+    const bool has_c = ctx.inputs.size() > 2 && !ctx.inputs[2].shape.empty();
+    if (!is_gemm_) {
+      p.k = a.back();
+      p.n = b[1];
+      if (b[0] != p.k) return std::nullopt;
+      p.m = shape_numel(a) / p.k;
+      p.a = {nullptr, p.k, 1, 0};
+      p.b = {weights_.data, p.n, 1, 0};
+      if (step_.epilogue.bias && has_c) p.bias = weights_.data;  // presence only
+    } else {
+      const bool ta = step_.attrs.trans_a, tb = step_.attrs.trans_b;
+      if (a.size() != 2 || step_.attrs.alpha != 1.0) return std::nullopt;
+      p.m = ta ? a[1] : a[0];
+      p.k = ta ? a[0] : a[1];
+      p.n = tb ? b[0] : b[1];
+      p.a = ta ? matmul::MatrixRef{nullptr, 1, p.m, 0} : matmul::MatrixRef{nullptr, p.k, 1, 0};
+      p.b = tb ? matmul::MatrixRef{weights_.data, 1, p.k, 0} : matmul::MatrixRef{weights_.data, p.n, 1, 0};
+      if (has_c) {  // only a bias row with beta 1 runs as the GEMM's bias
+        const Shape& c = ctx.inputs[2].shape;
+        if (step_.attrs.beta != 1.0 || shape_numel(c) != p.n || c.size() > 2) return std::nullopt;
+        p.bias = weights_.data;  // presence only
       }
-      w = packed_;
     }
-    return w && w->run(p);
+    p.c_rs = p.n;
+    return p;
   }
 
   std::string gemm_;
   Node node_;
   MatmulStep step_;
   bool is_gemm_;
-  graph::HostTensor weights_;  // the constant B (kept alive: packed_ copies it)
+  graph::HostTensor weights_;  // the constant B (its address identifies it at run)
+  std::shared_ptr<const OnednnPackedWeights> packed_;
   GemmFirst first_;
-  mutable std::mutex mu_;
-  mutable bool tried_ = false;
-  mutable std::shared_ptr<const OnednnPackedWeights> packed_;
 };
 
 }  // namespace
@@ -386,7 +416,7 @@ PreparedKernelPtr prepare_cpu_matmul(const Kernel& kernel, const std::string& ge
   if (pc.node != nullptr && (pc.node->op_type == "MatMul" || pc.node->op_type == "Gemm")) {
     graph::HostTensor w;
     if (pc.constants.size() > 1 && pc.constants[1].defined()) w = pc.constants[1];
-    return std::make_shared<OnnxMatmulPrepared>(gemm, *pc.node, std::move(w));
+    return std::make_shared<OnnxMatmulPrepared>(gemm, *pc.node, std::move(w), pc.ctx);
   }
   return std::make_shared<CpuGemmPrepared>(gemm, kernel.Kernel::prepare(pc));
 }
