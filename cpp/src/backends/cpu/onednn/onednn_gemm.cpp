@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -406,12 +407,59 @@ std::string onednn_gemm_impl(const GemmProblem& p) {
 }
 
 #ifdef XRT_HAVE_ONEDNN
+// The key of a problem with its row count left out: the packed weights serve every
+// M (a dynamic-shape step's, too), each M with its own primitive on the same packed
+// weights descriptor.
+Key key_any_m(const GemmProblem& p, const Desc& a, const Desc& b, const Desc& c, int threads) {
+  Key k = key_of(p, a, b, c, threads);
+  k[4] = 0;  // m
+  return k;
+}
+
+struct PackedPrimitive {
+  dnnl::matmul prim;
+  memory::desc a, c, scratch;
+};
+
 struct OnednnPackedWeights::Impl {
-  Key key;
+  Key key;  // key_any_m of the problems it serves
   const void* b_src = nullptr;
-  std::optional<dnnl::matmul> prim;
-  memory::desc a, c, bias, scratch;
+  memory::desc bias;
   memory packed;
+  mutable std::mutex mu;
+  mutable std::map<int64_t, std::shared_ptr<const PackedPrimitive>> by_m;  // null: none
+
+  // The primitive for p's M on the packed weights (built on first use; at most 16 kept).
+  std::shared_ptr<const PackedPrimitive> for_m(const GemmProblem& p, const Desc& a, const Desc& c,
+                                               int threads) const {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = by_m.find(p.m); it != by_m.end()) return it->second;
+    std::shared_ptr<const PackedPrimitive> made;
+    onednn::OmpThreads omp(threads);
+    try {
+      auto pp = std::make_shared<PackedPrimitive>();
+      pp->a = md(a), pp->c = md(c);
+      const dnnl::matmul::desc d = p.bias ? dnnl::matmul::desc(pp->a, packed.get_desc(), bias, pp->c)
+                                          : dnnl::matmul::desc(pp->a, packed.get_desc(), pp->c);
+      dnnl::post_ops po;  // as build(): relu is relu_pass() after the primitive
+      if (p.activation == matmul::Activation::kGelu)
+        po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(po);
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const dnnl::matmul::primitive_desc pd(d, attr, onednn::cpu_engine());
+      if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) {
+        pp->prim = dnnl::matmul(pd);
+        pp->scratch = pd.scratchpad_desc();
+        made = std::move(pp);
+      }
+    } catch (const dnnl::error&) {
+      // no implementation on this packed layout for this M: the plain path runs it
+    }
+    if (by_m.size() >= 16) by_m.erase(by_m.begin());
+    by_m.emplace(p.m, made);
+    return made;
+  }
 };
 #else
 struct OnednnPackedWeights::Impl {};
@@ -431,23 +479,15 @@ std::shared_ptr<const OnednnPackedWeights> OnednnPackedWeights::make(const GemmP
   auto impl = std::make_unique<Impl>();
   onednn::OmpThreads omp(threads);
   try {
-    impl->key = key_of(p, a, b, c, threads);
-    impl->a = md(a), impl->c = md(c);
+    impl->key = key_any_m(p, a, b, c, threads);
     impl->bias = memory::desc({1, 1, p.n}, memory::data_type::f32, memory::dims{p.n, p.n, 1});
+    // The layout oneDNN prefers for this problem's M; other Ms reuse it.
     const memory::desc any(memory::dims(b.dims.begin(), b.dims.end()), memory::data_type::f32,
                            memory::format_tag::any);
-    const dnnl::matmul::desc d = p.bias ? dnnl::matmul::desc(impl->a, any, impl->bias, impl->c)
-                                        : dnnl::matmul::desc(impl->a, any, impl->c);
-    dnnl::post_ops po;  // as build(): relu is relu_pass() after the primitive
-    if (p.activation == matmul::Activation::kGelu)
-      po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(po);
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const dnnl::matmul::primitive_desc pd(d, attr, onednn::cpu_engine());
+    const dnnl::matmul::desc d = p.bias ? dnnl::matmul::desc(md(a), any, impl->bias, md(c))
+                                        : dnnl::matmul::desc(md(a), any, md(c));
+    const dnnl::matmul::primitive_desc pd(d, onednn::cpu_engine());
     if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return nullptr;
-    impl->prim.emplace(pd);
-    impl->scratch = pd.scratchpad_desc();
     impl->packed = memory(pd.weights_desc(), onednn::cpu_engine());
     memory src(md(b), onednn::cpu_engine(), const_cast<void*>(p.b.data));
     dnnl::stream& st = onednn::thread_stream();
@@ -457,7 +497,9 @@ std::shared_ptr<const OnednnPackedWeights> OnednnPackedWeights::make(const GemmP
   } catch (const dnnl::error&) {
     return nullptr;  // the plain path runs it (and reports what oneDNN says)
   }
-  return std::make_shared<const OnednnPackedWeights>(std::move(impl));
+  auto w = std::make_shared<const OnednnPackedWeights>(std::move(impl));
+  if (!w->impl_->for_m(p, a, c, threads)) return nullptr;  // built now, while preparing
+  return w;
 #else
   (void)p;
   return nullptr;
@@ -470,19 +512,21 @@ bool OnednnPackedWeights::run(const GemmProblem& p) const {
   Desc a, b, c;
   if (static_rejection(p, &a, &b, &c) || !known_non_empty(p)) return false;
   const int threads = gemm_threads();
-  if (key_of(p, a, b, c, threads) != impl_->key) return false;
+  if (key_any_m(p, a, b, c, threads) != impl_->key) return false;
+  const std::shared_ptr<const PackedPrimitive> pp = impl_->for_m(p, a, c, threads);
+  if (!pp) return false;
   onednn::OmpThreads omp(threads);
   const dnnl::engine& eng = onednn::cpu_engine();
   dnnl::stream& st = onednn::thread_stream();
   try {
     std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, memory(impl_->a, eng, const_cast<void*>(p.a.data))},
+        {DNNL_ARG_SRC, memory(pp->a, eng, const_cast<void*>(p.a.data))},
         {DNNL_ARG_WEIGHTS, impl_->packed},
-        {DNNL_ARG_DST, memory(impl_->c, eng, p.c)}};
+        {DNNL_ARG_DST, memory(pp->c, eng, p.c)}};
     if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(impl_->bias, eng, const_cast<void*>(p.bias)));
-    if (const std::size_t bytes = impl_->scratch.get_size(); bytes > 0)
-      args.emplace(DNNL_ARG_SCRATCHPAD, memory(impl_->scratch, eng, thread_scratchpad(bytes)));
-    impl_->prim->execute(st, args);
+    if (const std::size_t bytes = pp->scratch.get_size(); bytes > 0)
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(pp->scratch, eng, thread_scratchpad(bytes)));
+    pp->prim.execute(st, args);
     st.wait();
     if (p.activation == matmul::Activation::kRelu) relu_pass(p);
   } catch (const dnnl::error& err) {

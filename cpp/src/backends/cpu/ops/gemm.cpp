@@ -363,31 +363,33 @@ class OnnxMatmulPrepared final : public PreparedKernel {
  private:
   // The GEMM problem run() will build (onnx_matmul_run / onnx_gemm_run: a 2-D B is
   // shared by every batch, so MatMul is one tall product), with the constant's
-  // address as B and no A or C yet; nullopt where a shape is not static or the node
-  // is not of that form.
+  // address as B and no A or C yet. Where A's rows are known only at run time (a
+  // dynamic-shape step), a nominal 128: the packed weights serve every row count.
+  // nullopt where the node is not of that form.
   std::optional<matmul::GemmProblem> problem_at_prepare(const OpContext& ctx) const {
+    constexpr int64_t kNominalRows = 128;
     const Shape& a = ctx.inputs[0].shape;
     const Shape& b = weights_.shape;
-    if (a.size() < 2 || ctx.inputs[1].shape != b) return std::nullopt;
-    for (int64_t d : a)
-      if (d <= 0) return std::nullopt;
+    if (ctx.inputs[1].shape != b) return std::nullopt;
+    bool a_known = !a.empty();
+    for (int64_t d : a) a_known = a_known && d > 0;
     matmul::GemmProblem p;
     p.dtype = DType::kFloat32;
     const bool has_c = ctx.inputs.size() > 2 && !ctx.inputs[2].shape.empty();
     if (!is_gemm_) {
-      p.k = a.back();
+      p.k = b[0];
       p.n = b[1];
-      if (b[0] != p.k) return std::nullopt;
-      p.m = shape_numel(a) / p.k;
+      if (a_known && (a.size() < 2 || a.back() != p.k)) return std::nullopt;
+      p.m = a_known ? shape_numel(a) / p.k : kNominalRows;
       p.a = {nullptr, p.k, 1, 0};
       p.b = {weights_.data, p.n, 1, 0};
       if (step_.epilogue.bias && has_c) p.bias = weights_.data;  // presence only
     } else {
       const bool ta = step_.attrs.trans_a, tb = step_.attrs.trans_b;
-      if (a.size() != 2 || step_.attrs.alpha != 1.0) return std::nullopt;
-      p.m = ta ? a[1] : a[0];
-      p.k = ta ? a[0] : a[1];
+      if ((a_known && a.size() != 2) || step_.attrs.alpha != 1.0) return std::nullopt;
+      p.k = tb ? b[1] : b[0];
       p.n = tb ? b[0] : b[1];
+      p.m = a_known ? (ta ? a[1] : a[0]) : kNominalRows;
       p.a = ta ? matmul::MatrixRef{nullptr, 1, p.m, 0} : matmul::MatrixRef{nullptr, p.k, 1, 0};
       p.b = tb ? matmul::MatrixRef{weights_.data, 1, p.k, 0} : matmul::MatrixRef{weights_.data, p.n, 1, 0};
       if (has_c) {  // only a bias row with beta 1 runs as the GEMM's bias
