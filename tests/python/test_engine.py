@@ -320,3 +320,17 @@ def test_profiler_records_one_range_per_step() -> None:
 def test_fp16_request_is_refused_by_the_native_engine_with_the_reason() -> None:
     with pytest.raises((xrt.UnsupportedOperationError, xrt.BackendUnavailableError), match="fp16"):
         xrt.InferenceSession(DEMO, device="cpu", engine="native", fp16=True)
+
+
+def test_input_shapes_compile_once_up_front() -> None:
+    # A symbolic-batch model given input_shapes compiles that specialization when the
+    # session is built; a run at those shapes uses it (no second compile at the first
+    # run: it used to be keyed by the plan's symbolic dims and never found).
+    sess = xrt.InferenceSession(DEMO, device="cpu", input_shapes={"image": [2, 3, 32, 32]})
+    engine = sess._engine
+    assert len(engine._plans) == 1
+    plan = engine._plans[next(iter(engine._plans))][0]
+    sess.run({"image": image(2, 3)})
+    assert len(engine._plans) == 1 and engine._plans[((2, 3, 32, 32),)][0] is plan
+    sess.run({"image": image(1, 4)})  # another shape: its own specialization
+    assert len(engine._plans) == 2

@@ -316,7 +316,10 @@ class NativeEngine(Engine):
             if static or all(i.name in given for i in self._inputs):
                 # Shapes known now: compile at once. Otherwise each new set of input
                 # shapes gets its own plan at its first run (a specialization).
-                self._use(self._compile(given))
+                # Keyed by the shapes it was specialized for, as a run looks it up
+                # (the plan itself reports the model's declared, symbolic dims).
+                shapes = tuple(tuple(given.get(i.name, i.shape)) for i in self._inputs)
+                self._use(self._compile(given), key=shapes)
             else:
                 # Not compiled before the first run: what the engine cannot run is
                 # reported now, all of it at once, as a compile would.
@@ -358,12 +361,13 @@ class NativeEngine(Engine):
         with self._on_device():
             return _core.graph.Executor(plan)
 
-    def _use(self, plan: Any) -> None:
+    def _use(self, plan: Any, key: tuple[Any, ...] | None = None) -> None:
         self._plan = plan
         self._executor = self._new_executor(plan)
         self._inputs = [TensorInfo(n, tuple(d), t) for n, t, d in plan.inputs]
         self._outputs = [TensorInfo(n, tuple(d), t) for n, t, d in plan.outputs]
-        key = tuple(tuple(d) for _, _, d in plan.inputs)
+        if key is None:
+            key = tuple(tuple(d) for _, _, d in plan.inputs)
         self._plans[key] = (plan, self._executor)
 
     def _executor_for(self, arrays: Mapping[str, np.ndarray]) -> Any:
