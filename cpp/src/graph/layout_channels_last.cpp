@@ -124,7 +124,6 @@ class ChannelsLast {
     return converted_;
   }
 
-  int converted() const { return converted_; }
   int convs() const { return convs_; }
   int transposes() const { return transposes_; }
   int swishes() const { return swishes_; }
@@ -569,7 +568,6 @@ class ChannelsLast {
     out_.push_back(std::move(add));
     set_produced_cl(y, out, r);
     ++converted_;
-    ++batchnorms_;
     return true;
   }
 
@@ -637,7 +635,7 @@ class ChannelsLast {
 
   std::unordered_map<int, int> uses_;       // value -> original nodes reading it
   std::unordered_map<int, int> conv_step_;  // NhwcConv's logical output -> its index in out_
-  int converted_ = 0, convs_ = 0, transposes_ = 0, batchnorms_ = 0, swishes_ = 0;
+  int converted_ = 0, convs_ = 0, transposes_ = 0, swishes_ = 0;
   int64_t moved_ = 0, conv_io_ = 0;
 };
 

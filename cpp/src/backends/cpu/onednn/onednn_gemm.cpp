@@ -426,6 +426,10 @@ struct OnednnPackedWeights::Impl {
   const void* b_src = nullptr;
   memory::desc bias;
   memory packed;
+  // The primitive for the row count it was packed for (set once in make(), read
+  // without the lock: a static-shape step's every run), then the others.
+  std::shared_ptr<const PackedPrimitive> packed_m_prim;
+  int64_t packed_m = -1;
   mutable std::mutex mu;
   mutable std::map<int64_t, std::shared_ptr<const PackedPrimitive>> by_m;  // null: none
 
@@ -497,9 +501,11 @@ std::shared_ptr<const OnednnPackedWeights> OnednnPackedWeights::make(const GemmP
   } catch (const dnnl::error&) {
     return nullptr;  // the plain path runs it (and reports what oneDNN says)
   }
-  auto w = std::make_shared<const OnednnPackedWeights>(std::move(impl));
-  if (!w->impl_->for_m(p, a, c, threads)) return nullptr;  // built now, while preparing
-  return w;
+  // The primitive for this row count, built now, while preparing.
+  impl->packed_m_prim = impl->for_m(p, a, c, threads);
+  if (!impl->packed_m_prim) return nullptr;
+  impl->packed_m = p.m;
+  return std::make_shared<const OnednnPackedWeights>(std::move(impl));
 #else
   (void)p;
   return nullptr;
@@ -513,7 +519,8 @@ bool OnednnPackedWeights::run(const GemmProblem& p) const {
   if (static_rejection(p, &a, &b, &c) || !known_non_empty(p)) return false;
   const int threads = gemm_threads();
   if (key_any_m(p, a, b, c, threads) != impl_->key) return false;
-  const std::shared_ptr<const PackedPrimitive> pp = impl_->for_m(p, a, c, threads);
+  const std::shared_ptr<const PackedPrimitive> pp =
+      p.m == impl_->packed_m ? impl_->packed_m_prim : impl_->for_m(p, a, c, threads);
   if (!pp) return false;
   onednn::OmpThreads omp(threads);
   const dnnl::engine& eng = onednn::cpu_engine();
