@@ -3,7 +3,7 @@
 // 128×3072 BERT activations). Accuracy, checked against double-precision libm in
 // tests/cpp/test_cpu_ops.cpp (inf and NaN: tests/python/test_hardening_semantics.py): exp ≤ 2 ulp
 // over [-87, 88], +inf above 88.72, 0 below -103.97, NaN for NaN; tanh, sigmoid ≤ 3e-7 absolute;
-// erf ≤ 3e-7 absolute.
+// erf ≤ 4e-7 absolute over every float, ≤ 3e-7 relative below 0.5.
 #pragma once
 
 #include <algorithm>
@@ -61,21 +61,30 @@ inline float fast_tanh(float x) {
 inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 
 inline float fast_erf(float x) {
-  // erfc(|x|) with fractional error < 1.2e-7 (Numerical Recipes' Chebyshev fit).
-  float z = x < 0.0f ? -x : x;
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float p = -1.26551223f +
-            t * (1.00002368f +
-                 t * (0.37409196f +
-                      t * (0.09678418f +
-                           t * (-0.18628806f +
-                                t * (0.27886807f +
-                                     t * (-1.13520398f +
-                                          t * (1.48851587f +
-                                               t * (-0.82215223f + t * 0.17087277f))))))));
-  float erfc = t * fast_exp(-z * z + p);
-  float r = 1.0f - erfc;
-  return x < 0.0f ? -r : r;
+  // x·P(x²)/Q(x²) on [-4, 4], a rational fit (weighted least squares iterated to
+  // near-minimax: 7e-8 in exact arithmetic) with no exp and one division: 2.4x
+  // faster than an erfc-through-exp form at 512 bits. Past |x| = 4, erf rounds to ±1
+  // in float (erfc(4) = 1.5e-8), so x is clamped there and the result to [-1, 1].
+  // Float rounding makes the worst error over every float 3.9e-7 absolute (near
+  // |x| = 3.5, 6 ulp of 1; 3.6e-7 where FMA contracts the Horner steps) and 2.8e-7
+  // relative below 0.5, tiny and subnormal x included. NaN passes (the clamps return
+  // their first argument).
+  const float xc = std::min(std::max(x, -4.0f), 4.0f);
+  const float s = xc * xc;
+  float p = 2.054480773949763e-06f;
+  p = p * s + 2.8360297437757254e-04f;
+  p = p * s + 3.715135622769594e-03f;
+  p = p * s + 5.258152633905411e-02f;
+  p = p * s + 1.892324537038803e-01f;
+  p = p * s + 1.1283791065216064f;
+  float q = 3.8077218050602823e-05f;
+  q = q * s + 1.1503008427098393e-03f;
+  q = q * s + 1.4864237979054451e-02f;
+  q = q * s + 1.1361374706029892e-01f;
+  q = q * s + 5.010356903076172e-01f;
+  q = q * s + 1.0f;
+  const float r = xc * p / q;
+  return std::min(std::max(r, -1.0f), 1.0f);
 }
 
 }  // namespace xpuruntime::cpu
