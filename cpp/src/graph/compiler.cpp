@@ -228,6 +228,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
         passes::fuse_layernorm_patterns(g, *provider, plan.decisions));
     log("attention pattern fusion (subgraphs fused)",
         passes::fuse_attention_patterns(g, *provider, plan.decisions));
+    log("gelu pattern fusion (subgraphs fused)",
+        passes::fuse_gelu_patterns(g, *provider, plan.decisions));
   }
   if (opt.fuse && pays.epilogues)
     log("epilogue fusion (ops fused into Conv/MatMul/Gemm)", passes::fuse_epilogues(g));

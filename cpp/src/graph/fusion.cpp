@@ -168,12 +168,21 @@ int fuse_epilogues(Graph& g) {
       continue;
     const int y = p.outputs[0];
     if (!f32(g, y) || !single_use(g, cons, y)) continue;
-    Node& a = g.nodes[cons[y][0]];
-    if (a.inputs.empty() || a.inputs[0] != y || a.outputs.size() != 1) continue;
+    // Through one Reshape (an activation commutes with it): GPT-2's Conv1D is
+    // Gemm -> Reshape [B, S, N] -> GELU. The Reshape then yields the activated values.
+    Node* reshape = nullptr;
+    int x = y;
+    if (Node& r = g.nodes[cons[y][0]]; r.op_type == "Reshape" && r.inputs[0] == y &&
+                                       r.outputs.size() == 1 && single_use(g, cons, r.outputs[0])) {
+      reshape = &r;
+      x = r.outputs[0];
+    }
+    Node& a = g.nodes[cons[x][0]];
+    if (a.inputs.empty() || a.inputs[0] != x || a.outputs.size() != 1) continue;
     ops::Epilogue e;
     if (!with_activation(g, p, a, e)) continue;
     e.to_attrs(p.attrs);
-    p.outputs[0] = a.outputs[0];
+    (reshape != nullptr ? reshape->outputs[0] : p.outputs[0]) = a.outputs[0];
     a.op_type.clear();
     ++fused;
   }

@@ -33,6 +33,11 @@ int fuse_layernorm_patterns(Graph& g, const ExecutionProvider& provider,
                             std::vector<std::string>& decisions);
 int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
                             std::vector<std::string>& decisions);
+// The decomposed erf or tanh GELU (Div/Mul, Erf, Add, Mul, Mul; or Pow, Mul, Add, Mul,
+// Tanh, Add, Mul, Mul) -> one Gelu node (fusion_gelu.cpp), so the epilogue fusion can
+// fold it into the MatMul before it.
+int fuse_gelu_patterns(Graph& g, const ExecutionProvider& provider,
+                       std::vector<std::string>& decisions);
 // Convolutional regions to channels-last activations (layout_channels_last.cpp):
 // Conv -> NhwcConv where a kernel of the provider runs it and the policy leaves Conv
 // to oneDNN, layout-agnostic neighbours follow, Transposes at the region borders.
