@@ -364,3 +364,47 @@ def test_silu_folds_into_the_convolution(shared: bool, tmp_path) -> None:  # typ
     x[0, 3, 10, 10] = np.nan
     (res,) = sess.run({"X": x}).values()
     assert np.isnan(np.asarray(res)[0, :, 9:12, 9:12]).all()
+
+
+def shufflenet_unit(seed: int, extra_output: bool = False, keepdims: int = 0) -> bytes:
+    """ShuffleNetV2's unit: Concat, channel shuffle (Reshape, Transpose, Reshape), the
+    channel split as two Slices, and a ReduceMean over H, W as the head."""
+    b = Builder(seed)
+    c1 = b.op("Relu", [b.conv("X", 3, 16, 3, stride=2)])[0]
+    cat = b.op("Concat", [c1, b.op("Relu", [b.conv(c1, 16, 16, 1)])[0]], axis=1)[0]
+    g = b.op("Reshape", [cat, b.const(np.array([1, 2, 16, 16, 16], np.int64))])[0]
+    t = b.op("Transpose", [g], perm=[0, 2, 1, 3, 4])[0]
+    shuffled = b.op("Reshape", [t, b.const(np.array([1, 32, 16, 16], np.int64))])[0]
+    i64 = lambda *v: b.const(np.array(v, np.int64))  # noqa: E731
+    left = b.op("Slice", [shuffled, i64(0), i64(16), i64(1)])[0]
+    right = b.op("Slice", [shuffled, i64(16), i64(32), i64(-3), i64(1)])[0]
+    joined = b.op("Concat", [left, b.conv(right, 16, 16, 3)], axis=1)[0]
+    head = b.op("ReduceMean", [b.conv(joined, 32, 24, 1)], axes=[2, 3], keepdims=keepdims)[0]
+    outputs = [out(head, 2 if keepdims == 0 else 4)]
+    if extra_output:
+        outputs.append(out(t, 5))
+    return b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 32, 32])], outputs)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_channel_shuffle_slices_and_reduce_stay_channels_last(keepdims: int) -> None:
+    model = shufflenet_unit(21, keepdims=keepdims)
+    for seed in (1, 2):
+        sess = compare(model, {"X": _rng(seed).standard_normal((1, 3, 32, 32)).astype(np.float32)})
+    d = layout_decision(sess)
+    # One Transpose into channels-last (the image), none back out for the flat head;
+    # with keepdims the [1, 1, 1, C] result goes back as a free Reshape.
+    assert "1 Transposes between the layouts" in d["detail"], d["detail"]
+    steps = sess.plan.steps
+    transposes = [s["name"] for s in steps if s["op_type"] == "Transpose"]
+    assert len(transposes) == 2 and transposes[0] == "X_to_nhwc", transposes  # image, shuffle
+    assert transposes[1].endswith("_nhwc")  # the shuffle, rewritten channels-last
+    assert sum(s["op_type"] == "Slice" for s in steps) == 2
+
+
+def test_channel_shuffle_read_elsewhere_stays_nchw() -> None:
+    model = shufflenet_unit(22, extra_output=True)
+    sess = compare(model, {"X": _rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)})
+    transposes = [s["name"] for s in sess.plan.steps if s["op_type"] == "Transpose"]
+    # The model's own 5-D Transpose runs as written (its input is returned too).
+    assert any(t.startswith("Transpose_") and not t.endswith("_nhwc") for t in transposes), transposes
