@@ -60,6 +60,9 @@ def test_every_permutation(rank: int) -> None:
         ((37, 29), (1, 0)),
         ((1, 12, 128, 64), (0, 2, 1, 3)),  # attention heads: contiguous rows
         ((4, 128, 12, 64), (0, 2, 3, 1)),
+        ((1, 28, 28, 2, 58), (0, 1, 2, 4, 3)),  # ShuffleNet's channel shuffle, channels-last
+        ((3, 7, 4, 33), (0, 1, 3, 2)),  # 4 columns, several batches
+        ((2, 3, 1000), (0, 2, 1)),  # 3 columns
     ],
 )
 @pytest.mark.parametrize("dtype", list(DTYPES))
