@@ -9,8 +9,9 @@
 // regions, not per node, as ONNX Runtime's NCHWc and PyTorch's channels_last do:
 //   - every Conv the oneDNN channels-last kernel supports becomes an NhwcConv;
 //   - ops that do not care which axis holds the channels follow their input into
-//     channels-last: elementwise ops (constants permuted at compile time), Concat and
-//     Split (axis remapped), BatchNormalization (a per-channel Mul and Add), pooling
+//     channels-last: elementwise ops (constants permuted at compile time), Concat,
+//     Split, Slice and Reduce* (axes remapped), ShuffleNet's channel shuffle (the same
+//     permutation of the channels on [N, H, W, g, C/g]), BatchNormalization (a per-channel Mul and Add), pooling
 //     (the Nhwc* pooling ops, where a kernel runs them), Shape (a Gather of the
 //     permuted dims) and Transpose (its permutation composed: the NHWC<->NCHW
 //     Transposes around a LayerNorm in ConvNeXt or Swin cancel out);
