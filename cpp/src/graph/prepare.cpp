@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/matmul/matmul_op.h"
 #include "ops/matmul/onnx_matmul.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/error.h"
@@ -67,6 +68,9 @@ OpContext step_context(const ExecutionPlan& plan, const PlanStep& st, std::size_
         in.emplace_back(std::nullopt);
     }
     matmul::onnx_matmul_context(n, in, ctx);
+    // B a plan constant (the weights): kernels that pack B once at prepare take it.
+    if (n.inputs.size() > 1 && n.inputs[1] >= 0 && plan.values[n.inputs[1]].constant >= 0)
+      ctx.attrs[matmul::kBConstantAttr] = "1";
   } else {
     for (int i : n.inputs) ctx.inputs.push_back(i >= 0 ? spec_of(plan.values[i]) : TensorSpec{});
     for (int o : n.outputs)

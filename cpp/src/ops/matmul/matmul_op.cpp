@@ -187,9 +187,10 @@ Support read_gemm_layout(const OpContext& ctx, GemmLayout* out) {
     l.has_row_sums = true;
   }
   for (const auto& [key, value] : ctx.attrs) {
+    if (key == kBConstantAttr) continue;  // a hint for kernels that pack B, not the problem
     if (key != kActivationAttr) {
       return Support::no(kAttributeUnsupported, "unknown matmul attribute '" + key +
-                                                    "' (known: activation)");
+                                                    "' (known: activation, b_constant)");
     }
     try {
       l.activation = activation_from_string(value);

@@ -3,6 +3,7 @@
 //   inputs  [a (..., M, K), b (..., K, N), optional bias (N)]
 //   outputs [c (..., M, N), optional a_row_sums (M): Σ_k a[i, k], batch 1 only]
 //   attrs   "activation": "none" | "relu" | "gelu"   (absent = none)
+//           "b_constant": "1" when b is a plan constant (absent = not known constant)
 //
 // Batch dims broadcast like NumPy and must each flatten to one batch stride per
 // operand (any view the Python ops layer produces does; other callers make their
@@ -24,6 +25,10 @@ namespace xpuruntime::matmul {
 
 inline constexpr const char* kOpKey = "matmul";
 inline constexpr const char* kActivationAttr = "activation";
+// "1" when b is a constant of the native engine's plan (a MatMul/Gemm's weights), set by
+// the plan's dispatch (graph/prepare.cpp): a kernel that packs B once at prepare
+// (cpu_packed) takes only such cases, as packing per call would not pay.
+inline constexpr const char* kBConstantAttr = "b_constant";
 
 // Parses "none"/"" | "relu" | "gelu"; throws InvalidArgumentError listing the choices.
 Activation activation_from_string(std::string_view s);

@@ -1,4 +1,5 @@
-// Registration of the CPU matmul kernels (onednn, cpu_blas, cpu_blocked) as KernelDefs.
+// Registration of the CPU matmul kernels (cpu_packed, onednn, cpu_blas, cpu_blocked) as
+// KernelDefs.
 // Their prepare() binds the GEMM to a plan step: an ONNX MatMul/Gemm node runs its
 // whole node logic (gemm.cpp) with this GEMM, a plain GEMM (a conv's sub-kernel)
 // becomes a cpu::CpuGemmPrepared.
@@ -7,8 +8,10 @@
 #include "backends/cpu/matmul/cpu_matmul_kernels.h"
 
 #include <memory>
+#include <string>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/matmul/cpu_gemm_packed.h"
 #include "backends/cpu/onednn/onednn_context.h"
 #include "backends/cpu/onednn/onednn_gemm.h"
 #include "backends/cpu/ops/gemm_call.h"
@@ -110,9 +113,68 @@ class CpuBlockedMatmul final : public Kernel {
   }
 };
 
+// cpu_packed: ours, float32 on AVX-512F, weights packed once (cpu_gemm_packed.h).
+// Above onednn: on transformer projections at 2 threads (benchmarks/bench_cpu_gemm.py)
+// it runs at ONNX Runtime's MLAS speed, which oneDNN 2.6's brgemm did not reach. It
+// takes the products whose B is one matrix for every batch (a MatMul/Gemm's
+// weights, marked by the plan's dispatch with attribute b_constant); the rest stay
+// with onednn:
+//   - B not a plan constant (direct calls, torch routing, activations, the inner GEMM
+//     of a Conv or attention): packing per call measured 1.1-9x slower than onednn;
+//   - one or two rows: matrix-vector products, cpu_blas's split is faster (as onednn);
+//   - a B per batch: nothing to pack ahead.
+class CpuPackedMatmul final : public Kernel {
+ public:
+  CpuPackedMatmul() : Kernel(packed_def()) {}
+  Support supports(const OpContext& ctx) const override {
+    if (!matmul::cpu_gemm_packed_available()) {
+      return Support::no(reason::kBackendUnavailable,
+                         "cpu_packed needs AVX-512F, which this CPU (or OS) lacks");
+    }
+    matmul::GemmLayout l;
+    Support s = matmul::read_gemm_layout(ctx, &l);
+    if (!s.ok) return s;
+    s = matmul::to_support(matmul::cpu_gemm_packed_rejection(matmul::shape_only_problem(l, false)));
+    if (!s.ok) return s;
+    if (ctx.attr_str(matmul::kBConstantAttr, "0") != "1") {
+      return Support::no(reason::kShapeUnsupported,
+                         "cpu_packed packs a plan's constant weights once; this B is not one (a "
+                         "direct call, an activation, a Conv's or attention's inner GEMM), and "
+                         "packing it per call does not pay: onednn reads it in place");
+    }
+    if (l.batch > 1 && l.b.bs != 0) {
+      return Support::no(reason::kShapeUnsupported,
+                         "cpu_packed: B differs per batch (batch " + std::to_string(l.batch) +
+                             "), so there is no weight to pack ahead: onednn runs it");
+    }
+    if (l.m >= 0 && l.m <= 2 && l.k > 0) {
+      return Support::no(reason::kShapeUnsupported,
+                         "cpu_packed: " + std::to_string(l.m) +
+                             " row(s): a matrix-vector product, faster on cpu_blas's split");
+    }
+    return Support::yes();
+  }
+  void run(KernelLaunch& launch) const override { cpu::run_gemm("cpu_packed", matmul::gemm_problem(launch)); }
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    return cpu::prepare_cpu_matmul(*this, "cpu_packed", pc);
+  }
+
+ private:
+  static KernelDef packed_def() {
+    KernelDef d = cpu_matmul_def("cpu_packed", 40,
+                                 "ours: AVX-512F 6x64 micro-kernel on B packed once into 64-column "
+                                 "panels (a MatMul/Gemm's constant weights at session build, else "
+                                 "per call), A read in place, bias fused, threads over panels or row "
+                                 "blocks; float32");
+    d.dtypes = {DType::kFloat32};
+    return d;
+  }
+};
+
 }  // namespace
 
 void register_cpu_matmul_kernels(KernelRegistry& registry) {
+  registry.register_kernel(std::make_shared<CpuPackedMatmul>(), /*replace=*/true);
   registry.register_kernel(std::make_shared<CpuOnednnMatmul>(), /*replace=*/true);
   registry.register_kernel(std::make_shared<CpuBlasMatmul>(), /*replace=*/true);
   registry.register_kernel(std::make_shared<CpuBlockedMatmul>(), /*replace=*/true);

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/matmul/cpu_gemm_packed.h"
 #include "backends/cpu/onednn/onednn_context.h"
 #include "backends/cpu/onednn/onednn_gemm.h"
 #include "backends/cpu/ops/elementwise.h"
@@ -293,6 +294,9 @@ const std::vector<std::string>& gemm_kernel_names() {
     std::vector<std::string> v;
     if (onednn::onednn_available()) v.push_back("onednn");
     if (matmul::cpu_blas_available()) v.push_back("cpu_blas");
+    // After onednn and cpu_blas: front() is the GEMM of a Conv or attention built
+    // outside a plan compile, whose B is made per call (cpu_packed would pack it each time).
+    if (matmul::cpu_gemm_packed_available()) v.push_back("cpu_packed");
     v.push_back("cpu_blocked");
     return v;
   }();
@@ -306,6 +310,12 @@ void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
   // the cpu_blas path below, which handles every problem, so a plan pinned to
   // onednn never fails on a layout; the registry's supports() gives the reason.
   if (kernel == "onednn" && try_onednn_gemm(p)) return;
+  // cpu_packed threads itself over our pool (panels or row blocks); a problem it
+  // cannot run (not float32, C columns strided, no AVX-512F) takes cpu_blocked.
+  if (kernel == "cpu_packed" && !matmul::cpu_gemm_packed_rejection(p)) {
+    matmul::cpu_gemm_packed(p);
+    return;
+  }
   if (kernel == "cpu_blas" || (kernel == "onednn" && matmul::cpu_blas_available())) {
     // OpenBLAS single-threaded inside each piece of our pool's split: its own
     // threads spin after every call and, at one thread per core, would fight our
@@ -315,13 +325,14 @@ void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
     split_gemm(p, [](const matmul::GemmProblem& q) {
       if (!blas_gemv(q)) matmul::cpu_gemm_blas(q);
     });
-  } else if (kernel == "cpu_blocked" || kernel == "onednn") {
+  } else if (kernel == "cpu_blocked" || kernel == "onednn" || kernel == "cpu_packed") {
     split_gemm(p, [](const matmul::GemmProblem& q) {
       if (!blocked_gemv(q)) matmul::cpu_gemm_blocked(q, 1);
     });
   } else {
     XRT_THROW(UnsupportedOperationError, "matmul kernel '", kernel,
-              "' cannot run inside a CPU plan (CPU GEMM kernels: onednn, cpu_blas, cpu_blocked)");
+              "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_packed, onednn, cpu_blas, "
+              "cpu_blocked)");
   }
 }
 
@@ -334,7 +345,9 @@ namespace {
 // With the onednn GEMM, 2-D constant weights and static shapes, the weights may be
 // packed once here, when the session is built, into oneDNN's layout
 // (onednn_gemm.h: OnednnPackedWeights); problems reading exactly those bytes with
-// the shapes they were packed for run on the packed copy.
+// the shapes they were packed for run on the packed copy. With cpu_packed, 2-D
+// constant float32 weights are always packed here (matmul::PackedB, any row count:
+// the packing does not depend on M); every problem reading them runs on that copy.
 class OnnxMatmulPrepared final : public PreparedKernel {
  public:
   OnnxMatmulPrepared(std::string gemm, Node node, graph::HostTensor weights, const OpContext* ctx)
@@ -343,12 +356,22 @@ class OnnxMatmulPrepared final : public PreparedKernel {
         step_(MatmulStep::from_node(node_)),
         is_gemm_(node_.op_type == "Gemm"),
         weights_(std::move(weights)) {
-    if (gemm_ != "onednn" || !weights_.defined() || weights_.dtype != DType::kFloat32 ||
-        weights_.shape.size() != 2 || ctx == nullptr || ctx->inputs.size() < 2)
+    if ((gemm_ != "onednn" && gemm_ != "cpu_packed") || !weights_.defined() ||
+        weights_.dtype != DType::kFloat32 || weights_.shape.size() != 2 || ctx == nullptr ||
+        ctx->inputs.size() < 2)
       return;
-    if (std::optional<matmul::GemmProblem> p = problem_at_prepare(*ctx)) {
+    std::optional<matmul::GemmProblem> p = problem_at_prepare(*ctx);
+    if (!p) return;
+    if (gemm_ == "onednn") {
       packed_ = OnednnPackedWeights::make(*p);
       if (packed_) first_ = [this](const matmul::GemmProblem& q) { return packed_->run(q); };
+    } else if (matmul::cpu_gemm_packed_available() && p->k > 0 && p->n > 0) {
+      packed_b_ = matmul::PackedB::pack(p->b, p->k, p->n);
+      first_ = [this](const matmul::GemmProblem& q) {
+        if (!packed_b_->serves(q) || matmul::cpu_gemm_packed_rejection(q)) return false;
+        matmul::cpu_gemm_packed_run(q, *packed_b_);
+        return true;
+      };
     }
   }
 
@@ -370,7 +393,9 @@ class OnnxMatmulPrepared final : public PreparedKernel {
     constexpr int64_t kNominalRows = 128;
     const Shape& a = ctx.inputs[0].shape;
     const Shape& b = weights_.shape;
-    if (ctx.inputs[1].shape != b) return std::nullopt;
+    // The matmul context sees B as K×N: a Gemm's transB weights (N×K) by strides.
+    const bool b_transposed = is_gemm_ && step_.attrs.trans_b;
+    if (b.size() != 2 || ctx.inputs[1].shape != (b_transposed ? Shape{b[1], b[0]} : b)) return std::nullopt;
     bool a_known = !a.empty();
     for (int64_t d : a) a_known = a_known && d > 0;
     matmul::GemmProblem p;
@@ -408,6 +433,7 @@ class OnnxMatmulPrepared final : public PreparedKernel {
   bool is_gemm_;
   graph::HostTensor weights_;  // the constant B (its address identifies it at run)
   std::shared_ptr<const OnednnPackedWeights> packed_;
+  std::shared_ptr<const matmul::PackedB> packed_b_;  // cpu_packed's copy of the weights
   GemmFirst first_;
 };
 
