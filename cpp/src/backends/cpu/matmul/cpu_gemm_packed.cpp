@@ -129,8 +129,12 @@ void run_block(const float *a, int64_t lda, const PackedB &pb, float *c, int64_t
         }
         const float *bp = pb.panel(pj) + k0 * kPackedNr;
         const float *bias_p = bias ? bias + col : nullptr;
-        for (int64_t i0 = m0; i0 < m1; i0 += kPackedMr) {
-          const int64_t rows = std::min(kPackedMr, m1 - i0);
+        for (int64_t i0 = m0, rows = 0; i0 < m1; i0 += rows) {
+          // 1-3 rows left after the last full tile: the last 7-9 rows run as two tiles of
+          // 4-5 instead (a 1-2 row tile reads the panel block at 3-6x the bytes per FMA of
+          // a full one, more than L2 feeds).
+          const int64_t left = m1 - i0;
+          rows = left > kPackedMr && left < kPackedMr + 4 ? (left + 1) / 2 : std::min(kPackedMr, left);
           float *ct = c + i0 * ldc + col;
           kTiles[rows](kc, a + i0 * lda + k0, lda, bp, ct, ldc, bias_p, k0 > 0, mask);
           if (last) activate_tile(act, ct, ldc, rows, cols);
