@@ -408,3 +408,39 @@ def test_channel_shuffle_read_elsewhere_stays_nchw() -> None:
     transposes = [s["name"] for s in sess.plan.steps if s["op_type"] == "Transpose"]
     # The model's own 5-D Transpose runs as written (its input is returned too).
     assert any(t.startswith("Transpose_") and not t.endswith("_nhwc") for t in transposes), transposes
+
+
+@pytest.mark.parametrize(
+    "kernel,stride,pad,act,residual",
+    [
+        (3, 2, 0, "Gelu", False),  # Wav2Vec2's layers: two GEMMs, the second accumulating
+        (2, 2, 0, "Relu", False),  # kernel = stride: one plain GEMM
+        (3, 1, 1, None, True),  # Whisper-like, padded, with a fused residual
+        (5, 2, 2, "Sigmoid", False),  # three chunks, padding on both sides
+        (4, 3, 1, None, False),  # taps not a multiple of the stride
+    ],
+)
+def test_wide_conv1d_runs_as_gemms_on_the_activations(
+    kernel: int, stride: int, pad: int, act: str | None, residual: bool
+) -> None:
+    """A channels-last Conv1d with >= 256 input channels and constant weights runs as
+    GEMMs over strided views of the input (onednn_conv1d_gemm.h)."""
+    b = Builder(30 + kernel + stride)
+    c = 256
+    y = b.conv("X", c, c, 1, rank=1)  # into channels-last
+    w = b.const(_w(b.rng, c, c, kernel))
+    ins = [y, w, b.const(b.rng.standard_normal(c).astype(np.float32) * 0.1)]
+    z = b.op("Conv", ins, kernel_shape=[kernel], strides=[stride], pads=[pad, pad])[0]
+    if residual:
+        z = b.op("Add", [z, y])[0]
+    if act == "Gelu":  # the decomposed erf form torch exports below opset 20
+        h = b.op("Div", [z, b.const(np.array(np.sqrt(2.0), np.float32))])[0]
+        h = b.op("Add", [b.op("Erf", [h])[0], b.const(np.array(1.0, np.float32))])[0]
+        z = b.op("Mul", [b.op("Mul", [z, h])[0], b.const(np.array(0.5, np.float32))])[0]
+    elif act:
+        z = b.op(act, [z])[0]
+    z = b.conv(z, c, 64, 1, rank=1)
+    model = b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, c, 50])], [out(z, 3)])
+    for seed in (1, 2):
+        sess = compare(model, {"X": _rng(seed).standard_normal((2, c, 50)).astype(np.float32)})
+    assert [s["op_type"] for s in sess.plan.steps].count("NhwcConv") == 3

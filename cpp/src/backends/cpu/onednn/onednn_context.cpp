@@ -2,6 +2,11 @@
 
 #ifdef XRT_HAVE_ONEDNN
 #include <omp.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "xpuruntime/error.h"
 #endif
 
 namespace xpuruntime::cpu::onednn {
@@ -25,6 +30,23 @@ const dnnl::engine& cpu_engine() {
 dnnl::stream& thread_stream() {
   thread_local dnnl::stream s(cpu_engine());
   return s;
+}
+
+void* thread_buffer(int slot, std::size_t bytes) {
+  struct Buf {
+    std::unique_ptr<void, decltype(&std::free)> p{nullptr, &std::free};
+    std::size_t size = 0;
+  };
+  thread_local Buf bufs[4];
+  Buf& b = bufs[slot];
+  if (b.size < bytes) {
+    const std::size_t n = (bytes + 63) / 64 * 64;
+    b.p.reset(std::aligned_alloc(64, n));
+    XRT_CHECK(b.p != nullptr, OutOfMemoryError, "onednn: cannot allocate ", n,
+              " bytes of per-thread scratch");
+    b.size = n;
+  }
+  return b.p.get();
 }
 
 OmpThreads::OmpThreads(int threads) : previous_(omp_get_max_threads()) {

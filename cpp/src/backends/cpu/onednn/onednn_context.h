@@ -34,6 +34,11 @@ const dnnl::engine& cpu_engine();
 // This thread's stream on cpu_engine() (a oneDNN stream is not thread-safe).
 dnnl::stream& thread_stream();
 
+// This thread's 64-byte aligned buffer number `slot` (0-3: a run's reordered src,
+// dst and weights, and a primitive's scratchpad), grown to at least `bytes` and
+// reused across steps. Throws OutOfMemoryError.
+void* thread_buffer(int slot, std::size_t bytes);
+
 // While alive, OpenMP regions started on this thread use `threads` threads; the
 // destructor restores the previous count. threads <= 0 changes nothing.
 class OmpThreads {
