@@ -1,9 +1,10 @@
 """The compiler's channels-last layout pass (cpp/src/graph/layout_channels_last.cpp).
 
 Convolutional graphs built here (Conv 1-D/2-D/3-D, a squeeze-excitation block, a
-residual, Concat, Split, an unfolded BatchNormalization, pooling, elementwise ops with
-constants of every broadcast rank, a Transpose pair around a LayerNormalization, Shape,
-graph outputs read in both layouts) run through the native engine with the default
+residual, Concat, Split, Slice, ShuffleNet's channel shuffle, ReduceMean over H and W, an
+unfolded BatchNormalization, pooling, elementwise ops with constants of every broadcast
+rank, a Transpose pair around a LayerNormalization, Shape, graph outputs read in both
+layouts, wide Conv1d layers run as GEMMs) run through the native engine with the default
 policy, where the pass moves them to channels-last, and are compared with ONNX
 Runtime on fresh random inputs (tolerance 1e-4 relative to the output's magnitude).
 These small graphs ask for the layout with ``KernelPolicy(conv_nhwc="onednn")``; by
