@@ -164,6 +164,23 @@ parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) XRT_ISA_LAMBD
       const double inv = 1.0 / std::sqrt(var + eps);
       using C = typename N::C;
       const C m = static_cast<C>(mean), iv = static_cast<C>(inv);
+      if constexpr (std::is_same_v<T, float>) {
+        if (sn == len && (pb == nullptr || bn == len)) {
+          // The common case (scale and bias over the whole row) as loops the compiler
+          // vectorizes: no per-element modulo or bias test (2.3x ONNX Runtime's time
+          // on Swin's and ConvNeXt's LayerNorms before).
+          if (pb != nullptr) {
+  #pragma omp simd
+            for (int64_t i = 0; i < len; ++i) yr[i] = (xr[i] - m) * iv * ps[i] + pb[i];
+          } else {
+  #pragma omp simd
+            for (int64_t i = 0; i < len; ++i) yr[i] = (xr[i] - m) * iv * ps[i];
+          }
+          if (mean_out) store_stat(*mean_out, r, mean);
+          if (inv_out) store_stat(*inv_out, r, inv);
+          continue;
+        }
+      }
       for (int64_t i = 0; i < len; ++i) {
         C v = (N::load(xr[i]) - m) * iv * N::load(ps[sn == len ? i : i % sn]);
         if (pb) v += N::load(pb[bn == len ? i : i % bn]);
