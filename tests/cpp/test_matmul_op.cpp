@@ -168,14 +168,16 @@ TEST(MatmulOp, CpuKernelsAreRegisteredWithMetadata) {
   KernelRegistry registry;
   register_cpu_matmul_kernels(registry);
   auto ks = registry.kernels(kOpKey);
-  ASSERT_GE(ks.size(), 3u);
-  EXPECT_EQ(ks[0]->def().name, "onednn");  // priority 30, then cpu_blas 20, cpu_blocked 10
-  EXPECT_EQ(ks[1]->def().name, "cpu_blas");
-  EXPECT_EQ(ks[2]->def().name, "cpu_blocked");
+  ASSERT_GE(ks.size(), 4u);
+  // priority 40, then onednn 30, cpu_blas 20, cpu_blocked 10
+  EXPECT_EQ(ks[0]->def().name, "cpu_packed");
+  EXPECT_EQ(ks[1]->def().name, "onednn");
+  EXPECT_EQ(ks[2]->def().name, "cpu_blas");
+  EXPECT_EQ(ks[3]->def().name, "cpu_blocked");
   OpContext c = ctx_of({spec({3, 4}), spec({4, 6})}, spec({3, 6}));
-  EXPECT_TRUE(KernelRegistry::check(*ks[2], c).ok);
+  EXPECT_TRUE(KernelRegistry::check(*ks[3], c).ok);
   c.device = Device::cuda(0);
-  EXPECT_EQ(KernelRegistry::check(*ks[2], c).reason_code, reason::kDeviceMismatch);
+  EXPECT_EQ(KernelRegistry::check(*ks[3], c).reason_code, reason::kDeviceMismatch);
 }
 
 TEST(MatmulCall, DispatchesRecordsAndReusesTheChoice) {
