@@ -259,6 +259,7 @@ def _attention_model(
     cast_after_softmax: bool = False,
     scores_output: bool = False,
     sk: int = S,
+    nan_guard: float | None = None,
 ) -> onnx.ModelProto:
     """Q from `q` ([B, H, S, D], or [B, S, H, D] transposed in with q_layout='bshd'),
     Kᵀ from `k` through a Transpose (or `kt` given transposed), V from `v`."""
@@ -326,6 +327,11 @@ def _attention_model(
     if cast_after_softmax:
         nodes.append(helper.make_node("Cast", ["p"], ["pc"], to=F))
         p = "pc"
+    if nan_guard is not None:  # torch's SDPA export: Where(IsNaN(P), 0, P)
+        nodes.append(_const("nan_fill", nan_guard))
+        nodes.append(helper.make_node("IsNaN", [p], ["p_nan"]))
+        nodes.append(helper.make_node("Where", ["p_nan", "nan_fill", p], ["pg"]))
+        p = "pg"
     nodes.append(helper.make_node("MatMul", [p, v], ["o"]))
     nodes.append(helper.make_node("Transpose", ["o"], ["out"], perm=[0, 2, 1, 3]))
     outputs = {"out": [B, S, H, D]}
@@ -361,6 +367,7 @@ def _attention_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         ({"mask": "causal_constant", "cast_after_softmax": True}, True, False),
         ({"scale": "sdpa"}, False, False),
         ({"kt_source": "input", "softmax_axis": 3, "scale": "none"}, False, False),
+        ({"scale": "sdpa", "mask": "additive", "nan_guard": 0.0}, False, True),
     ],
     ids=[
         "plain",
@@ -371,6 +378,7 @@ def _attention_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         "gpt2_like",
         "sdpa_export",
         "kt_input",
+        "sdpa_nan_guard",
     ],
 )
 def test_attention_subgraph_is_fused(variant: dict[str, Any], causal: bool, masked: bool) -> None:
@@ -399,6 +407,7 @@ def test_attention_subgraph_is_fused(variant: dict[str, Any], causal: bool, mask
         {"scores_output": True},
         {"mask": "add_before_scale"},
         {"mask": "where_random"},
+        {"mask": "additive", "nan_guard": 1.0},
     ],
     ids=[
         "softmax_wrong_axis",
@@ -406,6 +415,7 @@ def test_attention_subgraph_is_fused(variant: dict[str, Any], causal: bool, mask
         "scores_read_elsewhere",
         "mask_before_scale",
         "where_not_causal",
+        "nan_guard_fills_one",
     ],
 )
 def test_attention_near_misses_are_not_fused(variant: dict[str, Any]) -> None:
@@ -413,6 +423,22 @@ def test_attention_near_misses_are_not_fused(variant: dict[str, Any]) -> None:
     sess, fusions = _run(model, _attention_feeds(model))
     assert "FusedAttention" not in _ops(sess)
     assert fusions == []
+
+
+def test_nan_guard_zeroes_fully_masked_rows_as_the_graph_does() -> None:
+    """SDPA's -inf mask hiding every key of batch 1: the softmax rows are NaN, the
+    Where(IsNaN) guard makes them 0, so batch 1's output is 0; one NaN score zeroes its
+    row too. Checked against ONNX Runtime on the unfused graph."""
+    model = _attention_model(scale="sdpa", mask="additive", nan_guard=0.0)
+    feeds = _attention_feeds(model)
+    feeds["mask"][1] = -np.inf
+    feeds["q"][0, 0, 1, 2] = np.nan  # batch 0, head 0, query 1
+    sess = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native")
+    assert "FusedAttention" in _ops(sess)
+    got = sess.run(feeds)["out"]
+    want = _reference(model).run(None, feeds)[0]
+    assert np.isnan(want).sum() == 0 and np.all(want[1] == 0) and np.all(want[0, 1, 0] == 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_fuse_false_leaves_the_patterns() -> None:

@@ -7,7 +7,10 @@
 //   S = Where(causal, S, fill) | Where(!causal, fill, S)   optional, constant condition
 //   S = Add(S, mask)                                  optional (a constant causal 0/-big
 //                                                     mask becomes is_causal instead)
-//   Y = MatMul(Softmax(S, axis=-1) [-> Cast to its own dtype], V)
+//   P = Softmax(S, axis=-1) [-> Cast to its own dtype]
+//   P = Where(IsNaN(P), 0, P)                         optional (torch's SDPA export):
+//                                                     the node's nan_rows_zero
+//   Y = MatMul(P, V)
 //
 // Q, Kᵀ, V rank 4 with equal batch and head dims (no broadcasting). K is handed to the
 // node untransposed: Kᵀ's Transpose gets the permutation that yields K (or goes away
@@ -37,6 +40,7 @@ struct AttnMatch {
   int kt_transpose = -1;  // the Transpose node producing Kᵀ (rewritten), or -1
   double scale = 1.0;
   bool causal = false;
+  bool nan_rows_zero = false;
   std::vector<int> nodes;  // nodes the fused node replaces
   std::string pattern;
 };
@@ -207,6 +211,28 @@ std::optional<AttnMatch> match(const Graph& g, const Consumers& cons, int sm_ind
     k = only_consumer(g, cons, p);
     cast = true;
   }
+  // Where(IsNaN(P), 0, P): P read by exactly those two nodes.
+  if (k < 0 && !is_output(g, p) && cons[p].size() == 2) {
+    int isnan = -1, where = -1;
+    for (int c : cons[p]) {
+      if (g.nodes[c].op_type == "IsNaN") isnan = c;
+      if (g.nodes[c].op_type == "Where") where = c;
+    }
+    if (isnan >= 0 && where >= 0) {
+      const Node& w = g.nodes[where];
+      const int flags = g.nodes[isnan].outputs[0];
+      const std::optional<double> zero = w.inputs.size() == 3 ? scalar_constant(g, w.inputs[1]) : std::nullopt;
+      if (w.inputs[0] == flags && w.inputs[2] == p && zero && *zero == 0.0 &&
+          only_consumer(g, cons, flags) == where && spec_of(g, w.outputs[0]) &&
+          spec_of(g, w.outputs[0])->shape == scores) {
+        m.nodes.push_back(isnan);
+        m.nodes.push_back(where);
+        m.nan_rows_zero = true;
+        p = w.outputs[0];
+        k = only_consumer(g, cons, p);
+      }
+    }
+  }
   if (k < 0 || !binary(g.nodes[k], "MatMul") || g.nodes[k].inputs[0] != p) return std::nullopt;
   m.v = g.nodes[k].inputs[1];
   const std::optional<TensorSpec> vs = spec_of(g, m.v);
@@ -222,7 +248,8 @@ std::optional<AttnMatch> match(const Graph& g, const Consumers& cons, int sm_ind
      << (m.q != mm.inputs[0] ? "Mul(Q)" : "Q") << ", "
      << (m.kt != mm.inputs[1] ? "Mul(K^T)" : "K^T") << ")";
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) os << " -> " << *it;
-  os << " -> Softmax(-1)" << (cast ? " -> Cast(same dtype)" : "") << " -> MatMul(V)";
+  os << " -> Softmax(-1)" << (cast ? " -> Cast(same dtype)" : "")
+     << (m.nan_rows_zero ? " -> Where(IsNaN, 0)" : "") << " -> MatMul(V)";
   m.pattern = os.str();
   return m;
 }
@@ -252,6 +279,7 @@ int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
     ops::AttentionAttrs attrs;
     attrs.scale = m->scale;
     attrs.causal = m->causal;
+    attrs.nan_rows_zero = m->nan_rows_zero;
     attrs.mask =
         m->mask >= 0 ? ops::AttentionAttrs::Mask::kAdditive : ops::AttentionAttrs::Mask::kNone;
     Candidate c;

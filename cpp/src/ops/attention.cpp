@@ -59,6 +59,7 @@ AttentionAttrs AttentionAttrs::from_node(const Node& n) {
   AttentionAttrs a;
   a.scale = n.attr_float("scale", 1.0);
   a.causal = n.attr_int("is_causal", 0) != 0;
+  a.nan_rows_zero = n.attr_int("nan_rows_zero", 0) != 0;
   const std::string m = n.attr_str("mask_kind", "none");
   if (m == "additive") {
     a.mask = Mask::kAdditive;
@@ -73,6 +74,7 @@ void AttentionAttrs::to_attrs(std::map<std::string, graph::Attr>& attrs) const {
   attrs["scale"] = graph::Attr::of_float(scale);
   attrs["is_causal"] = graph::Attr::of_int(causal ? 1 : 0);
   attrs["mask_kind"] = graph::Attr::of_string(mask_name(mask));
+  if (nan_rows_zero) attrs["nan_rows_zero"] = graph::Attr::of_int(1);
 }
 
 void register_attention_schemas(std::vector<OpSchema>& s) {

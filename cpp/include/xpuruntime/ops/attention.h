@@ -8,7 +8,9 @@
 // row-major per key (not transposed), the layout the flash_v2 kernel reads, so the
 // CUDA kernel runs the node as it is. Node attributes: scale (float), is_causal
 // (int: key j is hidden from query i when j > i; only with Sq == Sk) and mask_kind
-// ("none" | "additive"); the names are those flash_v2 reads from an OpContext. The
+// ("none" | "additive"), nan_rows_zero (int: a score row whose softmax is NaN - every key
+// masked with -inf, or a NaN score - gives zeros, as the Where(IsNaN(P), 0, P) guard of
+// torch's SDPA export computes); the names are those flash_v2 reads from an OpContext. The
 // mask has the query's dtype or float32 (what flash_v2 reads for 16-bit queries).
 #pragma once
 
@@ -24,6 +26,7 @@ struct AttentionAttrs {
   double scale = 1.0;
   bool causal = false;
   Mask mask = Mask::kNone;
+  bool nan_rows_zero = false;
 
   // Throws InvalidModelError naming the node for a mask_kind other than the two.
   static AttentionAttrs from_node(const graph::Node& n);

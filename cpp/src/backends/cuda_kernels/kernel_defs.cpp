@@ -80,6 +80,11 @@ class FlashAttention final : public Kernel {
     if (q.dtype != k.dtype || q.dtype != v.dtype) {
       return Support::no(reason::kDtypeUnsupported, "query, key and value have different dtypes");
     }
+    if (ctx.attr_int("nan_rows_zero", 0) != 0) {
+      return Support::no(reason::kAttributeUnsupported,
+                         "flash_v2 does not turn NaN softmax rows into zeros (nan_rows_zero, the "
+                         "Where(IsNaN) guard of torch's SDPA export)");
+    }
     if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
       return Support::no(reason::kDtypeUnsupported,
                          "CUDA kernels take float16/bfloat16, got " + std::string(dtype_name(q.dtype)));

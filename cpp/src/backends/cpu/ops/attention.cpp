@@ -38,6 +38,7 @@ struct Operands {
   int64_t ms[4];  // mask strides over [B, H, Sq, Sk] (0 along broadcast dims)
   float scale;
   bool causal;
+  bool nan_rows_zero;
 };
 
 // Scale, mask, causal cut and softmax of score row i of pair bh, in place: simple
@@ -65,6 +66,12 @@ inline void softmax_scores(const Operands& o, int64_t bh, int64_t i, float* row)
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < keys; ++j) sum += row[j];
+  if (o.nan_rows_zero && !(sum > 0.0f)) {
+    // Every key at -inf (sum 0) or a NaN score (sum NaN): the softmax row is NaN in
+    // the graph, which the Where(IsNaN(P), 0, P) guard turned into zeros.
+    std::fill(row, row + Sk, 0.0f);
+    return;
+  }
   const float inv = 1.0f / sum;
 #pragma omp simd
   for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
@@ -131,6 +138,7 @@ void attention_f32(const std::string& gemm, const ops::AttentionAttrs& a, const 
   o.H = q.shape[1], o.Sq = q.shape[2], o.D = q.shape[3], o.Sk = k.shape[2], o.Dv = v.shape[3];
   o.scale = static_cast<float>(a.scale);
   o.causal = a.causal;
+  o.nan_rows_zero = a.nan_rows_zero;
   const int64_t BH = q.shape[0] * o.H;
   if (BH == 0 || o.Sq == 0 || o.Dv == 0) return;
   if (in.size() > 3 && in[3].data != nullptr) {
