@@ -130,6 +130,17 @@ TEST(CpuGemmPackedServes, OnlyTheOperandItWasPackedFrom) {
   EXPECT_FALSE(packed->serves(p));
 }
 
+TEST(CpuGemmPackedServes, SharedCopyPerOperandWhileHeld) {
+  if (!cpu_gemm_packed_available()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  std::vector<float> b = rand_vec(16 * 16, 5);
+  auto one = PackedB::pack_shared(MatrixRef{b.data(), 16, 1, 0}, 16, 16);
+  auto two = PackedB::pack_shared(MatrixRef{b.data(), 16, 1, 0}, 16, 16);
+  EXPECT_EQ(one.get(), two.get());  // ALBERT's layers sharing one weight share one copy
+  auto transposed = PackedB::pack_shared(MatrixRef{b.data(), 1, 16, 0}, 16, 16);
+  EXPECT_NE(transposed.get(), one.get());
+  EXPECT_NE(transposed->panel(0)[1], one->panel(0)[1]);  // b[0][1] vs b[1][0]
+}
+
 TEST(CpuGemmPackedRejection, SaysWhy) {
   GemmProblem p;
   p.m = 4, p.k = 8, p.n = 16;

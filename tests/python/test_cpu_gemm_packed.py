@@ -136,6 +136,23 @@ def test_batched_matmul_with_a_shared_weight() -> None:
     _check(s.run({"X": x})["Y"], x.astype(np.float64) @ w.astype(np.float64) + bias, 96)
 
 
+def test_layers_sharing_one_weight() -> None:
+    """ALBERT's layers reuse each weight: the steps share one packed copy."""
+    rng = np.random.default_rng(9)
+    w, x = _rand(rng, (48, 48)) / 7, _rand(rng, (10, 48))
+    model = _model(
+        [helper.make_node("MatMul", ["X", "W"], ["h"]), helper.make_node("MatMul", ["h", "W"], ["Y"])],
+        [_vi("X", [10, 48])],
+        [_vi("Y", [10, 48])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    s = _session(model)
+    ds = _matmul_decisions(s)
+    assert len(ds) == 2 and all(d.chosen == PACKED for d in ds), [d.summary() for d in ds]
+    w64 = w.astype(np.float64)
+    _check(s.run({"X": x})["Y"], x.astype(np.float64) @ w64 @ w64, 48 * 48)
+
+
 def test_dynamic_rows_packed_once_run_at_several_shapes() -> None:
     rng = np.random.default_rng(4)
     w, bias = _rand(rng, (160, 72)), _rand(rng, (72,))

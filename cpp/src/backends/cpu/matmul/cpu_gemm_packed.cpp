@@ -15,8 +15,12 @@
 #include "backends/cpu/matmul/cpu_gemm_packed.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "backends/cpu/matmul/cpu_gemm_common.h"
@@ -43,7 +47,7 @@ using FloatBuffer = std::unique_ptr<float[], PackedB::Free>;
 FloatBuffer alloc_floats(int64_t count) {
   const std::size_t bytes =
       (static_cast<std::size_t>(std::max<int64_t>(count, 1)) * sizeof(float) + 63) / 64 * 64;
-  auto *p = static_cast<float *>(std::aligned_alloc(64, bytes));
+  auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
   XRT_CHECK(p != nullptr, OutOfMemoryError, "cpu_packed: allocation of ", bytes, " bytes failed");
   return FloatBuffer(p);
 }
@@ -57,9 +61,9 @@ FloatBuffer alloc_floats(int64_t count) {
 // multiple of 64). accumulate: add to C (a later K block); else start from bias
 // (or zero).
 template <int R>
-__attribute__((target("avx512f"))) void tile(int64_t kc, const float *a, int64_t lda, const float *b,
-                                             float *c, int64_t ldc, const float *bias, bool accumulate,
-                                             const __mmask16 *mask) {
+__attribute__((target("avx512f"))) void tile(int64_t kc, const float* a, int64_t lda, const float* b,
+                                             float* c, int64_t ldc, const float* bias, bool accumulate,
+                                             const __mmask16* mask) {
   __m512 acc[R][4];
   if (accumulate) {
 #pragma GCC unroll 6
@@ -74,11 +78,11 @@ __attribute__((target("avx512f"))) void tile(int64_t kc, const float *a, int64_t
       for (int i = 0; i < R; ++i) acc[i][j] = v;
     }
   }
-  const float *ar[R];
+  const float* ar[R];
 #pragma GCC unroll 6
   for (int i = 0; i < R; ++i) ar[i] = a + i * lda;
   for (int64_t k = 0; k < kc; ++k) {
-    const float *bk = b + k * kPackedNr;
+    const float* bk = b + k * kPackedNr;
     const __m512 b0 = _mm512_load_ps(bk), b1 = _mm512_load_ps(bk + 16);
     const __m512 b2 = _mm512_load_ps(bk + 32), b3 = _mm512_load_ps(bk + 48);
 #pragma GCC unroll 6
@@ -96,20 +100,20 @@ __attribute__((target("avx512f"))) void tile(int64_t kc, const float *a, int64_t
     for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(c + i * ldc + 16 * j, mask[j], acc[i][j]);
 }
 
-using TileFn = void (*)(int64_t, const float *, int64_t, const float *, float *, int64_t, const float *, bool,
-                        const __mmask16 *);
+using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, const float*, bool,
+                        const __mmask16*);
 constexpr TileFn kTiles[kPackedMr + 1] = {nullptr,  &tile<1>, &tile<2>, &tile<3>,
                                           &tile<4>, &tile<5>, &tile<6>};
 
 // Relu / GELU on a finished tile (still in L1). Relu keeps NaN, as ONNX Relu.
-void activate_tile(Activation act, float *c, int64_t ldc, int64_t rows, int64_t cols) {
+void activate_tile(Activation act, float* c, int64_t ldc, int64_t rows, int64_t cols) {
   if (act == Activation::kNone) return;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = activate(c[i * ldc + j], act);
 }
 
 // The product of rows [r0, r1) and panels [p0, p1) of one batch.
-void run_block(const float *a, int64_t lda, const PackedB &pb, float *c, int64_t ldc, const float *bias,
+void run_block(const float* a, int64_t lda, const PackedB& pb, float* c, int64_t ldc, const float* bias,
                Activation act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t k = pb.k(), n = pb.n();
   // K in equal blocks of at most kPackedKc (K 1536: two of 768, not 1024 +
@@ -127,15 +131,15 @@ void run_block(const float *a, int64_t lda, const PackedB &pb, float *c, int64_t
           const int64_t live = std::clamp<int64_t>(cols - 16 * j, 0, 16);
           mask[j] = static_cast<__mmask16>((1u << live) - 1u);
         }
-        const float *bp = pb.panel(pj) + k0 * kPackedNr;
-        const float *bias_p = bias ? bias + col : nullptr;
+        const float* bp = pb.panel(pj) + k0 * kPackedNr;
+        const float* bias_p = bias ? bias + col : nullptr;
         for (int64_t i0 = m0, rows = 0; i0 < m1; i0 += rows) {
           // 1-3 rows left after the last full tile: the last 7-9 rows run as two tiles of
           // 4-5 instead (a 1-2 row tile reads the panel block at 3-6x the bytes per FMA of
           // a full one, more than L2 feeds).
           const int64_t left = m1 - i0;
           rows = left > kPackedMr && left < kPackedMr + 4 ? (left + 1) / 2 : std::min(kPackedMr, left);
-          float *ct = c + i0 * ldc + col;
+          float* ct = c + i0 * ldc + col;
           kTiles[rows](kc, a + i0 * lda + k0, lda, bp, ct, ldc, bias_p, k0 > 0, mask);
           if (last) activate_tile(act, ct, ldc, rows, cols);
         }
@@ -148,7 +152,7 @@ void run_block(const float *a, int64_t lda, const PackedB &pb, float *c, int64_t
 
 }  // namespace
 
-void PackedB::Free::operator()(float *p) const noexcept { std::free(p); }
+void PackedB::Free::operator()(float* p) const noexcept { std::free(p); }
 
 bool cpu_gemm_packed_available() {
 #ifdef XRT_PACKED_X86
@@ -158,7 +162,7 @@ bool cpu_gemm_packed_available() {
 #endif
 }
 
-GemmRejection cpu_gemm_packed_rejection(const GemmProblem &p) {
+GemmRejection cpu_gemm_packed_rejection(const GemmProblem& p) {
   using Kind = GemmRejection::Kind;
   if (!cpu_gemm_packed_available())
     return {Kind::kShape,
@@ -177,7 +181,7 @@ GemmRejection cpu_gemm_packed_rejection(const GemmProblem &p) {
   return {};
 }
 
-std::shared_ptr<const PackedB> PackedB::pack(const MatrixRef &b, int64_t k, int64_t n) {
+std::shared_ptr<const PackedB> PackedB::pack(const MatrixRef& b, int64_t k, int64_t n) {
   XRT_CHECK(k >= 1 && n >= 1 && b.data != nullptr, InvalidArgumentError, "cpu_packed: cannot pack a ", k, "x",
             n, " operand", b.data ? "" : " without data", "; K and N must be at least 1");
   XRT_CHECK(cpu_gemm_packed_available(), BackendUnavailableError,
@@ -185,15 +189,15 @@ std::shared_ptr<const PackedB> PackedB::pack(const MatrixRef &b, int64_t k, int6
             "cpu_blocked or onednn");
   const int64_t panels = (n + kPackedNr - 1) / kPackedNr;
   FloatBuffer buf = alloc_floats(panels * k * kPackedNr);
-  const float *src = static_cast<const float *>(b.data);
-  float *dst = buf.get();
+  const float* src = static_cast<const float*>(b.data);
+  float* dst = buf.get();
   // Panel-major, then k, then the panel's 64 columns; columns past N are zero
   // so the micro-kernel never branches on them (their results are masked off).
   for (int64_t pj = 0; pj < panels; ++pj) {
     const int64_t col = pj * kPackedNr, cols = std::min(kPackedNr, n - col);
     for (int64_t kk = 0; kk < k; ++kk) {
-      float *row = dst + (pj * k + kk) * kPackedNr;
-      const float *s = src + kk * b.rs + col * b.cs;
+      float* row = dst + (pj * k + kk) * kPackedNr;
+      const float* s = src + kk * b.rs + col * b.cs;
       if (b.cs == 1)
         std::memcpy(row, s, static_cast<std::size_t>(cols) * sizeof(float));
       else
@@ -204,12 +208,27 @@ std::shared_ptr<const PackedB> PackedB::pack(const MatrixRef &b, int64_t k, int6
   return std::make_shared<const PackedB>(std::move(buf), b, k, n);
 }
 
-bool PackedB::serves(const GemmProblem &p) const {
+std::shared_ptr<const PackedB> PackedB::pack_shared(const MatrixRef& b, int64_t k, int64_t n) {
+  using Key = std::array<int64_t, 5>;
+  static std::mutex mu;
+  static std::map<Key, std::weak_ptr<const PackedB>> cache;
+  const Key key{static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(b.data)), b.rs, b.cs, k, n};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) {
+    if (std::shared_ptr<const PackedB> hit = it->second.lock()) return hit;
+  }
+  std::erase_if(cache, [](const auto& e) { return e.second.expired(); });
+  std::shared_ptr<const PackedB> packed = pack(b, k, n);
+  cache[key] = packed;
+  return packed;
+}
+
+bool PackedB::serves(const GemmProblem& p) const {
   return p.dtype == DType::kFloat32 && p.b.data == src_.data && p.k == k_ && p.n == n_ &&
          (p.batch <= 1 || p.b.bs == 0) && (k_ == 1 || p.b.rs == src_.rs) && (n_ == 1 || p.b.cs == src_.cs);
 }
 
-void cpu_gemm_packed_run(const GemmProblem &p, const PackedB &packed) {
+void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed) {
   if (GemmRejection r = cpu_gemm_packed_rejection(p)) XRT_THROW(InvalidArgumentError, r.detail);
   XRT_CHECK(p.k == packed.k() && p.n == packed.n(), InvalidArgumentError, "cpu_packed: the problem is ", p.m,
             "x", p.k, "x", p.n, " but B was packed as ", packed.k(), "x", packed.n());
@@ -218,7 +237,7 @@ void cpu_gemm_packed_run(const GemmProblem &p, const PackedB &packed) {
   // A read in place needs contiguous rows; otherwise (a Gemm's transA) a
   // row-major copy.
   FloatBuffer a_copy;
-  const float *a = static_cast<const float *>(p.a.data);
+  const float* a = static_cast<const float*>(p.a.data);
   int64_t lda = p.a.rs, a_bs = p.a.bs;
   if (p.a.cs != 1 && p.k > 1) {
     a_copy = alloc_floats(p.batch * p.m * p.k);
@@ -230,8 +249,8 @@ void cpu_gemm_packed_run(const GemmProblem &p, const PackedB &packed) {
     lda = p.k;
     a_bs = p.m * p.k;
   }
-  float *c = static_cast<float *>(p.c);
-  const float *bias = static_cast<const float *>(p.bias);
+  float* c = static_cast<float*>(p.c);
+  const float* bias = static_cast<const float*>(p.bias);
   // Batches whose rows follow each other in A and C are one taller problem.
   int64_t batches = p.batch, m = p.m;
   if (p.batch > 1 && a_bs == p.m * lda && p.c_bs == p.m * p.c_rs) {
@@ -245,8 +264,8 @@ void cpu_gemm_packed_run(const GemmProblem &p, const PackedB &packed) {
   const bool by_rows = threads > 1 && (m >= 512 || panels < 2 * threads) && m >= 2 * kPackedMr;
   const int64_t units = by_rows ? (m + kPackedMr * 4 - 1) / (kPackedMr * 4) : panels;
   for (int64_t bi = 0; bi < batches; ++bi) {
-    const float *ab = a + bi * a_bs;
-    float *cb = c + bi * p.c_bs;
+    const float* ab = a + bi * a_bs;
+    float* cb = c + bi * p.c_bs;
     // One equal part per thread (measured: 12 panels in the pool's 8 uneven
     // chunks ran 10-15% slower, one thread finishing a 2-panel chunk while the
     // other waited).
@@ -265,13 +284,13 @@ void cpu_gemm_packed_run(const GemmProblem &p, const PackedB &packed) {
 #endif
 }
 
-void cpu_gemm_packed(const GemmProblem &p) {
+void cpu_gemm_packed(const GemmProblem& p) {
   if (GemmRejection r = cpu_gemm_packed_rejection(p)) XRT_THROW(InvalidArgumentError, r.detail);
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   if (p.k == 0) {
     // Nothing to multiply: C is the bias (or zero), activated.
-    float *c = static_cast<float *>(p.c);
-    const float *bias = static_cast<const float *>(p.bias);
+    float* c = static_cast<float*>(p.c);
+    const float* bias = static_cast<const float*>(p.bias);
     for (int64_t bi = 0; bi < p.batch; ++bi)
       for (int64_t i = 0; i < p.m; ++i)
         for (int64_t j = 0; j < p.n; ++j)
@@ -287,9 +306,9 @@ void cpu_gemm_packed(const GemmProblem &p) {
   for (int64_t bi = 0; bi < p.batch; ++bi) {
     GemmProblem q = p;
     q.batch = 1;
-    q.a.data = static_cast<const char *>(p.a.data) + bi * p.a.bs * es;
-    q.b.data = static_cast<const char *>(p.b.data) + bi * p.b.bs * es;
-    q.c = static_cast<char *>(p.c) + bi * p.c_bs * es;
+    q.a.data = static_cast<const char*>(p.a.data) + bi * p.a.bs * es;
+    q.b.data = static_cast<const char*>(p.b.data) + bi * p.b.bs * es;
+    q.c = static_cast<char*>(p.c) + bi * p.c_bs * es;
     cpu_gemm_packed_run(q, *PackedB::pack(q.b, q.k, q.n));
   }
 }

@@ -39,28 +39,34 @@ bool cpu_gemm_packed_available();
 // dtype other than float32, the row-sums epilogue, or C without contiguous rows
 // (c_cs != 1). Shape preferences (which kernel is faster where) are the
 // registry's, not this.
-GemmRejection cpu_gemm_packed_rejection(const GemmProblem &p);
+GemmRejection cpu_gemm_packed_rejection(const GemmProblem& p);
 
 // A K×N float32 operand packed into kPackedNr-column panels.
 class PackedB {
  public:
   // Packs b (K×N with b's rs/cs; bs ignored). Throws InvalidArgumentError for
   // k or n < 1 or a null pointer, BackendUnavailableError without AVX-512F.
-  static std::shared_ptr<const PackedB> pack(const MatrixRef &b, int64_t k, int64_t n);
+  static std::shared_ptr<const PackedB> pack(const MatrixRef& b, int64_t k, int64_t n);
+  // pack(), but one copy per operand (address, strides, K, N) while any holder keeps
+  // it: ALBERT's 12 layers share each weight, and 12 packed copies (340 MB instead of
+  // 28) cannot stay in L3 as the shared plain weights do. Only for operands whose
+  // bytes never change while a holder of the copy keeps them alive (a plan's
+  // constants, held by the same prepared step). Thread-safe.
+  static std::shared_ptr<const PackedB> pack_shared(const MatrixRef& b, int64_t k, int64_t n);
 
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
   std::size_t bytes() const { return static_cast<std::size_t>(panels() * k_ * kPackedNr) * sizeof(float); }
   int64_t panels() const { return (n_ + kPackedNr - 1) / kPackedNr; }
-  const float *panel(int64_t j) const { return data_.get() + j * k_ * kPackedNr; }
+  const float* panel(int64_t j) const { return data_.get() + j * k_ * kPackedNr; }
   // True when p's B is the operand this was packed from (same address, strides,
   // K and N, shared by every batch): p may then run on this copy.
-  bool serves(const GemmProblem &p) const;
+  bool serves(const GemmProblem& p) const;
 
   struct Free {
-    void operator()(float *p) const noexcept;
+    void operator()(float* p) const noexcept;
   };
-  PackedB(std::unique_ptr<float[], Free> data, const MatrixRef &src, int64_t k, int64_t n)
+  PackedB(std::unique_ptr<float[], Free> data, const MatrixRef& src, int64_t k, int64_t n)
       : data_(std::move(data)), src_(src), k_(k), n_(n) {}
 
  private:
@@ -72,9 +78,9 @@ class PackedB {
 // Runs p (float32, C rows contiguous) against packed: p.b is not read, every
 // batch uses packed as its B. Throws InvalidArgumentError when p cannot run
 // (cpu_gemm_packed_rejection) or K/N differ from packed's.
-void cpu_gemm_packed_run(const GemmProblem &p, const PackedB &packed);
+void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed);
 
 // Runs p, packing its B per call (per batch when B differs between batches).
-void cpu_gemm_packed(const GemmProblem &p);
+void cpu_gemm_packed(const GemmProblem& p);
 
 }  // namespace xpuruntime::matmul

@@ -366,7 +366,7 @@ class OnnxMatmulPrepared final : public PreparedKernel {
       packed_ = OnednnPackedWeights::make(*p);
       if (packed_) first_ = [this](const matmul::GemmProblem& q) { return packed_->run(q); };
     } else if (matmul::cpu_gemm_packed_available() && p->k > 0 && p->n > 0) {
-      packed_b_ = matmul::PackedB::pack(p->b, p->k, p->n);
+      packed_b_ = matmul::PackedB::pack_shared(p->b, p->k, p->n);  // weights_ keeps the bytes
       first_ = [this](const matmul::GemmProblem& q) {
         if (!packed_b_->serves(q) || matmul::cpu_gemm_packed_rejection(q)) return false;
         matmul::cpu_gemm_packed_run(q, *packed_b_);
