@@ -76,7 +76,8 @@ void register_unary_ops(std::vector<OpDef>& defs) {
     d.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
       const auto* x = in[0].ptr<const uint8_t>();
       auto* y = out[0].ptr<uint8_t>();
-      for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = x[i] ? 0 : 1;
+      const int64_t n = in[0].numel();  // once: numel() multiplies the dims
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] == 0;
     };
     defs.push_back(std::move(d));
   }
