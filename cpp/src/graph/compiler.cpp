@@ -203,6 +203,10 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   };
   log("constant folding (nodes folded)", passes::infer_and_fold(g, opt.fold_constants));
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
+  // With the folding: both simplify the graph as written (fold_constants=False keeps it).
+  if (opt.fold_constants)
+    log("common-subexpression elimination (nodes merged)",
+        passes::eliminate_common_subexpressions(g));
   // Fusions run where the options ask for them and the provider says they pay.
   const FusionSupport pays = provider->fusions();
   // BatchNormalization folds into the weights in fp32, before the precision pass

@@ -50,6 +50,9 @@ int to_channels_last(Graph& g, const ExecutionProvider& provider, const KernelPo
 int lower_precision(Graph& g, DType to);
 // Removes nodes whose outputs no graph output needs.
 int eliminate_dead_code(Graph& g);
+// Nodes computing what an earlier node computes (same op, attributes, inputs) are
+// dropped, their readers rewired (cse.cpp); returns the nodes merged.
+int eliminate_common_subexpressions(Graph& g);
 // Drops dead nodes and recomputes producers.
 void compact(Graph& g);
 // consumers[v] = node indices reading value v (each node once per value).
