@@ -13,6 +13,8 @@
 // a tensor attribute (compared only by text, which does not identify the tensor).
 // A node writing a graph output is kept (that value keeps its name), though later
 // equal nodes may reuse its result.
+#include <bit>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <utility>
@@ -48,8 +50,18 @@ using Key = std::tuple<std::string, std::string, std::vector<int>, std::size_t,
 
 Key key_of(const Node& n) {
   std::vector<std::pair<std::string, std::string>> attrs;
-  for (const auto& [name, a] : n.attrs)
-    attrs.emplace_back(name, std::to_string(static_cast<int>(a.kind)) + ":" + a.text());
+  for (const auto& [name, a] : n.attrs) {
+    std::string v = std::to_string(static_cast<int>(a.kind)) + ":";
+    if (a.kind == Attr::Kind::kFloat || a.kind == Attr::Kind::kFloats) {
+      // Exact bits: text() rounds to 9 digits, enough for ONNX's float32 attributes
+      // but not for every double a pass may write.
+      const std::vector<double> fs = a.kind == Attr::Kind::kFloat ? std::vector<double>{a.f} : a.floats;
+      for (double f : fs) v += std::to_string(std::bit_cast<uint64_t>(f)) + ",";
+    } else {
+      v += a.text();
+    }
+    attrs.emplace_back(name, std::move(v));
+  }
   return {n.op_type, n.domain, n.inputs, n.outputs.size(), std::move(attrs)};
 }
 
