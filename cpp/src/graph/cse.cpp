@@ -55,7 +55,8 @@ Key key_of(const Node& n) {
     if (a.kind == Attr::Kind::kFloat || a.kind == Attr::Kind::kFloats) {
       // Exact bits: text() rounds to 9 digits, enough for ONNX's float32 attributes
       // but not for every double a pass may write.
-      const std::vector<double> fs = a.kind == Attr::Kind::kFloat ? std::vector<double>{a.f} : a.floats;
+      const std::vector<double> fs =
+          a.kind == Attr::Kind::kFloat ? std::vector<double>{a.f} : a.floats;
       for (double f : fs) v += std::to_string(std::bit_cast<uint64_t>(f)) + ",";
     } else {
       v += a.text();

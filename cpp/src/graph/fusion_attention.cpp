@@ -221,7 +221,8 @@ std::optional<AttnMatch> match(const Graph& g, const Consumers& cons, int sm_ind
     if (isnan >= 0 && where >= 0) {
       const Node& w = g.nodes[where];
       const int flags = g.nodes[isnan].outputs[0];
-      const std::optional<double> zero = w.inputs.size() == 3 ? scalar_constant(g, w.inputs[1]) : std::nullopt;
+      const std::optional<double> zero =
+          w.inputs.size() == 3 ? scalar_constant(g, w.inputs[1]) : std::nullopt;
       if (w.inputs[0] == flags && w.inputs[2] == p && zero && *zero == 0.0 &&
           only_consumer(g, cons, flags) == where && spec_of(g, w.outputs[0]) &&
           spec_of(g, w.outputs[0])->shape == scores) {

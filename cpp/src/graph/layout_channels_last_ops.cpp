@@ -134,8 +134,8 @@ const Node* ChannelsLast::sole_reader(int v) const {
 }
 
 bool ChannelsLast::convert_channel_shuffle(const Node& n) {
-  if (n.inputs.size() != 2 || n.outputs.size() != 1 || n.inputs[0] < 0 || !produced_cl(n.inputs[0]) ||
-      rank_of(n.inputs[0]) != 4)
+  if (n.inputs.size() != 2 || n.outputs.size() != 1 || n.inputs[0] < 0 ||
+      !produced_cl(n.inputs[0]) || rank_of(n.inputs[0]) != 4)
     return false;
   const int x = n.inputs[0];
   const std::optional<Shape>&xs = g_.values[x].shape, &ys = g_.values[n.outputs[0]].shape;
@@ -172,7 +172,8 @@ bool ChannelsLast::convert_channel_shuffle(const Node& n) {
   Node split;
   split.name = patterns::unique_node_name(g_, n.name + "_nhwc");
   split.op_type = "Reshape";
-  split.inputs = {cl(x, 4), int64_constant(n.name + "_nhwc_shape", {batch, h, wd, groups, per_group})};
+  split.inputs = {cl(x, 4),
+                  int64_constant(n.name + "_nhwc_shape", {batch, h, wd, groups, per_group})};
   split.outputs = {grouped};
   Node swap;
   swap.name = patterns::unique_node_name(g_, t->name + "_nhwc");

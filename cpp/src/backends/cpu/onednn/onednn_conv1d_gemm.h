@@ -41,7 +41,8 @@ class Conv1dGemm {
   // residual when run() starts (every GEMM accumulates). `tail`: eltwise post-ops
   // (the fused activation, SiLU) applied after the last chunk. Throws dnnl::error
   // where oneDNN has no matmul for a chunk.
-  Conv1dGemm(const Geometry& g, const float* w, bool bias, bool residual, const dnnl::post_ops& tail);
+  Conv1dGemm(const Geometry& g, const float* w, bool bias, bool residual,
+             const dnnl::post_ops& tail);
 
   // x [N, L, C], y [N, T, O]; bias [O] or null. On the caller's OpenMP thread count.
   void run(const float* x, const float* bias, float* y) const;
