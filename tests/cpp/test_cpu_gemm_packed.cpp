@@ -38,7 +38,8 @@ std::vector<double> reference(const GemmProblem& p) {
       for (int64_t j = 0; j < p.n; ++j) {
         double s = bias ? bias[j] : 0.0;
         for (int64_t k = 0; k < p.k; ++k)
-          s += double(a[bi * p.a.bs + i * p.a.rs + k * p.a.cs]) * b[bi * p.b.bs + k * p.b.rs + j * p.b.cs];
+          s += double(a[bi * p.a.bs + i * p.a.rs + k * p.a.cs]) *
+               b[bi * p.b.bs + k * p.b.rs + j * p.b.cs];
         if (p.activation == Activation::kRelu) s = s < 0 ? 0 : s;
         if (p.activation == Activation::kGelu)
           s = 0.5 * s * (1 + std::tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
@@ -55,7 +56,8 @@ void expect_close(const GemmProblem& p, const std::vector<double>& ref) {
   for (int64_t bi = 0; bi < p.batch; ++bi)
     for (int64_t i = 0; i < p.m; ++i)
       for (int64_t j = 0; j < p.n; ++j)
-        worst = std::max(worst, std::abs(c[bi * p.c_bs + i * p.c_rs + j] - ref[(bi * p.m + i) * p.n + j]));
+        worst = std::max(worst,
+                         std::abs(c[bi * p.c_bs + i * p.c_rs + j] - ref[(bi * p.m + i) * p.n + j]));
   EXPECT_LE(worst, 1e-6 * std::sqrt(double(std::max<int64_t>(p.k, 1))) * peak)
       << p.m << "x" << p.k << "x" << p.n << " batch " << p.batch;
 }
@@ -101,9 +103,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 7, 33, 65, false, false, Activation::kRelu},
                       Case{1, 33, 129, 7, false, true, Activation::kNone},
                       Case{1, 129, 7, 200, true, false, Activation::kGelu},
-                      Case{1, 13, 2049, 64, false, true, Activation::kNone},    // three K blocks
-                      Case{2, 17, 96, 130, false, false, Activation::kRelu},    // batches: one tall problem
-                      Case{3, 9, 40, 70, true, true, Activation::kNone},        // batches one by one
+                      Case{1, 13, 2049, 64, false, true, Activation::kNone},  // three K blocks
+                      Case{2, 17, 96, 130, false, false,
+                           Activation::kRelu},  // batches: one tall problem
+                      Case{3, 9, 40, 70, true, true, Activation::kNone},  // batches one by one
                       Case{1, 600, 48, 90, false, false, Activation::kNone}));  // tall: row blocks
 
 TEST(CpuGemmPackedServes, OnlyTheOperandItWasPackedFrom) {
@@ -161,7 +164,8 @@ TEST(CpuGemmPackedRejection, SaysWhy) {
 OpContext ctx_of(Shape a, Shape b, bool b_constant) {
   OpContext c;
   c.op = kOpKey;
-  c.inputs = {TensorSpec{DType::kFloat32, std::move(a), {}}, TensorSpec{DType::kFloat32, std::move(b), {}}};
+  c.inputs = {TensorSpec{DType::kFloat32, std::move(a), {}},
+              TensorSpec{DType::kFloat32, std::move(b), {}}};
   c.outputs = {TensorSpec{DType::kFloat32, {c.inputs[0].shape[0], c.inputs[1].shape[1]}, {}}};
   if (b_constant) c.attrs[kBConstantAttr] = "1";
   return c;
@@ -171,7 +175,8 @@ TEST(CpuGemmPackedKernel, TakesPlanConstantWeightsOnly) {
   KernelRegistry registry;
   register_cpu_matmul_kernels(registry);
   const auto ks = registry.kernels(kOpKey);
-  auto it = std::find_if(ks.begin(), ks.end(), [](const auto& kk) { return kk->def().name == "cpu_packed"; });
+  auto it = std::find_if(ks.begin(), ks.end(),
+                         [](const auto& kk) { return kk->def().name == "cpu_packed"; });
   ASSERT_NE(it, ks.end());
   const auto& k = *it;
   EXPECT_GT(k->def().priority, 30) << "above onednn";

@@ -61,8 +61,9 @@ FloatBuffer alloc_floats(int64_t count) {
 // multiple of 64). accumulate: add to C (a later K block); else start from bias
 // (or zero).
 template <int R>
-__attribute__((target("avx512f"))) void tile(int64_t kc, const float* a, int64_t lda, const float* b,
-                                             float* c, int64_t ldc, const float* bias, bool accumulate,
+__attribute__((target("avx512f"))) void tile(int64_t kc, const float* a, int64_t lda,
+                                             const float* b, float* c, int64_t ldc,
+                                             const float* bias, bool accumulate,
                                              const __mmask16* mask) {
   __m512 acc[R][4];
   if (accumulate) {
@@ -100,8 +101,8 @@ __attribute__((target("avx512f"))) void tile(int64_t kc, const float* a, int64_t
     for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(c + i * ldc + 16 * j, mask[j], acc[i][j]);
 }
 
-using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, const float*, bool,
-                        const __mmask16*);
+using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, const float*,
+                        bool, const __mmask16*);
 constexpr TileFn kTiles[kPackedMr + 1] = {nullptr,  &tile<1>, &tile<2>, &tile<3>,
                                           &tile<4>, &tile<5>, &tile<6>};
 
@@ -113,8 +114,8 @@ void activate_tile(Activation act, float* c, int64_t ldc, int64_t rows, int64_t 
 }
 
 // The product of rows [r0, r1) and panels [p0, p1) of one batch.
-void run_block(const float* a, int64_t lda, const PackedB& pb, float* c, int64_t ldc, const float* bias,
-               Activation act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+void run_block(const float* a, int64_t lda, const PackedB& pb, float* c, int64_t ldc,
+               const float* bias, Activation act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t k = pb.k(), n = pb.n();
   // K in equal blocks of at most kPackedKc (K 1536: two of 768, not 1024 +
   // 512).
@@ -138,7 +139,8 @@ void run_block(const float* a, int64_t lda, const PackedB& pb, float* c, int64_t
           // 4-5 instead (a 1-2 row tile reads the panel block at 3-6x the bytes per FMA of
           // a full one, more than L2 feeds).
           const int64_t left = m1 - i0;
-          rows = left > kPackedMr && left < kPackedMr + 4 ? (left + 1) / 2 : std::min(kPackedMr, left);
+          rows =
+              left > kPackedMr && left < kPackedMr + 4 ? (left + 1) / 2 : std::min(kPackedMr, left);
           float* ct = c + i0 * ldc + col;
           kTiles[rows](kc, a + i0 * lda + k0, lda, bp, ct, ldc, bias_p, k0 > 0, mask);
           if (last) activate_tile(act, ct, ldc, rows, cols);
@@ -182,8 +184,9 @@ GemmRejection cpu_gemm_packed_rejection(const GemmProblem& p) {
 }
 
 std::shared_ptr<const PackedB> PackedB::pack(const MatrixRef& b, int64_t k, int64_t n) {
-  XRT_CHECK(k >= 1 && n >= 1 && b.data != nullptr, InvalidArgumentError, "cpu_packed: cannot pack a ", k, "x",
-            n, " operand", b.data ? "" : " without data", "; K and N must be at least 1");
+  XRT_CHECK(k >= 1 && n >= 1 && b.data != nullptr, InvalidArgumentError,
+            "cpu_packed: cannot pack a ", k, "x", n, " operand", b.data ? "" : " without data",
+            "; K and N must be at least 1");
   XRT_CHECK(cpu_gemm_packed_available(), BackendUnavailableError,
             "cpu_packed needs AVX-512F, which this CPU (or OS) lacks; use "
             "cpu_blocked or onednn");
@@ -225,13 +228,15 @@ std::shared_ptr<const PackedB> PackedB::pack_shared(const MatrixRef& b, int64_t 
 
 bool PackedB::serves(const GemmProblem& p) const {
   return p.dtype == DType::kFloat32 && p.b.data == src_.data && p.k == k_ && p.n == n_ &&
-         (p.batch <= 1 || p.b.bs == 0) && (k_ == 1 || p.b.rs == src_.rs) && (n_ == 1 || p.b.cs == src_.cs);
+         (p.batch <= 1 || p.b.bs == 0) && (k_ == 1 || p.b.rs == src_.rs) &&
+         (n_ == 1 || p.b.cs == src_.cs);
 }
 
 void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed) {
   if (GemmRejection r = cpu_gemm_packed_rejection(p)) XRT_THROW(InvalidArgumentError, r.detail);
-  XRT_CHECK(p.k == packed.k() && p.n == packed.n(), InvalidArgumentError, "cpu_packed: the problem is ", p.m,
-            "x", p.k, "x", p.n, " but B was packed as ", packed.k(), "x", packed.n());
+  XRT_CHECK(p.k == packed.k() && p.n == packed.n(), InvalidArgumentError,
+            "cpu_packed: the problem is ", p.m, "x", p.k, "x", p.n, " but B was packed as ",
+            packed.k(), "x", packed.n());
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
 #ifdef XRT_PACKED_X86
   // A read in place needs contiguous rows; otherwise (a Gemm's transA) a

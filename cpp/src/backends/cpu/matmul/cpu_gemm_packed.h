@@ -56,7 +56,9 @@ class PackedB {
 
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
-  std::size_t bytes() const { return static_cast<std::size_t>(panels() * k_ * kPackedNr) * sizeof(float); }
+  std::size_t bytes() const {
+    return static_cast<std::size_t>(panels() * k_ * kPackedNr) * sizeof(float);
+  }
   int64_t panels() const { return (n_ + kPackedNr - 1) / kPackedNr; }
   const float* panel(int64_t j) const { return data_.get() + j * k_ * kPackedNr; }
   // True when p's B is the operand this was packed from (same address, strides,

@@ -154,7 +154,9 @@ class CpuPackedMatmul final : public Kernel {
     }
     return Support::yes();
   }
-  void run(KernelLaunch& launch) const override { cpu::run_gemm("cpu_packed", matmul::gemm_problem(launch)); }
+  void run(KernelLaunch& launch) const override {
+    cpu::run_gemm("cpu_packed", matmul::gemm_problem(launch));
+  }
   PreparedKernelPtr prepare(const PrepareContext& pc) const override {
     return cpu::prepare_cpu_matmul(*this, "cpu_packed", pc);
   }
@@ -163,9 +165,9 @@ class CpuPackedMatmul final : public Kernel {
   static KernelDef packed_def() {
     KernelDef d = cpu_matmul_def("cpu_packed", 40,
                                  "ours: AVX-512F 6x64 micro-kernel on B packed once into 64-column "
-                                 "panels (a MatMul/Gemm's constant weights at session build, else "
-                                 "per call), A read in place, bias fused, threads over panels or row "
-                                 "blocks; float32");
+                                 "panels (a MatMul/Gemm's constant weights, at session build), A "
+                                 "read in place, bias fused, threads over panels or row blocks; "
+                                 "float32");
     d.dtypes = {DType::kFloat32};
     return d;
   }

@@ -395,7 +395,8 @@ class OnnxMatmulPrepared final : public PreparedKernel {
     const Shape& b = weights_.shape;
     // The matmul context sees B as K×N: a Gemm's transB weights (N×K) by strides.
     const bool b_transposed = is_gemm_ && step_.attrs.trans_b;
-    if (b.size() != 2 || ctx.inputs[1].shape != (b_transposed ? Shape{b[1], b[0]} : b)) return std::nullopt;
+    if (b.size() != 2 || ctx.inputs[1].shape != (b_transposed ? Shape{b[1], b[0]} : b))
+      return std::nullopt;
     bool a_known = !a.empty();
     for (int64_t d : a) a_known = a_known && d > 0;
     matmul::GemmProblem p;
