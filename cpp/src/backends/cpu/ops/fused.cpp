@@ -76,6 +76,30 @@ void bin_loop(bool swap, float* acc, const float* o, int64_t n) {
   }
 }
 
+// The other operand a scalar: broadcast in a register, not filled into a block.
+template <FusedBin B>
+void bin_scalar_loop(bool swap, float* acc, float c, int64_t n) {
+  if (swap) {
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) acc[k] = bin(static_cast<int>(B), c, acc[k]);
+  } else {
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) acc[k] = bin(static_cast<int>(B), acc[k], c);
+  }
+}
+
+void binary_scalar_block(FusedBin b, bool swap, float* acc, float c, int64_t n) {
+  switch (b) {
+    case FusedBin::kAdd: return bin_scalar_loop<FusedBin::kAdd>(swap, acc, c, n);
+    case FusedBin::kSub: return bin_scalar_loop<FusedBin::kSub>(swap, acc, c, n);
+    case FusedBin::kMul: return bin_scalar_loop<FusedBin::kMul>(swap, acc, c, n);
+    case FusedBin::kDiv: return bin_scalar_loop<FusedBin::kDiv>(swap, acc, c, n);
+    case FusedBin::kPow: return bin_scalar_loop<FusedBin::kPow>(swap, acc, c, n);
+    case FusedBin::kMin: return bin_scalar_loop<FusedBin::kMin>(swap, acc, c, n);
+    case FusedBin::kMax: return bin_scalar_loop<FusedBin::kMax>(swap, acc, c, n);
+  }
+}
+
 void binary_block(FusedBin b, bool swap, float* acc, const float* o, int64_t n) {
   switch (b) {
     case FusedBin::kAdd: return bin_loop<FusedBin::kAdd>(swap, acc, o, n);
@@ -158,8 +182,11 @@ struct Operands {
         continue;
       }
       if (cnt[oi] == 1) {
-        for (int64_t k = 0; k < len; ++k) opnd[k] = in[oi].ptr<const float>()[0];
-      } else if (cnt[oi] == total) {
+        binary_scalar_block(ins.binary, ins.kind == Instr::Kind::kBinaryOperandLeft, acc,
+                            in[oi].ptr<const float>()[0], len);
+        continue;
+      }
+      if (cnt[oi] == total) {
         src = in[oi].ptr<const float>() + start;  // read in place
       } else {
         load(oi, opnd);
