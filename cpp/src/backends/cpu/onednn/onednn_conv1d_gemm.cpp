@@ -1,6 +1,8 @@
 // See onednn_conv1d_gemm.h.
 #include "backends/cpu/onednn/onednn_conv1d_gemm.h"
 
+#ifdef XRT_HAVE_ONEDNN
+
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
@@ -103,3 +105,5 @@ void Conv1dGemm::run(const float* x, const float* bias, float* y) const {
 }
 
 }  // namespace xpuruntime::cpu
+
+#endif  // XRT_HAVE_ONEDNN
