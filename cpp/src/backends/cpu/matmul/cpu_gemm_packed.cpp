@@ -115,7 +115,8 @@ void activate_tile(Activation act, float* c, int64_t ldc, int64_t rows, int64_t 
 
 // The product of rows [r0, r1) and panels [p0, p1) of one batch.
 void run_block(const float* a, int64_t lda, const PackedB& pb, float* c, int64_t ldc,
-               const float* bias, Activation act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+               const float* bias, Activation act, bool accumulate, int64_t r0, int64_t r1,
+               int64_t p0, int64_t p1) {
   const int64_t k = pb.k(), n = pb.n();
   // K in equal blocks of at most kPackedKc (K 1536: two of 768, not 1024 +
   // 512).
@@ -142,7 +143,8 @@ void run_block(const float* a, int64_t lda, const PackedB& pb, float* c, int64_t
           rows =
               left > kPackedMr && left < kPackedMr + 4 ? (left + 1) / 2 : std::min(kPackedMr, left);
           float* ct = c + i0 * ldc + col;
-          kTiles[rows](kc, a + i0 * lda + k0, lda, bp, ct, ldc, bias_p, k0 > 0, mask);
+          kTiles[rows](kc, a + i0 * lda + k0, lda, bp, ct, ldc, bias_p, accumulate || k0 > 0,
+                       mask);
           if (last) activate_tile(act, ct, ldc, rows, cols);
         }
       }
@@ -232,7 +234,7 @@ bool PackedB::serves(const GemmProblem& p) const {
          (n_ == 1 || p.b.cs == src_.cs);
 }
 
-void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed) {
+void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed, bool accumulate) {
   if (GemmRejection r = cpu_gemm_packed_rejection(p)) XRT_THROW(InvalidArgumentError, r.detail);
   XRT_CHECK(p.k == packed.k() && p.n == packed.n(), InvalidArgumentError,
             "cpu_packed: the problem is ", p.m, "x", p.k, "x", p.n, " but B was packed as ",
@@ -278,10 +280,10 @@ void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed) {
     cpu::parallel_for(parts, 2 * m * p.n * p.k, [&](int64_t q0, int64_t q1) {
       const int64_t u0 = units * q0 / parts, u1 = units * q1 / parts;
       if (by_rows)
-        run_block(ab, lda, packed, cb, p.c_rs, bias, p.activation, u0 * kPackedMr * 4,
+        run_block(ab, lda, packed, cb, p.c_rs, bias, p.activation, accumulate, u0 * kPackedMr * 4,
                   std::min(m, u1 * kPackedMr * 4), 0, panels);
       else
-        run_block(ab, lda, packed, cb, p.c_rs, bias, p.activation, 0, m, u0, u1);
+        run_block(ab, lda, packed, cb, p.c_rs, bias, p.activation, accumulate, 0, m, u0, u1);
     });
   }
 #else

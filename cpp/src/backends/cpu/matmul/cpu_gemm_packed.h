@@ -78,9 +78,12 @@ class PackedB {
 };
 
 // Runs p (float32, C rows contiguous) against packed: p.b is not read, every
-// batch uses packed as its B. Throws InvalidArgumentError when p cannot run
-// (cpu_gemm_packed_rejection) or K/N differ from packed's.
-void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed);
+// batch uses packed as its B. With `accumulate`, C += A·B (C's values are the
+// starting accumulators; p.bias is not read): a sum of products into one C, as a
+// convolution's taps run as several GEMMs (onednn_conv1d_gemm.h). Throws
+// InvalidArgumentError when p cannot run (cpu_gemm_packed_rejection) or K/N
+// differ from packed's.
+void cpu_gemm_packed_run(const GemmProblem& p, const PackedB& packed, bool accumulate = false);
 
 // Runs p, packing its B per call (per batch when B differs between batches).
 void cpu_gemm_packed(const GemmProblem& p);

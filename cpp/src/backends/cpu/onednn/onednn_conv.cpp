@@ -355,36 +355,23 @@ class OnednnConvPrepared final : public PreparedKernel {
                 ": the fused residual (input 3) must have the output's shape");
       if (in[3].data != y.data) std::memcpy(y.data, in[3].data, y.nbytes());  // summed into
     }
-    try {
-      gemm.run(in[0].ptr<const float>(),
-               in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr, y.ptr<float>());
-    } catch (const dnnl::error& err) {
-      XRT_THROW(UnsupportedOperationError, node_.where(), ": oneDNN matmul failed: ", err.what(),
-                " (pin conv_nhwc off with KernelPolicy(conv='cpu_im2col'))");
-    }
-    if (activation_after(epi_))
+    gemm.run(in[0].ptr<const float>(), in.size() > 2 && in[2].data ? in[2].ptr<const float>() : nullptr,
+             y.ptr<float>(), epi_.residual);
+    if (epi_.has_activation())
       run_unary(epi_.activation, epi_.params, DType::kFloat32, y.data, y.data, y.numel());
   }
 
   // The 1-D GEMM path (onednn_conv1d_gemm.h) for a channels-last case it pays on,
   // with constant weights; null otherwise.
   std::shared_ptr<const Conv1dGemm> gemm_for(const ConvKey& k) const {
-    if (!channels_last_ || k.x.size() != 3 || attrs_.group != 1 || !weights_.defined() ||
-        weights_.shape != k.w)
+    if (!channels_last_ || swish_ || k.x.size() != 3 || attrs_.group != 1 ||
+        !weights_.defined() || weights_.shape != k.w)
       return nullptr;
     const ops::Spatial sp = conv_geometry(attrs_, k.x, k.w);
     if (sp.d[0] != 1) return nullptr;
     Conv1dGemm::Geometry g{k.x[0], k.x[2], k.x[1], k.w[0], sp.k[0], sp.s[0], sp.pb[0], sp.pe[0]};
     if (g.out_len() != sp.out[0] || !Conv1dGemm::pays(g)) return nullptr;
-    std::vector<Eltwise> elt;
-    std::string why;
-    if (!eltwise_of(epi_, elt, why)) return nullptr;
-    dnnl::post_ops tail;
-    for (const Eltwise& el : elt)
-      tail.append_eltwise(1.f, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
-    if (swish_) tail.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
-    return std::make_shared<const Conv1dGemm>(g, static_cast<const float*>(weights_.data), k.bias,
-                                              epi_.residual, tail);
+    return std::make_shared<const Conv1dGemm>(g, static_cast<const float*>(weights_.data));
   }
 
   // y = conv + r (float32, same shape; y may be conv or r), split over the plan's

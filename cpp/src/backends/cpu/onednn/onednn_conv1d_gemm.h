@@ -1,29 +1,33 @@
 // A channels-last 1-D convolution (group 1, no dilation, constant weights) run as
 // GEMMs straight on the activations, no im2col copy: NhwcConv's "onednn" kernel uses
 // it for the convolutional front ends of speech encoders (Wav2Vec2's seven Conv1d
-// layers, Whisper's two).
+// layers).
 //
 // Why it works: in [N, L, C] the window of output t is the K·C floats that start at
-// x + t·S·C, contiguous. Rows of a matrix cannot overlap in oneDNN's memory
-// descriptors (nor in BLAS), so the window is cut into ceil(K/S) chunks of at most S
-// taps: chunk j is a [T, taps_j·C] matrix with row stride S·C starting at tap j·S,
-// times the matching rows of the weights, and the chunks' products add up (the
-// later GEMMs accumulate with a sum post-op; the bias goes on the first, the
-// activation on the last). With K <= S (Wav2Vec2's kernel-2 stride-2 layers) that is
-// one plain GEMM. Padding copies the input once into a zero-padded buffer.
+// x + t·S·C, contiguous. GEMM rows cannot overlap, so the window is cut into
+// ceil(K/S) chunks of at most S taps: chunk j is a [T, taps_j·C] matrix with row
+// stride S·C starting at tap j·S, times the matching rows of the weights, and the
+// chunks' products add up in C (the bias starts the first, the later ones
+// accumulate). With K <= S (Wav2Vec2's kernel-2 stride-2 layers) that is one plain
+// GEMM. Padding copies the input once into a zero-padded buffer. The GEMMs are our
+// cpu_packed kernel's (weights packed once here, A read in place at any row stride,
+// no allocation per call); the activation runs after them.
 //
 // Why: oneDNN 2.6's channels-last 1-D convolution runs Wav2Vec2's 512-channel,
 // kernel-3, stride-2 layer at 129 GFLOP/s on this 2-core AVX-512 machine; the same
-// work as a GEMM runs at 187 (19.4 vs 13.4 ms).
+// work as GEMMs runs at about 190. (oneDNN's own matmul for the chunks was as fast
+// but, on a chunk whose rows are not dense, fell back to its jit GEMM, whose
+// internal buffers grew a first run's memory by 5.6 MB.)
 #pragma once
 
 // Only with oneDNN (the sources of this folder compile without it too).
 #ifdef XRT_HAVE_ONEDNN
-#include <dnnl.hpp>
 
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "backends/cpu/matmul/cpu_gemm_packed.h"
 
 namespace xpuruntime::cpu {
 
@@ -35,29 +39,23 @@ class Conv1dGemm {
     int64_t out_len() const { return (len + pad_begin + pad_end - kernel) / stride + 1; }
   };
 
-  // Whether the geometry is one this path runs faster than oneDNN's convolution
-  // (measured: enough channels per chunk for an efficient GEMM).
+  // Whether this path runs the geometry, faster than oneDNN's convolution: cpu_packed
+  // available (AVX-512F) and enough channels per chunk for an efficient GEMM.
   static bool pays(const Geometry& g);
 
-  // w: the constant weights [O, C, K] (float32), packed here. `residual`: y holds the
-  // residual when run() starts (every GEMM accumulates). `tail`: eltwise post-ops
-  // (the fused activation, SiLU) applied after the last chunk. Throws dnnl::error
-  // where oneDNN has no matmul for a chunk.
-  Conv1dGemm(const Geometry& g, const float* w, bool bias, bool residual,
-             const dnnl::post_ops& tail);
+  // w: the constant weights [O, C, K] (float32), packed here.
+  Conv1dGemm(const Geometry& g, const float* w);
 
-  // x [N, L, C], y [N, T, O]; bias [O] or null. On the caller's OpenMP thread count.
-  void run(const float* x, const float* bias, float* y) const;
+  // x [N, L, C], y [N, T, O]; bias [O] or null. `residual`: y holds the residual when
+  // run() starts (every GEMM accumulates into it). On our pool's threads.
+  void run(const float* x, const float* bias, float* y, bool residual) const;
 
  private:
   struct Chunk {
     int64_t first_tap = 0, taps = 0;
-    dnnl::matmul::primitive_desc pd;
-    dnnl::matmul prim;
-    dnnl::memory weights;  // packed rows [first_tap·C, (first_tap + taps)·C) of W
+    std::shared_ptr<const matmul::PackedB> weights;  // rows [first_tap·C, (first_tap + taps)·C)
   };
   Geometry g_;
-  bool bias_ = false;
   std::vector<Chunk> chunks_;
 };
 
