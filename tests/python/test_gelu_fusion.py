@@ -162,6 +162,20 @@ def test_gelu_near_misses_compute_the_graph_as_written(variant: dict[str, Any], 
         np.testing.assert_allclose(out["p"], 1 + core, rtol=0, atol=ATOL)
 
 
+def test_a_constant_that_broadcasts_x_up_is_not_a_gelu() -> None:
+    """0.5 given as a [1, 1, 1, 1] constant makes the result rank 4 (x is rank 3)."""
+    model = _gelu_model("div")
+    for init in model.graph.initializer:
+        if init.name == "half":
+            init.CopyFrom(numpy_helper.from_array(np.full((1, 1, 1, 1), 0.5, np.float32), "half"))
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1] + SHAPE))
+    sess = _session(model)
+    assert "Gelu" not in _ops(sess)
+    x = _x(10)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], _gelu_ref(x, False)[None], rtol=0, atol=ATOL)
+
+
 def test_fuse_false_keeps_the_decomposed_ops() -> None:
     model = _gelu_model("tanh", cube="mul")
     unfused = _session(model, fuse=False)

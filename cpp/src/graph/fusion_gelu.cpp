@@ -194,8 +194,11 @@ int fuse_gelu_patterns(Graph& g, const ExecutionProvider& provider,
     std::optional<GeluMatch> m = matcher.match(static_cast<int>(k));
     if (!m || std::any_of(m->nodes.begin(), m->nodes.end(), [&](int i) { return taken[i]; }))
       continue;
-    const std::optional<TensorSpec> xs = spec_of(g, m->x);
-    if (!xs || !is_float(xs->dtype)) continue;
+    const std::optional<TensorSpec> xs = spec_of(g, m->x), ys = spec_of(g, m->out);
+    // A one-element constant of higher rank than x broadcasts x up ([N] * [[0.5]] is
+    // [1, N]): the pattern is GELU only where the result keeps x's shape.
+    if (!xs || !ys || !is_float(xs->dtype) || ys->shape != xs->shape || ys->dtype != xs->dtype)
+      continue;
     Candidate c;
     c.node.name = unique_node_name(
         g, g.nodes[k].name.empty() ? std::string("gelu") : g.nodes[k].name + "_gelu");
