@@ -8,7 +8,7 @@ count, interleaved (each round runs every variant once, in rotating order).
 
 Prints a table (median ms per variant, ratios to ORT) and writes JSON with the load
 average (a busy machine makes every number noisy). The priority of the ``onednn``
-kernel (cpp/src/backends/cpu/onednn/onednn_conv.cpp) quotes these figures.
+kernel (cpp/src/backends/cpu/kernels/onednn/onednn_conv.cpp) quotes these figures.
 """
 
 from __future__ import annotations

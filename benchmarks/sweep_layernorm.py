@@ -3,7 +3,7 @@
 For each shape (32768x4096 bf16, 8192x768 bf16, 4096x1024 fp16, 32768x4096 fp32)
 every forward configuration the plugin compiles (threads per row, persistent or
 tile grid, next-row prefetch, cache hints for x/y; see
-cpp/src/backends/cuda_kernels/layernorm/layernorm_config.h) and every backward
+cpp/src/backends/cuda/kernels/layernorm/layernorm_config.h) and every backward
 threads-per-row is
 
 * checked against torch in float64 (y, and dx/dweight/dbias for the backward) with
@@ -28,7 +28,7 @@ Run from the repository root with a dev build (scripts/gpu_check.sh builds one):
 (--extra adds more row lengths, to check that the default's rules generalise).
 
 To adopt a winner, edit default_fwd_config() (or default_bwd_tpr()) in
-cpp/src/backends/cuda_kernels/layernorm/layernorm_config.cpp; to try one without
+cpp/src/backends/cuda/kernels/layernorm/layernorm_config.cpp; to try one without
 rebuilding, set XRT_LN_CONFIG (e.g. "tpr=128,grid=persistent,prefetch=1,hint=default").
 """
 
@@ -387,7 +387,7 @@ def main() -> None:
         torch.cuda.empty_cache()
     print(
         "\nbest forward configuration per shape (edit default_fwd_config() in "
-        "cpp/src/backends/cuda_kernels/layernorm/layernorm_config.cpp to adopt):"
+        "cpp/src/backends/cuda/kernels/layernorm/layernorm_config.cpp to adopt):"
     )
     for r in results["cases"]:
         b = r["best_fwd"]

@@ -54,7 +54,7 @@ def render() -> str:
             "OpenMP threads (the team the engine's own parallel loops use too). It ranks above "
             "`cpu_direct` and `cpu_im2col` and below `cpu_depthwise`, so dense convolutions take it by "
             'default (`KernelPolicy(conv="cpu_direct")` pins ours); '
-            "cpp/src/backends/cpu/onednn/onednn_conv.cpp records the measurements behind that order."
+            "cpp/src/backends/cpu/kernels/onednn/onednn_conv.cpp records the measurements behind that order."
         ),
         "",
         (
@@ -69,7 +69,7 @@ def render() -> str:
         ),
         "",
         (
-            "The matmul kernel `cpu_packed` is ours (cpp/src/backends/cpu/matmul/cpu_gemm_packed.h): float32 "
+            "The matmul kernel `cpu_packed` is ours (cpp/src/backends/cpu/kernels/matmul/cpu_gemm_packed.h): float32 "
             "on CPUs with AVX-512F, a 6×64 register-tiled micro-kernel (24 zmm accumulators) against B packed "
             "once into 64-column panels, A read in place (copied row-major first under Gemm's transA), K in "
             "blocks of up to 1024, the bias fused, relu/gelu on each finished tile, one equal share of the "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tuning sweep of the skinny matmul kernel (not part of the build or of CI): builds
 # skinny_sweep.cu once per tile configuration (the XRT_SKINNY_* macros of
-# cpp/src/backends/cuda_kernels/skinny_gemm/skinny_gemm.cu) and runs each next to
+# cpp/src/backends/cuda/kernels/blas/skinny_gemm.cu) and runs each next to
 # cuBLAS. GPU time per call from CUDA graphs; "hot" reuses one B (L2-resident when
 # it fits), "cold" rotates 8 copies of B (streamed from HBM).
 # Usage, on the GPU machine from the repository root: benchmarks/skinny_sweep/run_sweep.sh [OUT_DIR]

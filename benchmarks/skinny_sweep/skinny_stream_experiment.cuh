@@ -40,7 +40,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "backends/cuda_kernels/flash_v2/flash_ptx.cuh"  // built with -I cpp/src
+#include "backends/cuda/kernels/flash_v2/flash_ptx.cuh"  // built with -I cpp/src
 
 namespace xpuruntime::matmul::skinny_stream {
 

@@ -3,7 +3,7 @@
 // XRT_SKINNY_* macros given on the command line, timed against cuBLAS in one process.
 // GPU time per call from a CUDA graph of 20 calls; "hot" = the same B every call
 // (L2-resident when it fits), "cold" = 8 B copies rotated (beyond L2).
-#include "backends/cuda_kernels/skinny_gemm/skinny_gemm.cu"
+#include "backends/cuda/kernels/blas/skinny_gemm.cu"
 #include "harness.cuh"
 
 #include <cublas_v2.h>

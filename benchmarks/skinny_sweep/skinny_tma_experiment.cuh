@@ -20,8 +20,8 @@
 
 #include <cstdint>
 
-#include "backends/cuda_kernels/flash_v2/flash_ptx.cuh"
-#include "backends/cuda_kernels/flash_v2/sm90/wgmma.cuh"
+#include "backends/cuda/kernels/flash_v2/flash_ptx.cuh"
+#include "backends/cuda/kernels/flash_v2/sm90/wgmma.cuh"
 
 namespace xpuruntime::matmul::skinny_tma {
 

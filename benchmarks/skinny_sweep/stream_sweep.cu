@@ -5,7 +5,7 @@
 // median of 15 replays; "hot" = the same B every call (L2-resident when it fits),
 // "cold" = 8 copies of B rotated (streamed from HBM). relerr against cuBLAS.
 // Build and run: benchmarks/skinny_sweep/run_stream_sweep.sh
-#include "backends/cuda_kernels/skinny_gemm/skinny_gemm.cu"
+#include "backends/cuda/kernels/blas/skinny_gemm.cu"
 #include "harness.cuh"
 #include "skinny_stream_experiment.cuh"
 

@@ -4,7 +4,7 @@
 // calls, median of 15 replays; "hot" = the same B every call, "cold" = 8 copies of
 // B rotated. relerr against cuBLAS; outputs are poisoned before each checked run.
 // Build and run: benchmarks/skinny_sweep/run_tma_sweep.sh
-#include "backends/cuda_kernels/skinny_gemm/skinny_gemm.cu"
+#include "backends/cuda/kernels/blas/skinny_gemm.cu"
 #include "harness.cuh"
 #include "skinny_tma_experiment.cuh"
 

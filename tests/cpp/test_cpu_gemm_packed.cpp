@@ -1,4 +1,4 @@
-// GEMM kernel cpu_packed (backends/cpu/matmul/cpu_gemm_packed.h): packed B against a
+// GEMM kernel cpu_packed (backends/cpu/kernels/matmul/cpu_gemm_packed.h): packed B against a
 // float64 reference on odd shapes (partial row tiles and column panels, several K
 // blocks), transposed operands, batches, bias and activations; which packed copy serves
 // which problem; and the registry kernel's refusals with their reasons.
@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "backends/cpu/matmul/cpu_gemm_packed.h"
-#include "backends/cpu/matmul/cpu_matmul_kernels.h"
+#include "backends/cpu/kernels/matmul/cpu_gemm_packed.h"
+#include "backends/cpu/kernels/matmul/cpu_matmul_kernels.h"
 #include "ops/matmul/matmul_op.h"
 #include "xpuruntime/error.h"
 

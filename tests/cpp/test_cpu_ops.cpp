@@ -8,11 +8,11 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "cpu_test_util.h"
-#include "backends/cpu/matmul/cpu_gemm_impl.h"
-#include "backends/cpu/ops/cpu_op.h"
-#include "backends/cpu/ops/fastmath.h"
-#include "backends/cpu/ops/fused.h"
-#include "backends/cpu/ops/elementwise.h"
+#include "backends/cpu/kernels/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/kernels/cpu_op.h"
+#include "backends/cpu/kernels/fastmath.h"
+#include "backends/cpu/kernels/fused.h"
+#include "backends/cpu/kernels/elementwise.h"
 
 namespace xpuruntime::cpu {
 namespace {

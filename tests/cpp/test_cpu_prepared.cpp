@@ -8,7 +8,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "cpu_test_util.h"
-#include "backends/cpu/ops/gemm_call.h"
+#include "backends/cpu/kernels/gemm_call.h"
 #include "xpuruntime/error.h"
 
 namespace xpuruntime::cpu {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/matmul/cpu_gemm_common.h"
-#include "backends/cpu/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/kernels/matmul/cpu_gemm_common.h"
+#include "backends/cpu/kernels/matmul/cpu_gemm_impl.h"
 
 namespace xm = xpuruntime::matmul;
 using xpuruntime::DType;

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "backends/cpu/matmul/cpu_gemm_impl.h"
-#include "backends/cpu/matmul/cpu_matmul_kernels.h"
+#include "backends/cpu/kernels/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/kernels/matmul/cpu_matmul_kernels.h"
 #include "ops/matmul/matmul_call.h"
 #include "ops/matmul/matmul_op.h"
 #include "xpuruntime/dispatcher.h"

@@ -11,8 +11,8 @@
 #include <memory>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/onednn/onednn_context.h"
-#include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/kernels/onednn/onednn_context.h"
+#include "backends/cpu/kernels/cpu_op.h"
 #include "cpu_test_util.h"
 #include "xpuruntime/ops/epilogue.h"
 

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/onednn/onednn_context.h"
-#include "backends/cpu/onednn/onednn_gemm.h"
-#include "backends/cpu/ops/gemm_call.h"
-#include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/kernels/onednn/onednn_context.h"
+#include "backends/cpu/kernels/onednn/onednn_gemm.h"
+#include "backends/cpu/kernels/gemm_call.h"
+#include "backends/cpu/kernels/parallel.h"
 #include "cpu_test_util.h"
 
 namespace xpuruntime::cpu {

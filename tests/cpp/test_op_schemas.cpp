@@ -6,7 +6,7 @@
 #include <random>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/kernels/cpu_op.h"
 #include "graph/passes.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/ops/op_schema.h"

@@ -1,4 +1,4 @@
-// parallel_for (backends/cpu/ops/parallel.h): every index once, nested loops inline,
+// parallel_for (backends/cpu/kernels/parallel.h): every index once, nested loops inline,
 // and an exception thrown by a chunk comes back to the caller as itself (on an
 // OpenMP team or our own pool an escaping exception would end the process), with
 // the loop usable afterwards.
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/kernels/parallel.h"
 #include "xpuruntime/error.h"
 
 namespace xc = xpuruntime::cpu;

@@ -4,10 +4,9 @@
   the core reaches devices only through the public headers (plugin.h, backend.h,
   kernel_registry.h, graph/provider.h, cuda_kernels_abi.h).
 * No device plugin includes another plugin's headers. The plugins and their folders:
-  ``cpu`` = ``backends/cpu``; ``cuda`` = ``backends/cuda`` plus the CUDA kernel-provider
-  folders ``backends/cublas``, ``backends/cublaslt`` and ``backends/cuda_kernels``, which
-  are built into the same library (libxpuruntime_cuda.so) and so form one plugin.
-  A folder under ``backends/`` that is in no plugin fails the test until it is added.
+  one folder each (``backends/cpu``, ``backends/cuda`` with its kernels under
+  ``kernels/<family>/``, ...). A folder under ``backends/`` that is in no plugin fails
+  the test until it is added.
 * The built CUDA plugin exports exactly one symbol, ``xpuruntime_plugin_init``
   (``nm -D --defined-only``); skipped, with the reason, when no plugin was built.
 """
@@ -29,7 +28,7 @@ BACKENDS = SRC / "backends"
 CORE_DIRS = ("core", "ops", "graph", "bindings")
 PLUGINS = {
     "cpu": ("cpu",),
-    "cuda": ("cuda", "cublas", "cublaslt", "cuda_kernels"),
+    "cuda": ("cuda",),
     # The NCCL helper (xpuruntime.distributed): its own library with a C ABI, no device plugin.
     "nccl": ("nccl",),
 }
@@ -103,7 +102,7 @@ def test_rules_catch_a_violation(tmp_path):
     incs = _backend_includes(f)
     assert incs == ["backends/cpu/cpu_backend.h", "backends/cuda/cuda_check.h"]
     assert [_plugin_of_include(i) for i in incs] == ["cpu", "cuda"]
-    assert _plugin_of_include("backends/cublaslt/cublaslt_gemm_impl.h") == "cuda"
+    assert _plugin_of_include("backends/cuda/kernels/blas/cublaslt_gemm_impl.h") == "cuda"
 
 
 def _cuda_plugin_path() -> tuple[Path | None, str]:

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/matmul/cpu_gemm_common.h"
+#include "backends/cpu/kernels/matmul/cpu_gemm_common.h"
 #include "ops/matmul/matmul_call.h"
 #include "ops/matmul/matmul_op.h"
 #include "xpuruntime/device.h"

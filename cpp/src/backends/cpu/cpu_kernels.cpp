@@ -1,8 +1,8 @@
 // register_cpu_kernels: the CPU folder's one registration (see cpu_kernels.h).
 #include "backends/cpu/cpu_kernels.h"
 
-#include "backends/cpu/matmul/cpu_matmul_kernels.h"
-#include "backends/cpu/ops/cpu_op.h"
+#include "backends/cpu/kernels/matmul/cpu_matmul_kernels.h"
+#include "backends/cpu/kernels/cpu_op.h"
 
 namespace xpuruntime {
 

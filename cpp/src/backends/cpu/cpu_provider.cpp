@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/ops/parallel.h"
+#include "backends/cpu/kernels/parallel.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
 

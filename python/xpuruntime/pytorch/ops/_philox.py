@@ -1,6 +1,6 @@
 """Bit-exact NumPy mirror of the attention kernels' dropout mask.
 
-The CUDA kernels (``cpp/src/backends/cuda_kernels/flash_v2/philox.cuh``) draw the
+The CUDA kernels (``cpp/src/backends/cuda/kernels/flash_v2/philox.cuh``) draw the
 dropout mask from Philox4x32-10 keyed by the 64-bit seed, with the counter
 ``(key column // 8, query row, batch * heads + head, offset)``; one call gives the
 eight 16-bit uniforms of eight consecutive key columns. An element is kept when

@@ -1,7 +1,7 @@
 // Resize, nearest and linear: one thread per output element computes, per
 // resampled axis, where it samples the input (ONNX's coordinate modes), the two
 // neighbours and their weights, then sums the tensor product of those taps.
-// The positions and weights follow the CPU kernel's (backends/cpu/ops/resize.cpp)
+// The positions and weights follow the CPU kernel's (backends/cpu/kernels/resize.cpp)
 // so both devices give the same values up to the order of the fp64 sums.
 #include <cmath>
 

@@ -1,0 +1,381 @@
+// Data movement and constants: Concat, Split, Slice, Gather, Pad, Cast,
+// ConstantOfShape, Constant, Range, Trilu, CumSum.
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernels/broadcast.h"
+#include "backends/cpu/kernels/elementwise.h"
+#include "backends/cpu/kernels/shape_util.h"
+#include "backends/cpu/kernels/parallel.h"
+#include "xpuruntime/ops/data.h"
+
+namespace xpuruntime::cpu {
+
+namespace {
+
+OpDef make(const std::string& type) {
+  OpDef d;
+  d.op_type = type;
+  d.kernel = "cpu";
+  return d;
+}
+
+std::vector<Meta> metas_of(const std::vector<TensorView>& in) {
+  std::vector<Meta> m(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    m[i].present = in[i].data != nullptr;
+    m[i].dtype = in[i].dtype;
+    m[i].shape = in[i].shape;
+    m[i].data = in[i].data;
+  }
+  return m;
+}
+
+template <typename T>
+void fill_value(void* dst, int64_t n, double v) {
+  T* p = static_cast<T*>(dst);
+  const T x = Num<T>::store(static_cast<typename Num<T>::C>(v));
+  for (int64_t i = 0; i < n; ++i) p[i] = x;
+}
+
+// Pad: per output axis, the input index each output index reads (-1: the constant),
+// so the per-element work is a table lookup; rows along the last axis are copied as
+// a block where the input is contiguous (constant mode: fill, memcpy, fill).
+int64_t pad_source(const std::string& mode, int64_t c, int64_t dim) {
+  if (c >= 0 && c < dim) return c;
+  if (mode == "constant") return -1;
+  if (mode == "edge") return c < 0 ? 0 : dim - 1;
+  if (mode == "wrap") return ((c % dim) + dim) % dim;
+  const int64_t period = 2 * (dim - 1);  // reflect (dim >= 2, checked by the caller)
+  c = ((c % period) + period) % period;
+  return c >= dim ? period - c : c;
+}
+
+void pad_rows(const std::string& mode, const char* src, const Shape& s, char* dst, const Shape& o,
+              const std::vector<int64_t>& full, std::size_t es, const unsigned char* cval) {
+  const int64_t r = static_cast<int64_t>(o.size());
+  const int64_t total = shape_numel(o);
+  if (total == 0) return;
+  if (r == 0) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  std::vector<std::vector<int64_t>> map(static_cast<std::size_t>(r));
+  for (int64_t i = 0; i < r; ++i) {
+    map[i].resize(static_cast<std::size_t>(o[i]));
+    for (int64_t c = 0; c < o[i]; ++c) map[i][c] = pad_source(mode, c - full[i], s[i]);
+  }
+  Shape istr(r, 1);
+  for (int64_t i = r - 2; i >= 0; --i) istr[i] = istr[i + 1] * s[i + 1];
+  const int64_t width = o[r - 1], rows = total / width;
+  const std::vector<int64_t>& last = map[r - 1];
+  // The run of the last axis that is a straight copy of the input row.
+  const int64_t lo = std::clamp<int64_t>(full[r - 1], 0, width);
+  const int64_t hi = std::clamp<int64_t>(full[r - 1] + s[r - 1], lo, width);
+  auto fill = [&](char* d, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) std::memcpy(d + k * es, cval, es);
+  };
+  parallel_for(rows, total, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      char* d = dst + static_cast<std::size_t>(row * width) * es;
+      int64_t rem = row, off = 0;
+      bool inside = true;
+      for (int64_t i = r - 2; i >= 0 && inside; --i) {
+        const int64_t c = map[i][rem % o[i]];
+        rem /= o[i];
+        if (c < 0) inside = false;
+        off += c * istr[i];
+      }
+      if (!inside) {
+        fill(d, width);
+        continue;
+      }
+      const char* srow = src + static_cast<std::size_t>(off) * es;
+      if (mode == "constant") {
+        fill(d, lo);
+        if (hi > lo) std::memcpy(d + lo * es, srow + (lo - full[r - 1]) * es, (hi - lo) * es);
+        fill(d + hi * es, width - hi);
+      } else {
+        for (int64_t k = 0; k < width; ++k) std::memcpy(d + k * es, srow + last[k] * es, es);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_data_ops(std::vector<OpDef>& defs) {
+  {
+    OpDef d = make("Concat");
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const Shape& o = out[0].shape;
+      const int64_t axis = norm_axis(n, a.axis, static_cast<int64_t>(o.size()));
+      const std::size_t es = dtype_size(out[0].dtype);
+      int64_t outer = 1;
+      for (int64_t i = 0; i < axis; ++i) outer *= o[i];
+      const int64_t orow = out[0].numel() / std::max<int64_t>(1, outer);
+      // Output row by output row (each input's piece in turn), split over the threads:
+      // a concat on an inner axis (channels-last activations) is many short rows.
+      std::vector<int64_t> rows(in.size()), offs(in.size());
+      for (std::size_t i = 0, off = 0; i < in.size(); ++i) {
+        rows[i] = outer ? in[i].numel() / outer : 0;
+        offs[i] = static_cast<int64_t>(off);
+        off += static_cast<std::size_t>(rows[i]);
+      }
+      char* dst = static_cast<char*>(out[0].data);
+      parallel_for(outer, out[0].numel(), [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b)
+          for (std::size_t i = 0; i < in.size(); ++i)
+            std::memcpy(dst + (b * orow + offs[i]) * es,
+                        static_cast<const char*>(in[i].data) + b * rows[i] * es, rows[i] * es);
+      });
+    });
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Split");
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const Shape& s = in[0].shape;
+      const int64_t axis = norm_axis(n, a.axis, in[0].rank());
+      const std::size_t es = dtype_size(in[0].dtype);
+      int64_t outer = 1;
+      for (int64_t i = 0; i < axis; ++i) outer *= s[i];
+      const int64_t irow = outer ? in[0].numel() / outer : 0;
+      int64_t off = 0;
+      for (TensorView& t : out) {
+        const int64_t row = outer ? t.numel() / outer : 0;
+        if (t.data) {
+          for (int64_t b = 0; b < outer; ++b)
+            std::memcpy(static_cast<char*>(t.data) + b * row * es,
+                        static_cast<const char*>(in[0].data) + (b * irow + off) * es, row * es);
+        }
+        off += row;
+      }
+    });
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Slice");
+    d.run = [](const Node& n, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      std::vector<int64_t> st, en, ax, sp;
+      slice_inputs(n, metas_of(in), st, en, ax, sp);
+      const Shape& s = in[0].shape;
+      auto plan = slice_plan(n, s, st, en, ax, sp);
+      if (out[0].numel() == 0) return;
+      Shape istr(s.size(), 1);
+      for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) istr[i] = istr[i + 1] * s[i + 1];
+      int64_t base = 0;
+      Shape ost;
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        base += plan[i].start * istr[i];
+        ost.push_back(plan[i].step * istr[i]);
+      }
+      const std::size_t es = dtype_size(in[0].dtype);
+      strided_copy(static_cast<const char*>(in[0].data) + base * es, out[0].data, es,
+                   out[0].shape, ost);
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Gather");
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const Shape& s = in[0].shape;
+      const int64_t axis = norm_axis(n, a.axis, in[0].rank());
+      const int64_t dim = s[axis];
+      std::vector<int64_t> idx = in[1].ints();
+      for (int64_t& i : idx) {
+        XRT_CHECK(i >= -dim && i < dim, InvalidArgumentError, n.where(), ": index ", i,
+                  " is out of range for axis ", axis, " of size ", dim);
+        if (i < 0) i += dim;
+      }
+      int64_t outer = 1, inner = 1;
+      for (int64_t i = 0; i < axis; ++i) outer *= s[i];
+      for (int64_t i = axis + 1; i < in[0].rank(); ++i) inner *= s[i];
+      const std::size_t es = dtype_size(in[0].dtype);
+      const int64_t ni = static_cast<int64_t>(idx.size());
+      const char* src = static_cast<const char*>(in[0].data);
+      char* dst = static_cast<char*>(out[0].data);
+parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
+  for (int64_t ob = ob_begin; ob < ob_end; ++ob) {
+          const int64_t o = ob / ni, j = ob % ni;
+          std::memcpy(dst + ob * inner * es, src + (o * dim + idx[j]) * inner * es, inner * es);
+  }
+});
+    });
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("GatherElements");
+    set_parsed_body<ops::AxisAttrs>(d, [](const ops::AxisAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const Shape& ds = in[0].shape;
+      const Shape& is = in[1].shape;
+      const int64_t r = in[0].rank();
+      const int64_t axis = norm_axis(n, a.axis, r);
+      std::vector<int64_t> idx = in[1].ints();
+      for (int64_t& i : idx) {
+        XRT_CHECK(i >= -ds[axis] && i < ds[axis], InvalidArgumentError, n.where(), ": index ", i,
+                  " is out of range for axis ", axis, " of size ", ds[axis]);
+        if (i < 0) i += ds[axis];
+      }
+      Shape dstr(r, 1);
+      for (int64_t i = r - 2; i >= 0; --i) dstr[i] = dstr[i + 1] * ds[i + 1];
+      for (int64_t i = 0; i < r; ++i)
+        XRT_CHECK(i == axis || is[i] <= ds[i], InvalidArgumentError, n.where(),
+                  ": indices shape ", shape_str(is), " exceeds data shape ", shape_str(ds));
+      const std::size_t es = dtype_size(in[0].dtype);
+      const char* src = static_cast<const char*>(in[0].data);
+      char* dst = static_cast<char*>(out[0].data);
+      const int64_t total = in[1].numel();
+      for (int64_t e = 0; e < total; ++e) {
+        int64_t rem = e, off = 0;
+        for (int64_t i = r - 1; i >= 0; --i) {
+          const int64_t c = rem % is[i];
+          rem /= is[i];
+          off += (i == axis ? idx[e] : c) * dstr[i];
+        }
+        std::memcpy(dst + e * es, src + off * es, es);
+      }
+    });
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Pad");
+    set_parsed_body<ops::PadAttrs>(d, [](const ops::PadAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      std::vector<int64_t> pads = in.size() > 1 && in[1].data ? in[1].ints() : a.pads;
+      std::vector<int64_t> axes = in.size() > 3 && in[3].data ? in[3].ints() : std::vector<int64_t>{};
+      const Shape& s = in[0].shape;
+      const Shape& o = out[0].shape;
+      const int64_t r = in[0].rank();
+      auto full = pad_full(n, pads, axes, r);
+      const std::string& mode = a.mode;
+      double cv = in.size() > 2 && in[2].data && in[2].numel() > 0
+                      ? HostTensor::wrap(in[2].dtype, {}, in[2].data, nullptr).float_at(0)
+                      : a.value;
+      if (mode != "constant") {
+        for (int64_t i = 0; i < r; ++i)
+          XRT_CHECK(s[i] > 0 || o[i] == 0, InvalidModelError, n.where(), ": mode '", mode,
+                    "' cannot pad an empty axis");
+        if (mode == "reflect")
+          for (int64_t i = 0; i < r; ++i)
+            XRT_CHECK(s[i] > 1 || (full[i] <= 0 && full[i + r] <= 0), InvalidModelError, n.where(),
+                      ": reflect padding needs at least 2 elements on padded axes");
+      }
+      const std::size_t es = dtype_size(in[0].dtype);
+      alignas(16) unsigned char cval[16];
+      visit_dtype(in[0].dtype, [&](auto tag) { fill_value<decltype(tag)>(cval, 1, cv); });
+      pad_rows(mode, static_cast<const char*>(in[0].data), s, static_cast<char*>(out[0].data), o, full, es,
+               cval);
+    });
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Cast");
+    d.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      cast_elements(in[0].dtype, in[0].data, out[0].dtype, out[0].data, in[0].numel());
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("ConstantOfShape");
+    d.run = [](const Node& n, const std::vector<TensorView>&, std::vector<TensorView>& out) {
+      const graph::Attr* v = n.attr("value");
+      if (v && v->kind == graph::Attr::Kind::kTensor && v->t.numel() > 0) {
+        const std::size_t es = dtype_size(out[0].dtype);
+        for (int64_t i = 0; i < out[0].numel(); ++i)
+          std::memcpy(static_cast<char*>(out[0].data) + i * es, v->t.data, es);
+      } else {
+        std::memset(out[0].data, 0, out[0].nbytes());
+      }
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Constant");
+    d.run = [](const Node& n, const std::vector<TensorView>&, std::vector<TensorView>& out) {
+      HostTensor t = constant_value(n);
+      if (t.nbytes()) std::memcpy(out[0].data, t.data, t.nbytes());
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Range");
+    d.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      visit_dtype(out[0].dtype, [&](auto tag) {
+        using T = decltype(tag);
+        using N = Num<T>;
+        using C = typename N::C;
+        const C s = N::load(*in[0].ptr<const T>()), dl = N::load(*in[2].ptr<const T>());
+        T* y = out[0].ptr<T>();
+        for (int64_t i = 0; i < out[0].numel(); ++i) y[i] = N::store(static_cast<C>(s + static_cast<C>(i) * dl));
+      });
+    };
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("Trilu");
+    set_parsed_body<ops::TriluAttrs>(d, [](const ops::TriluAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const int64_t k = in.size() > 1 && in[1].data ? in[1].ints()[0] : 0;
+      const bool upper = a.upper;
+      const Shape& s = in[0].shape;
+      const int64_t rows = s[s.size() - 2], cols = s.back();
+      const int64_t mats = rows * cols ? in[0].numel() / (rows * cols) : 0;
+      const std::size_t es = dtype_size(in[0].dtype);
+      const char* x = static_cast<const char*>(in[0].data);
+      char* y = static_cast<char*>(out[0].data);
+      for (int64_t b = 0; b < mats; ++b)
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) {
+            const int64_t e = (b * rows + i) * cols + j;
+            const bool keep = upper ? (j - i >= k) : (j - i <= k);
+            if (keep) std::memcpy(y + e * es, x + e * es, es);
+            else std::memset(y + e * es, 0, es);
+          }
+    });
+    defs.push_back(std::move(d));
+  }
+  {
+    OpDef d = make("CumSum");
+    set_parsed_body<ops::CumSumAttrs>(d, [](const ops::CumSumAttrs& a, const Node& n,
+                                   const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      const int64_t axis = norm_axis(n, in[1].ints().at(0), in[0].rank());
+      const bool excl = a.exclusive, rev = a.reverse;
+      const Shape& s = in[0].shape;
+      int64_t outer = 1, inner = 1;
+      for (int64_t i = 0; i < axis; ++i) outer *= s[i];
+      for (int64_t i = axis + 1; i < in[0].rank(); ++i) inner *= s[i];
+      const int64_t len = s[axis];
+      visit_dtype(in[0].dtype, [&](auto tag) {
+        using T = decltype(tag);
+        using N = Num<T>;
+        using C = typename N::C;
+        const T* x = in[0].ptr<const T>();
+        T* y = out[0].ptr<T>();
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) {
+            C acc = 0;
+            for (int64_t t = 0; t < len; ++t) {
+              const int64_t j = rev ? len - 1 - t : t;
+              const int64_t e = (o * len + j) * inner + i;
+              const C v = N::load(x[e]);
+              if (excl) {
+                y[e] = N::store(acc);
+                acc = static_cast<C>(acc + v);
+              } else {
+                acc = static_cast<C>(acc + v);
+                y[e] = N::store(acc);
+              }
+            }
+          }
+      });
+    });
+    defs.push_back(std::move(d));
+  }
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,7 +1,0 @@
-// Hopper (sm_90a, wgmma) backward attention for head dimension 64 (fp16 and bf16).
-#include "backends/cuda_kernels/flash_v2/sm90/flash_bwd_sm90_launch.cuh"
-
-namespace xpuruntime::cuda_kernels::flash::sm90 {
-template void run_flash_bwd_sm90<__half, 64>(const FlashBwdArgs&);
-template void run_flash_bwd_sm90<__nv_bfloat16, 64>(const FlashBwdArgs&);
-}  // namespace xpuruntime::cuda_kernels::flash::sm90

@@ -1,7 +1,0 @@
-// Hopper (sm_90a, wgmma) forward attention for head dimension 64 (fp16 and bf16).
-#include "backends/cuda_kernels/flash_v2/sm90/flash_fwd_sm90_launch.cuh"
-
-namespace xpuruntime::cuda_kernels::flash::sm90 {
-template void run_flash_fwd_sm90<__half, 64>(const FlashFwdArgs&);
-template void run_flash_fwd_sm90<__nv_bfloat16, 64>(const FlashFwdArgs&);
-}  // namespace xpuruntime::cuda_kernels::flash::sm90
