@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The cheap GPU loop: build every library that does not depend on Python here (same
+# nvcc 13.0, same x86-64) and carry it to the GPU machine packed; build only _core
+# there, for that machine's Python, and only when the bindings changed; run a chosen
+# set of GPU tests and benchmarks; bring everything back in one archive.
+#
+#   scripts/gpu_run.sh pack [BUILD]
+#       (development machine) builds BUILD (default build/gpu; sm_90 + sm_90a, Release,
+#       C++ tests), packs its libraries, the C++ GPU suite and the libraries they link
+#       that the GPU machine lacks into .carry/gpu-build.tgz. Incremental: after the
+#       first build only what changed compiles. .carry/ is git-ignored; name `.carry`
+#       in the device tool's `carry`.
+#   scripts/gpu_run.sh remote STAGE...
+#       (GPU machine) unpacks to /tmp/xrt-gpu-build, builds _core there unless
+#       .carry/_core.<python tag>.so matches the bindings' hash (then copies it; a new
+#       one goes to $OUT to be kept in .carry/), then runs each STAGE in order:
+#         ctest                 the C++ GPU suites (xrt_gpu_tests)
+#         pytest:FILE[,FILE]    pytest -m gpu on those files (or "pytest:all")
+#         bench:SCRIPT[,ARGS]   python3 benchmarks/SCRIPT.py ARGS (results under
+#                               benchmarks/results/)
+#         sanitize              compute-sanitizer memcheck over the C++ GPU suites
+#       and packs logs and results into $OUT/results.tgz. Prints a table of stage,
+#       seconds and status last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MODE=${1:-}
+[ $# -gt 0 ] && shift
+BINDINGS_HASH=$(cat cpp/src/bindings/*.cpp cpp/src/bindings/*.h cpp/include/xpuruntime/*.h \
+  cpp/include/xpuruntime/*/*.h 2>/dev/null | sha256sum | cut -c1-16)
+
+pack() {
+  # BUILD (default build/gpu): a CMake build of this tree with CUDA (sm_90) and the C++
+  # tests; configured here when it does not exist yet, with the system compiler (the
+  # GPU machine has the same libstdc++ ABI). The libraries it links that the GPU
+  # machine's image lacks (Debian's OpenBLAS, oneDNN, GoogleTest and their runtimes)
+  # travel in lib/ too; nothing else is copied.
+  local B=${1:-build/gpu}
+  if [ ! -f "$B/build.ninja" ]; then
+    local launcher=()
+    command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXRT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DXRT_BUILD_TESTS=ON -DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++ \
+      -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ "${launcher[@]}" >/dev/null || exit 1
+  fi
+  local t0=$SECONDS
+  ninja -C "$B" -j "${JOBS:-$(nproc)}" xpuruntime_core xpuruntime_cuda xrt_gpu_tests || exit 1
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/lib" "$stage/bin"
+  cp -a "$B"/lib/libxpuruntime_*.so "$stage/lib/"
+  cp -a "$B/bin/xrt_gpu_tests" "$stage/bin/"
+  # Non-image dependencies, resolved on this machine.
+  ldd "$B"/lib/libxpuruntime_*.so "$B/bin/xrt_gpu_tests" | awk '/=> \//{print $3}' | sort -u |
+    grep -E 'lib(openblas|dnnl|gfortran|quadmath|gtest|gmock)' | xargs -r -I{} cp -L {} "$stage/lib/"
+  mkdir -p .carry
+  tar czf .carry/gpu-build.tgz -C "$stage" lib bin
+  rm -rf "$stage"
+  echo "$BINDINGS_HASH" > .carry/bindings.hash
+  echo "packed .carry/gpu-build.tgz ($(du -h .carry/gpu-build.tgz | cut -f1), build $((SECONDS - t0)) s)"
+}
+
+stage_table=()
+run_stage() {  # name, command...
+  local name=$1
+  shift
+  local t0=$SECONDS
+  "$@"
+  local rc=$?
+  stage_table+=("$(printf '%-48s %5d s  rc=%d' "$name" $((SECONDS - t0)) $rc)")
+  return $rc
+}
+
+build_core_there() {
+  local py_tag
+  py_tag=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+  local cached=.carry/_core$py_tag
+  if [ -f "$cached" ] && [ "$(cat .carry/_core.hash 2>/dev/null)" = "$BINDINGS_HASH" ]; then
+    cp "$cached" "$B/lib/"
+    echo "_core: reused $cached (bindings $BINDINGS_HASH)"
+    return 0
+  fi
+  cmake -S . -B /tmp/xrt-core-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DXRT_CUDA=OFF -DXRT_BLAS=OFF \
+    -DXRT_ONEDNN=OFF -DXRT_PREBUILT_LIB_DIR="$B/lib" -DPython_EXECUTABLE="$(command -v python3)" \
+    -DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++ >"$OUT/core_build.log" 2>&1 &&
+    ninja -C /tmp/xrt-core-py -j16 _core >>"$OUT/core_build.log" 2>&1 || {
+    tail -30 "$OUT/core_build.log"
+    return 1
+  }
+  cp /tmp/xrt-core-py/lib/_core*.so "$B/lib/"
+  cp /tmp/xrt-core-py/lib/_core*.so "$OUT/"
+  echo "$BINDINGS_HASH" >"$OUT/_core.hash"
+  echo "_core: built for $(python3 --version) (bindings $BINDINGS_HASH); keep $OUT/_core$py_tag in .carry/"
+}
+
+remote() {
+  OUT=${OUT:-$ROOT/gpu-out}
+  mkdir -p "$OUT"
+  B=/tmp/xrt-gpu-build
+  export PYTHONUNBUFFERED=1
+  rm -rf "$B" && mkdir -p "$B" && tar xzf .carry/gpu-build.tgz -C "$B" || exit 1
+  [ "$(cat .carry/bindings.hash 2>/dev/null)" = "$BINDINGS_HASH" ] ||
+    echo "warning: .carry/gpu-build.tgz was packed from other headers than this tree's"
+  run_stage "_core for $(python3 --version 2>&1)" build_core_there || exit 1
+  export XRT_BUILD_DIR=$B PYTHONPATH=$ROOT/python LD_LIBRARY_PATH=$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  # cuDNN: torch brings a newer one than the system's; load torch's first everywhere.
+  python3 -c "import torch, xpuruntime as x; print(torch.cuda.get_device_name(), x.get_all_devices())" || exit 1
+  LOGS=$(mktemp -d)
+  local rc=0
+  for st in "$@"; do
+    case "$st" in
+      ctest)
+        run_stage "ctest (xrt_gpu_tests)" bash -c "$B/bin/xrt_gpu_tests --gtest_brief=1 >$LOGS/ctest_gpu.log 2>&1"
+        rc=$((rc | $?)); tail -3 "$LOGS/ctest_gpu.log" ;;
+      pytest:*)
+        local files=${st#pytest:}
+        [ "$files" = all ] && files="tests/gpu tests/python"
+        run_stage "$st" bash -c "timeout 540 python3 -m pytest -q -ra -p no:cacheprovider -m gpu ${files//,/ } >$LOGS/pytest_${#stage_table[@]}.log 2>&1"
+        rc=$((rc | $?)); tail -15 "$LOGS/pytest_$((${#stage_table[@]} - 1)).log" ;;
+      bench:*)
+        local spec=${st#bench:} script args
+        script=${spec%%,*}
+        args=""
+        [ "$spec" != "$script" ] && args=${spec#*,}
+        run_stage "$st" bash -c "timeout 560 python3 benchmarks/$script.py ${args//,/ } >$LOGS/$script.log 2>&1"
+        rc=$((rc | $?)); tail -40 "$LOGS/$script.log" ;;
+      sanitize)
+        run_stage "memcheck xrt_gpu_tests" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 \
+          --log-file $LOGS/sanitize_memcheck.log $B/bin/xrt_gpu_tests --gtest_brief=1 >$LOGS/sanitize_memcheck.out 2>&1"
+        rc=$((rc | $?)); tail -5 "$LOGS/sanitize_memcheck.log" ;;
+      *) echo "unknown stage '$st'"; rc=1 ;;
+    esac
+  done
+  cp -r "$LOGS" benchmarks/results/logs
+  tar czf "$OUT/results.tgz" benchmarks/results
+  rm -rf benchmarks/results/logs
+  echo "== stages (GPU-machine seconds)"
+  printf '%s\n' "${stage_table[@]}"
+  return $rc
+}
+
+case "$MODE" in
+  pack) pack ;;
+  remote) remote "$@" ;;
+  *) sed -n 2,26p "$0"; exit 2 ;;
+esac
