@@ -47,6 +47,7 @@ _LAZY_ATTRS = {
     "KernelPolicy": ("xpuruntime.policies", "KernelPolicy"),
     "ExecutionPolicy": ("xpuruntime.policies", "ExecutionPolicy"),
     "InferenceSession": ("xpuruntime.inference", "InferenceSession"),
+    "preview_plan": ("xpuruntime.engines.native.preview", "preview_plan"),
 }
 _LAZY_MODULES = {"ops", "kernels", "policies", "inference", "engines", "dispatch", "cli"}
 
@@ -101,4 +102,5 @@ __all__ = [
     "KernelPolicy",
     "ExecutionPolicy",
     "InferenceSession",
+    "preview_plan",
 ]

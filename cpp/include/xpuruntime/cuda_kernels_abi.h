@@ -54,11 +54,18 @@ inline void throw_kernel_status(KernelStatus status, const char* err) {
 // dimension of q/k/v/o/do is contiguous and 16-byte aligned. The causal mask is
 // top-left aligned like torch's is_causal: key j is visible to query i iff j <= i.
 // dtype: kFloat16 or kBFloat16; head_dim 64 or 128.
-enum class FlashMaskKind : int32_t { kNone = 0, kBool = 1, kAdditiveF32 = 2 };
+// Additive masks come in float32 or, in fp16/bf16 plans, in the 16-bit float types.
+enum class FlashMaskKind : int32_t {
+  kNone = 0,
+  kBool = 1,
+  kAdditiveF32 = 2,
+  kAdditiveF16 = 3,
+  kAdditiveBF16 = 4,
+};
 
 struct FlashMask {
   FlashMaskKind kind = FlashMaskKind::kNone;
-  const void* ptr = nullptr;  // uint8 (bool) or float32, broadcastable [B|1, H|1, Sq, Sk]
+  const void* ptr = nullptr;  // uint8 (bool) or float, broadcastable [B|1, H|1, Sq, Sk]
   int64_t stride_b = 0, stride_h = 0, stride_q = 0, stride_k = 0;  // elements; 0 = broadcast
 };
 
@@ -85,6 +92,10 @@ struct FlashFwdArgs {
   float dropout_p = 0.0f;
   const int64_t* rng_state = nullptr;  // device [seed, offset]; read by the kernel (graph-safe)
   void* stream = nullptr;
+  // A row whose softmax is NaN (every key masked, or a NaN score) is written as zeros:
+  // what the Where(IsNaN(P), 0, P) guard of torch's SDPA export computes. Off: such a
+  // row is zeros when every key is masked and NaN when a score is NaN (torch's SDPA).
+  bool nan_rows_zero = false;
 };
 
 // Workspace the caller allocates (fp32, contiguous):

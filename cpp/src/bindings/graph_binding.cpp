@@ -262,6 +262,8 @@ void bind_graph(py::module_& m) {
       .def_property_readonly("policy_fingerprint", [](const graph::ExecutionPlan& p) { return p.header.policy_fingerprint; })
       .def_property_readonly("model_hash", [](const graph::ExecutionPlan& p) { return p.header.model_hash; })
       .def_property_readonly("environment", [](const graph::ExecutionPlan& p) { return p.header.environment; })
+      .def_property_readonly("preview", [](const graph::ExecutionPlan& p) { return p.header.preview; },
+                             "True for an offline preview (compiled with dry_run): not runnable")
       .def_property_readonly("threads", [](const graph::ExecutionPlan& p) { return p.header.threads; },
                              "ExecutionPolicy.threads the plan runs with (0 = the default)")
       .def_property_readonly("decisions", [](const graph::ExecutionPlan& p) { return p.decisions; })
@@ -392,9 +394,12 @@ void bind_graph(py::module_& m) {
       "compile",
       [](const py::dict& desc, const KernelPolicy& kp, const ExecutionPolicy& ep,
          const std::string& model_hash, const std::map<std::string, graph::Shape>& shapes,
-         bool fold, bool fuse, const std::string& device) {
+         bool fold, bool fuse, const std::string& device, bool dry_run,
+         const std::string& target) {
         graph::CompileOptions o;
         o.device = device;
+        o.dry_run = dry_run;
+        o.target = target;
         o.kernel_policy = kp;
         o.exec_policy = ep;
         o.model_hash = model_hash;
@@ -408,7 +413,12 @@ void bind_graph(py::module_& m) {
       },
       py::arg("graph"), py::arg("kernel_policy"), py::arg("exec_policy"),
       py::arg("model_hash") = "", py::arg("input_shapes") = std::map<std::string, graph::Shape>{},
-      py::arg("fold") = true, py::arg("fuse") = true, py::arg("device") = "cpu");
+      py::arg("fold") = true, py::arg("fuse") = true, py::arg("device") = "cpu",
+      py::arg("dry_run") = false, py::arg("target") = "",
+      "Compiles a graph description into an ExecutionPlan for `device`. dry_run=True "
+      "compiles an offline preview for `target` (CUDA: 'sm_90'; '' = this machine's "
+      "device): passes, fusions and kernel choices, no kernel prepared, no device "
+      "touched; the plan is for reading (summary, decisions), not for running or saving.");
   g.def(
       "check_supported",
       [](const py::dict& desc, const std::string& device) {

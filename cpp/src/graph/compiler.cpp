@@ -42,6 +42,9 @@ bool known_domain(const Node& n) {
 // kernels and needs no device kernel.
 Unsupported find_unsupported(const Graph& g, const ExecutionProvider* provider,
                              bool skip_constant) {
+  // Ops a pass lowers to others where it can (Einsum to MatMul): checked again after
+  // the passes, when what is left of them needs a kernel.
+  const bool before_passes = skip_constant;
   Unsupported bad;
   std::vector<char> constant(g.values.size(), 0);
   for (std::size_t v = 0; v < g.values.size(); ++v) constant[v] = g.values[v].constant.defined();
@@ -60,6 +63,7 @@ Unsupported find_unsupported(const Graph& g, const ExecutionProvider* provider,
         if (o >= 0) constant[o] = 1;
       continue;
     }
+    if (before_passes && n.op_type == "Einsum") continue;
     if (!has_kernel(schema->key, *provider)) bad[n.op_type].push_back(n.name);
   }
   return bad;
@@ -129,6 +133,42 @@ Decision threads_decision(int threads, const ExecutionProvider& provider) {
   return d;
 }
 
+// The provider as an offline preview sees it (CompileOptions.dry_run): the target's
+// capability and environment, the real provider's fusions and kernels, and no
+// device: nothing can be uploaded or run through it.
+class PreviewProvider final : public ExecutionProvider {
+ public:
+  PreviewProvider(ProviderPtr base, const std::string& target)
+      : base_(std::move(base)),
+        capability_(base_->target_capability(target)),
+        environment_(base_->target_environment(target)) {}
+  const std::string& name() const override { return base_->name(); }
+  DeviceType kernel_device() const override { return base_->kernel_device(); }
+  Device device() const override { return Device{base_->kernel_device(), 0}; }
+  int capability() const override { return capability_; }
+  FusionSupport fusions() const override { return base_->fusions(); }
+  bool takes_epilogue(const std::string& op_type, const ops::Epilogue& e,
+                      DType dtype) const override {
+    return base_->takes_epilogue(op_type, e, dtype);
+  }
+  std::map<std::string, std::string> environment() const override { return environment_; }
+  bool host_memory() const override { return base_->host_memory(); }
+  std::shared_ptr<const DeviceConstants> upload_constants(
+      const std::vector<HostTensor>&) const override {
+    refuse();
+  }
+  std::unique_ptr<RunResources> begin_run(std::size_t, std::size_t) const override { refuse(); }
+
+ private:
+  [[noreturn]] void refuse() const {
+    XRT_THROW(InvalidArgumentError, "a preview plan (compiled with dry_run) for device '",
+              name(), "' only shows what would run; compile without dry_run to run it");
+  }
+  ProviderPtr base_;
+  int capability_;
+  std::map<std::string, std::string> environment_;
+};
+
 }  // namespace
 
 void check_supported(const Graph& g, const std::string& device) {
@@ -143,9 +183,14 @@ std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep
 }
 
 ExecutionPlan compile(Graph g, const CompileOptions& opt) {
-  const ProviderPtr provider = ProviderRegistry::instance().get(opt.device);
+  ProviderPtr provider = ProviderRegistry::instance().get(opt.device);
+  XRT_CHECK(opt.dry_run || opt.target.empty(), InvalidArgumentError, "compile target '",
+            opt.target, "' is for an offline preview: pass dry_run=True, or leave the target "
+            "empty to compile for this machine's ", opt.device, " device");
+  if (opt.dry_run) provider = std::make_shared<PreviewProvider>(provider, opt.target);
   auto t0 = std::chrono::steady_clock::now();
   ExecutionPlan plan;
+  plan.header.preview = opt.dry_run;
   plan.header.device = provider->name();
   plan.header.model_hash = opt.model_hash;
   plan.header.policy_fingerprint = policy_fingerprint(opt.kernel_policy, opt.exec_policy);
@@ -207,6 +252,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   if (opt.fold_constants)
     log("common-subexpression elimination (nodes merged)",
         passes::eliminate_common_subexpressions(g));
+  // Einsum as GEMMs: every device runs MatMul; CUDA has no Einsum kernel.
+  log("einsum lowering (Einsum to MatMul)", passes::lower_einsum(g));
   // Fusions run where the options ask for them and the provider says they pay.
   const FusionSupport pays = provider->fusions();
   // BatchNormalization folds into the weights in fp32, before the precision pass
@@ -236,9 +283,9 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
         passes::fuse_gelu_patterns(g, *provider, plan.decisions));
   }
   if (opt.fuse && pays.epilogues)
-    log("epilogue fusion (ops fused into Conv/MatMul/Gemm)", passes::fuse_epilogues(g));
+    log("epilogue fusion (ops fused into Conv/MatMul/Gemm)", passes::fuse_epilogues(g, provider.get()));
   if (opt.fuse && pays.elementwise_chains)
-    log("elementwise fusion (chains fused)", passes::fuse_elementwise(g));
+    log("elementwise fusion (chains fused)", passes::fuse_elementwise(g, provider.get()));
   // Layouts after the fusions (an NhwcConv keeps its fused epilogue), then the
   // elementwise fusion again for what the layout pass created (BatchNormalization's
   // per-channel Mul and Add).
@@ -246,7 +293,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     const int n = passes::to_channels_last(g, *provider, opt.kernel_policy, plan.decisions);
     log("channels-last layout (nodes converted)", n);
     if (n > 0 && pays.elementwise_chains)
-      log("elementwise fusion (chains fused)", passes::fuse_elementwise(g));
+      log("elementwise fusion (chains fused)", passes::fuse_elementwise(g, provider.get()));
   }
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/false),

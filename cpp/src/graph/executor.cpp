@@ -115,6 +115,10 @@ struct Executor::GraphState {
 
 Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(plan)) {
   XRT_CHECK(plan_ != nullptr, InvalidArgumentError, "Executor needs a plan");
+  XRT_CHECK(!plan_->header.preview, InvalidArgumentError, "the plan is an offline preview (",
+            "compiled with dry_run for ", plan_->header.device,
+            "): it shows what would run but has no prepared kernels; compile it without "
+            "dry_run on a machine with the device to run it");
   provider_ = ProviderRegistry::instance().get(plan_->header.device);
   bool all_static = true;
   for (const PlanStep& s : plan_->steps) {

@@ -1,9 +1,12 @@
-// Fusion passes (CPU, where they pay): epilogues into Conv/MatMul/Gemm (the data
-// is still in cache when the bias/residual/activation are applied) and chains of
-// float32 elementwise ops into one FusedElementwise node (one pass over memory).
+// Fusion passes: epilogues into Conv/MatMul/Gemm (the data is still in cache, or in
+// registers, when the bias/residual/activation are applied) and chains of elementwise
+// ops of one float dtype into one FusedElementwise node (one pass over memory). Each
+// fires only where the device's kernels run the result: the provider's
+// takes_epilogue() for epilogues, the registry for fused chains.
 #include <algorithm>
 #include <cmath>
 
+#include "graph/fusion_patterns.h"
 #include "graph/passes.h"
 #include "xpuruntime/ops/elementwise.h"
 #include "xpuruntime/ops/elementwise_program.h"
@@ -45,7 +48,23 @@ bool with_activation(const Graph& g, const Node& p, const Node& a, ops::Epilogue
   return ops::Epilogue::activation_of(a, lo, hi, e);
 }
 
-bool f32(const Graph& g, int v) { return v >= 0 && g.values[v].dtype == DType::kFloat32; }
+// v has dtype t (a float dtype the pass works in).
+bool of_dtype(const Graph& g, int v, DType t) {
+  if (v < 0) return false;
+  const Value& val = g.values[v];
+  return (val.constant.defined() ? val.constant.dtype : val.dtype) == t;
+}
+
+bool float_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+// Whether the epilogue e of op_type may form on outputs of dtype t.
+bool epilogue_ok(const ExecutionProvider* provider, const std::string& op_type,
+                 const ops::Epilogue& e, DType t) {
+  if (provider == nullptr) return t == DType::kFloat32;
+  return float_dtype(t) && provider->takes_epilogue(op_type, e, t);
+}
 
 // Shape s broadcasts into o as a suffix (bias row) or scalar, or equals o.
 bool suffix_compatible(const Shape& s, const Shape& o) {
@@ -72,16 +91,18 @@ bool fused_binary(const std::string& op, FusedBin& b) {
 
 using Instr = ops::ElementwiseInstr;
 
-// Describes node n as one instruction on the accumulator value `acc`.
-bool as_instr(const Graph& g, const Node& n, int acc, Instr& ins) {
-  if (n.outputs.empty() || !f32(g, n.outputs[0]) || !g.values[n.outputs[0]].shape) return false;
+// Describes node n as one instruction on the accumulator value `acc`, every value
+// involved of dtype t.
+bool as_instr(const Graph& g, const Node& n, int acc, DType t, Instr& ins) {
+  if (n.outputs.empty() || !of_dtype(g, n.outputs[0], t) || !g.values[n.outputs[0]].shape)
+    return false;
   for (std::size_t j = 1; j < n.outputs.size(); ++j)
     if (n.outputs[j] >= 0) return false;
   FusedBin b;
   if (fused_binary(n.op_type, b)) {
     if (n.inputs.size() != 2 || n.inputs[0] == n.inputs[1]) return false;
     const int other = n.inputs[0] == acc ? n.inputs[1] : n.inputs[0];
-    if (!f32(g, other) || !g.values[other].shape && !g.values[other].constant.defined())
+    if (!of_dtype(g, other, t) || !g.values[other].shape && !g.values[other].constant.defined())
       return false;
     const Shape os = g.values[other].constant.defined() ? g.values[other].constant.shape
                                                         : *g.values[other].shape;
@@ -110,28 +131,29 @@ bool as_instr(const Graph& g, const Node& n, int acc, Instr& ins) {
 
 }  // namespace
 
-int fuse_epilogues(Graph& g) {
+int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
   int fused = 0;
   auto cons = consumers(g);
   // MatMul + Add(constant row of N) -> bias epilogue.
   for (Node& mm : g.nodes) {
     if (mm.op_type != "MatMul" || mm.outputs.empty()) continue;
     const int y = mm.outputs[0];
-    if (!f32(g, y) || !single_use(g, cons, y) || !g.values[y].shape || g.values[y].shape->empty())
-      continue;
+    const DType t = g.values[y].dtype;
+    if (!single_use(g, cons, y) || !g.values[y].shape || g.values[y].shape->empty()) continue;
     Node& add = g.nodes[cons[y][0]];
     if (add.op_type != "Add" || add.inputs.size() != 2) continue;
     const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
     const Value& ov = g.values[other];
     const int64_t nn = g.values[y].shape->back();
-    if (!ov.constant.defined() || ov.constant.dtype != DType::kFloat32 ||
-        ov.constant.numel() != nn || !suffix_compatible(ov.constant.shape, *g.values[y].shape) ||
+    if (!ov.constant.defined() || ov.constant.dtype != t || ov.constant.numel() != nn ||
+        !suffix_compatible(ov.constant.shape, *g.values[y].shape) ||
         g.values[add.outputs[0]].shape != g.values[y].shape)
       continue;
-    mm.inputs.resize(2);
-    mm.inputs.push_back(other);
     ops::Epilogue e = ops::Epilogue::from_node(mm);
     e.bias = true;
+    if (!epilogue_ok(provider, mm.op_type, e, t)) continue;
+    mm.inputs.resize(2);
+    mm.inputs.push_back(other);
     e.to_attrs(mm.attrs);
     mm.outputs[0] = add.outputs[0];
     add.op_type.clear();
@@ -143,17 +165,19 @@ int fuse_epilogues(Graph& g) {
   for (Node& cv : g.nodes) {
     if (cv.op_type != "Conv" || cv.outputs.empty()) continue;
     const int y = cv.outputs[0];
-    if (!f32(g, y) || !single_use(g, cons, y) || !g.values[y].shape) continue;
+    const DType t = g.values[y].dtype;
+    if (!single_use(g, cons, y) || !g.values[y].shape) continue;
     Node& add = g.nodes[cons[y][0]];
     if (add.op_type != "Add" || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
     const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
     if (!g.values[other].shape || *g.values[other].shape != *g.values[y].shape ||
-        g.values[add.outputs[0]].shape != g.values[y].shape || !f32(g, other))
+        g.values[add.outputs[0]].shape != g.values[y].shape || !of_dtype(g, other, t))
       continue;
-    cv.inputs.resize(3, -1);
-    cv.inputs.push_back(other);
     ops::Epilogue e = ops::Epilogue::from_node(cv);
     e.residual = true;
+    if (!epilogue_ok(provider, cv.op_type, e, t)) continue;
+    cv.inputs.resize(3, -1);
+    cv.inputs.push_back(other);
     e.to_attrs(cv.attrs);
     cv.outputs[0] = add.outputs[0];
     add.op_type.clear();
@@ -167,7 +191,8 @@ int fuse_epilogues(Graph& g) {
         ops::Epilogue::from_node(p).has_activation())
       continue;
     const int y = p.outputs[0];
-    if (!f32(g, y) || !single_use(g, cons, y)) continue;
+    const DType t = g.values[y].dtype;
+    if (!single_use(g, cons, y)) continue;
     // Through one Reshape (an activation commutes with it): GPT-2's Conv1D is
     // Gemm -> Reshape [B, S, N] -> GELU. The Reshape then yields the activated values.
     Node* reshape = nullptr;
@@ -180,7 +205,7 @@ int fuse_epilogues(Graph& g) {
     Node& a = g.nodes[cons[x][0]];
     if (a.inputs.empty() || a.inputs[0] != x || a.outputs.size() != 1) continue;
     ops::Epilogue e;
-    if (!with_activation(g, p, a, e)) continue;
+    if (!with_activation(g, p, a, e) || !epilogue_ok(provider, p.op_type, e, t)) continue;
     e.to_attrs(p.attrs);
     (reshape != nullptr ? reshape->outputs[0] : p.outputs[0]) = a.outputs[0];
     a.op_type.clear();
@@ -190,7 +215,7 @@ int fuse_epilogues(Graph& g) {
   return fused;
 }
 
-int fuse_elementwise(Graph& g) {
+int fuse_elementwise(Graph& g, const ExecutionProvider* provider) {
   int fused = 0;
   auto cons = consumers(g);
   std::vector<bool> taken(g.nodes.size(), false);
@@ -198,10 +223,14 @@ int fuse_elementwise(Graph& g) {
     if (taken[start]) continue;
     const Node& n0 = g.nodes[start];
     if (n0.inputs.empty() || n0.inputs[0] < 0) continue;
-    Instr first;
-    if (!as_instr(g, n0, n0.inputs[0], first)) continue;
     const int acc0 = n0.inputs[0];
-    if (!f32(g, acc0)) continue;
+    // The chain's dtype: its first input's. Without a provider float32 only (the
+    // CPU's fused kernel); with one, any float dtype a kernel of it runs.
+    const Value& a0 = g.values[acc0];
+    const DType t = a0.constant.defined() ? a0.constant.dtype : a0.dtype;
+    if (provider == nullptr ? t != DType::kFloat32 : !float_dtype(t)) continue;
+    Instr first;
+    if (!as_instr(g, n0, acc0, t, first)) continue;
     const Shape out_shape = *g.values[n0.outputs[0]].shape;
     {
       const Value& a = g.values[acc0];
@@ -215,7 +244,7 @@ int fuse_elementwise(Graph& g) {
       const int next = cons[cur][0];
       const Node& c = g.nodes[next];
       Instr ins;
-      if (taken[next] || !as_instr(g, c, cur, ins) || *g.values[c.outputs[0]].shape != out_shape)
+      if (taken[next] || !as_instr(g, c, cur, t, ins) || *g.values[c.outputs[0]].shape != out_shape)
         break;
       if (ins.kind == Instr::Kind::kUnary && c.inputs[0] != cur) break;
       chain.push_back(next);
@@ -245,6 +274,13 @@ int fuse_elementwise(Graph& g) {
     for (int k : chain) program.ops += (program.ops.empty() ? "" : ",") + g.nodes[k].op_type;
     program.to_attrs(f.attrs);
     f.outputs = {cur};
+    if (provider != nullptr) {
+      patterns::Candidate c;
+      c.node = f;
+      for (int v : f.inputs) c.inputs.push_back(patterns::spec_of(g, v).value_or(TensorSpec{t, {}, {}}));
+      c.outputs.push_back(TensorSpec{t, out_shape, {}});
+      if (!patterns::any_kernel_supports(c, *provider)) continue;
+    }
     for (int k : chain) {
       taken[k] = true;
       g.nodes[k].op_type.clear();

@@ -17,10 +17,14 @@ namespace xpuruntime::graph::passes {
 int infer_and_fold(Graph& g, bool fold);
 // Conv/Gemm followed by BatchNormalization with constant parameters -> new weights.
 int fold_batchnorm(Graph& g);
-// MatMul+bias, Conv+residual Add, and {Conv, MatMul, Gemm}+activation epilogues.
-int fuse_epilogues(Graph& g);
-// Chains of float32 elementwise ops -> one FusedElementwise node.
-int fuse_elementwise(Graph& g);
+// MatMul+bias, Conv+residual Add, and {Conv, MatMul, Gemm}+activation epilogues,
+// each only where provider->takes_epilogue() says the device's kernels apply it to the
+// output's dtype (nullptr: float32 epilogues, the CPU's).
+int fuse_epilogues(Graph& g, const ExecutionProvider* provider = nullptr);
+// Chains of elementwise ops of one float dtype -> one FusedElementwise node, each
+// only where a kernel of the provider runs the fused node (nullptr: float32 chains,
+// unchecked).
+int fuse_elementwise(Graph& g, const ExecutionProvider* provider = nullptr);
 // The decomposed LayerNorm (ReduceMean, Sub, Pow/Mul, ReduceMean, Add eps, Sqrt,
 // Div or Reciprocal+Mul, then an optional Mul gamma / Add beta) over the last axis
 // -> one LayerNormalization (fusion_layernorm.cpp). Attention subgraphs
@@ -48,6 +52,10 @@ int to_channels_last(Graph& g, const ExecutionProvider& provider, const KernelPo
 // take the target type (constants converted, saturated to its range), Casts at the
 // float32 graph inputs/outputs keep the model's interface (precision.cpp).
 int lower_precision(Graph& g, DType to);
+// Two-operand Einsums whose labels are batch, contracted or free dimensions (and
+// whose shapes are known) -> Transpose/Reshape around one MatMul (einsum_lowering.cpp);
+// returns the Einsums lowered.
+int lower_einsum(Graph& g);
 // Removes nodes whose outputs no graph output needs.
 int eliminate_dead_code(Graph& g);
 // Nodes computing what an earlier node computes (same op, attributes, inputs) are

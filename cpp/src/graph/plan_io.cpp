@@ -186,6 +186,9 @@ json num(double v) {
 }  // namespace
 
 std::string ExecutionPlan::serialize() const {
+  XRT_CHECK(!header.preview, InvalidArgumentError,
+            "a preview plan (compiled with dry_run) cannot be saved: it has no prepared "
+            "kernels; compile without dry_run on a machine with the device and save that");
   json h;
   h["format_version"] = header.format_version;
   h["device"] = header.device;
@@ -471,7 +474,9 @@ ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectatio
 std::string ExecutionPlan::summary() const {
   std::ostringstream os;
   os << "ExecutionPlan (format " << header.format_version << ", device " << header.device << ", "
-     << steps.size() << " steps, " << values.size() << " values)\n";
+     << steps.size() << " steps, " << values.size() << " values)"
+     << (header.preview ? " - offline preview (dry run): nothing prepared, not runnable" : "")
+     << "\n";
   os << "  model sha256 " << header.model_hash << "\n  policy " << header.policy_fingerprint
      << "\n";
   os << "  threads: "

@@ -72,7 +72,13 @@ OpContext step_context(const ExecutionPlan& plan, const PlanStep& st, std::size_
     if (n.inputs.size() > 1 && n.inputs[1] >= 0 && plan.values[n.inputs[1]].constant >= 0)
       ctx.attrs[matmul::kBConstantAttr] = "1";
   } else {
-    for (int i : n.inputs) ctx.inputs.push_back(i >= 0 ? spec_of(plan.values[i]) : TensorSpec{});
+    // An omitted optional input ('' in ONNX: Clip without min, Resize without roi) is
+    // an empty spec of input 0's dtype: checks that compare an input's dtype with x's,
+    // or with the kernel's dtype list, see nothing to refuse in a bound that is not
+    // there (a float32 placeholder made every fp16 Clip without a min unrunnable).
+    const DType first =
+        !n.inputs.empty() && n.inputs[0] >= 0 ? plan.values[n.inputs[0]].dtype : DType::kFloat32;
+    for (int i : n.inputs) ctx.inputs.push_back(i >= 0 ? spec_of(plan.values[i]) : TensorSpec{first, {}, {}});
     for (int o : n.outputs)
       if (o >= 0) ctx.outputs.push_back(spec_of(plan.values[o]));
     ctx.attrs = attr_text(n);
@@ -126,7 +132,8 @@ class Preparer {
       st.kernel = d.chosen;
       st.algorithm = d.algorithm;
       st.rule = d.rule;
-      bind(st, ctx);
+      // A preview shows the choice; preparing would touch the device.
+      if (!plan_.header.preview) bind(st, ctx);
     }
   }
 

@@ -23,6 +23,19 @@ std::unique_ptr<RunResources> ExecutionProvider::begin_run_on(NativeStream strea
   return begin_run(arena_bytes, workspace_bytes);
 }
 
+int ExecutionProvider::target_capability(const std::string& target) const {
+  XRT_CHECK(target.empty(), InvalidArgumentError, "device '", name(),
+            "' takes no compile target (got '", target,
+            "'): its plans run on any machine with the device; leave target empty");
+  return capability();
+}
+
+std::map<std::string, std::string> ExecutionProvider::target_environment(
+    const std::string& target) const {
+  (void)target_capability(target);
+  return environment();
+}
+
 ProviderRegistry& ProviderRegistry::instance() {
   // Leaked on purpose: providers from plugins must not be destroyed after their
   // library is unloaded at exit.

@@ -1,6 +1,7 @@
 // The schema of FusedElementwise (domain "xrt"): a chain of elementwise ops the
-// compiler fused into one pass over memory (float32). Never folded: the compiler
-// creates it after folding.
+// compiler fused into one pass over memory, every input and the output of one float
+// dtype (the CPU kernel takes float32; CUDA's float32, float16 and bfloat16). Never
+// folded: the compiler creates it after folding.
 #include "ops/families.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/ops/elementwise_program.h"
@@ -9,17 +10,20 @@ namespace xpuruntime::ops {
 namespace {
 
 bool fused_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
-  // The CPU kernel reads every input as float32 and input 0 as the accumulator; a
-  // node that does not hold that (a crafted model may name this op) is refused here.
+  // Kernels read every input in one float dtype and input 0 as the accumulator; a node
+  // that does not hold that (a crafted model may name this op) is refused here.
   require_inputs(n, in, 1);
+  const DType t = in[0].present ? in[0].dtype : DType::kFloat32;
+  XRT_CHECK(t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16,
+            InvalidModelError, n.where(), ": input 0 is ", dtype_name(t),
+            "; a fused elementwise chain takes float32, float16 or bfloat16");
   for (std::size_t i = 0; i < in.size(); ++i)
-    XRT_CHECK(in[i].present && in[i].dtype == DType::kFloat32, InvalidModelError, n.where(),
-              ": input ", i,
+    XRT_CHECK(in[i].present && in[i].dtype == t, InvalidModelError, n.where(), ": input ", i,
               in[i].present ? " is " + std::string(dtype_name(in[i].dtype)) : " is missing",
-              "; a fused elementwise chain takes float32 inputs only");
+              "; every input of a fused elementwise chain has input 0's dtype ", dtype_name(t));
   ElementwiseProgram::from_node(n);  // validates the program (codes, operand indices)
   out[0].present = true;
-  out[0].dtype = DType::kFloat32;
+  out[0].dtype = t;
   if (!all_known(in)) return false;
   std::vector<Shape> shapes;
   for (const Meta& m : in) shapes.push_back(*m.shape);
@@ -31,7 +35,7 @@ bool fused_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& 
 
 void register_fused_schemas(std::vector<OpSchema>& s) {
   OpSchema d = make_schema(
-      "FusedElementwise", {DType::kFloat32},
+      "FusedElementwise", {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
       "a chain of elementwise ops fused by the compiler (one pass over memory)", fused_infer);
   d.domain = "xrt";
   d.foldable = false;

@@ -192,12 +192,33 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    if args.dry_run or args.target:
+        return _explain_dry_run(args)
     sess = _session(args)
     if sess.plan is None:  # symbolic dims: compile a specialization first
         sess.run(_inputs(sess, args))
     if sess.plan is not None:
         print(sess.plan.summary())
     _print_decisions(sess)
+    return 0
+
+
+def _explain_dry_run(args: argparse.Namespace) -> int:
+    """``explain --dry-run [--target sm_90]``: the native plan for a device this machine
+    may lack, compiled offline (passes, fusions, kernel choices; nothing prepared)."""
+    from ..engines.native.preview import preview_plan
+
+    if args.engine not in ("auto", "native"):
+        raise SystemExit(f"error: --dry-run previews the native engine's plan, not --engine {args.engine}")
+    device = "cuda" if args.device in ("auto", "gpu") else args.device.split(":")[0]
+    dims = _dims(args.dim)
+    kp, ep = _policies(args)
+    pv = preview_plan(
+        _model_arg(args.model), device=device, target=args.target or "", kernel_policy=kp, exec_policy=ep, dims=dims
+    )
+    print(pv.summary())
+    counts = ", ".join(f"{k} {n}" for k, n in pv.kernel_counts().most_common())
+    print(f"{pv.launches()} kernel launches on {device} ({pv.target}): {counts}")
     return 0
 
 
@@ -349,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("explain", help="show the compiled plan and every decision")
     _common(p, model_required=True)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compile the native plan offline (no device needed, nothing prepared) and list what would run",
+    )
+    p.add_argument("--target", default=None, help="GPU architecture for --dry-run, e.g. sm_90 (implies --dry-run)")
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("bench", help="latency percentiles and throughput")
     _common(p, model_required=True)

@@ -33,6 +33,12 @@ struct CompileOptions {
   bool fold_constants = true;
   bool fold_batchnorm = true;
   bool fuse = true;
+  // Offline preview: compile for `target` (CUDA: "sm_90"; "" = the device of this
+  // machine) through every pass, fusion and dispatch decision, without preparing a
+  // kernel or touching a device, so it runs on a machine without that device. The
+  // plan's header says preview; it shows what would run and is never run or saved.
+  bool dry_run = false;
+  std::string target;
 };
 
 // SHA-256 over both policies' canonical JSON: what a plan is bound to.
@@ -44,7 +50,8 @@ std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep
 // check compile() starts with, for callers that compile later (dynamic shapes).
 void check_supported(const Graph& graph, const std::string& device);
 
-// Compiles a graph (consumed). Throws UnsupportedOperationError for a device without
+// Compiles a graph (consumed). With options.dry_run the result is a preview plan
+// (PlanHeader.preview): steps, kernels and decisions only. Throws UnsupportedOperationError for a device without
 // an execution provider (naming the registered ones) and naming node and op for ops
 // without a kernel on that device; InvalidModelError for malformed graphs.
 ExecutionPlan compile(Graph graph, const CompileOptions& options);

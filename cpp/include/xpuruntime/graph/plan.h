@@ -83,6 +83,10 @@ struct PlanHeader {
   // ExecutionPolicy.threads: the host threads each run uses (0 = the provider's
   // default; the CPU's is XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's).
   int threads = 0;
+  // An offline preview (CompileOptions.dry_run): the passes, fusions and dispatch
+  // ran for `environment`'s target, but no kernel was prepared and no device was
+  // touched. Such a plan is for reading only: it is never run or saved.
+  bool preview = false;
 };
 
 struct MemoryReport {

@@ -26,6 +26,7 @@
 #include "xpuruntime/backend.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ops/epilogue.h"
 
 namespace xpuruntime::graph {
 
@@ -109,7 +110,23 @@ class ExecutionProvider {
   virtual Device device() const = 0;
   // OpContext.capability (CUDA: sm major*10+minor); 0 where it does not apply.
   virtual int capability() const { return 0; }
+  // Answered without touching a device (an offline preview asks it too).
   virtual FusionSupport fusions() const { return {}; }
+  // Whether this device's kernels of `op_type` (Conv, MatMul, Gemm) apply epilogue
+  // `e` to outputs of `dtype`, so the epilogue fusion (FusionSupport.epilogues) may
+  // form it. The default: every epilogue, float32 only (the CPU kernels).
+  virtual bool takes_epilogue(const std::string& op_type, const ops::Epilogue& e,
+                              DType dtype) const {
+    (void)op_type, (void)e;
+    return dtype == DType::kFloat32;
+  }
+  // For an offline preview (CompileOptions.dry_run): the OpContext.capability of a
+  // named target ("sm_90" -> 90 on CUDA; "" -> this machine's device) and the
+  // environment a plan for it would record. The default takes only "" and answers
+  // with capability() and environment(). Throws InvalidArgumentError for a target
+  // the device does not know, naming the accepted form.
+  virtual int target_capability(const std::string& target) const;
+  virtual std::map<std::string, std::string> target_environment(const std::string& target) const;
   // What a plan compiled here depends on beyond the device kind, as field ->
   // value ("gpu_arch" -> "sm_90", library versions): stored in the plan header by
   // the compiler and compared by the plan loader, which refuses a plan whose

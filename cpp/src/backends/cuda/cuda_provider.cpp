@@ -218,27 +218,51 @@ class CudaProvider final : public graph::ExecutionProvider {
   // whose algorithm ids and heuristics a plan records (cuBLASLt, cuDNN) or whose
   // kernels it runs (the CUDA runtime). A plan loads only where all four match.
   std::map<std::string, std::string> environment() const override {
-    const DeviceInfo info = backend_.device_info(current_device());
-    int runtime = 0;
-    XRT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-    return {{"gpu_arch", "sm_" + std::to_string(info.compute_capability_major) +
-                             std::to_string(info.compute_capability_minor)},
-            {"cuda_runtime", std::to_string(runtime)},
-            {"cublaslt", std::to_string(cublasLtGetVersion())},
-            {"cudnn", cudnn_version()}};
+    return environment_for(capability());
+  }
+  // An offline preview's target: "sm_90", "sm_90a", "90" or "9.0" (the
+  // capability the kernels' supports() see); "" = this machine's GPU.
+  int target_capability(const std::string &target) const override {
+    if (target.empty()) return capability();
+    std::string t = target;
+    if (t.rfind("sm_", 0) == 0 || t.rfind("sm", 0) == 0) t = t.substr(t[2] == '_' ? 3 : 2);
+    if (!t.empty() && t.back() == 'a') t.pop_back();  // sm_90a: the arch-specific target
+    if (const auto dot = t.find('.'); dot != std::string::npos) t.erase(dot, 1);
+    const bool digits = t.size() >= 2 && t.size() <= 3 &&
+                        std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+    XRT_CHECK(digits && std::stoi(t) >= 50, InvalidArgumentError, "unknown CUDA target '",
+              target, "': name a GPU architecture as sm_XY (e.g. sm_90 for H100/H200, sm_80 ",
+              "for A100, sm_89 for L4/L40)");
+    return std::stoi(t);
+  }
+  std::map<std::string, std::string> target_environment(const std::string &target) const override {
+    return environment_for(target_capability(target));
   }
   // Batchnorm folding rewrites weights only. Elementwise chains fuse where the
-  // CUDA FusedElementwise kernel (NVRTC) is registered. Epilogues stay off: no
-  // CUDA kernel applies the bias/activation attributes the pass writes into
-  // Conv/MatMul/Gemm nodes, so a fused node would have no kernel.
+  // CUDA FusedElementwise kernel (NVRTC) is registered. Epilogues: those
+  // takes_epilogue() names, which the GEMM and cuDNN kernels apply.
   graph::FusionSupport fusions() const override {
-    (void)current_device();  // compiling for an unusable CUDA says why, first
     graph::FusionSupport f;
     f.fold_batchnorm = true;
-    f.epilogues = false;
+    f.epilogues = true;
     f.elementwise_chains =
         !KernelRegistry::instance().list("fusedelementwise", DeviceType::kCUDA).empty();
     return f;
+  }
+  // cuBLASLt's epilogues for MatMul/Gemm: a bias row, Relu, and Gelu in its tanh form
+  // (CUBLASLT_EPILOGUE_GELU is the tanh approximation; the exact erf form would round
+  // differently), no residual. cuDNN's convolution (conv/conv_cudnn.cpp): a bias, a
+  // residual and Relu. Float32, float16 and bfloat16 outputs.
+  bool takes_epilogue(const std::string &op_type, const ops::Epilogue &e,
+                      DType dtype) const override {
+    if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16)
+      return false;
+    const bool relu = e.activation_op == "Relu";
+    if (op_type == "MatMul" || op_type == "Gemm")
+      return !e.residual && (!e.has_activation() || relu ||
+                             (e.activation_op == "Gelu" && e.approximate == "tanh"));
+    if (op_type == "Conv") return !e.has_activation() || relu;
+    return false;
   }
   bool host_memory() const override { return false; }
 
@@ -266,6 +290,18 @@ class CudaProvider final : public graph::ExecutionProvider {
   DeviceBackend::GraphOps *graph_ops() const override { return backend_.graphs(); }
 
  private:
+  // What a plan for GPU architecture `capability` records: the architecture and
+  // the versions of this process's CUDA runtime, cuBLASLt and cuDNN (none of
+  // which needs a device to answer).
+  static std::map<std::string, std::string> environment_for(int capability) {
+    int runtime = 0;
+    XRT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    return {{"gpu_arch", "sm_" + std::to_string(capability)},
+            {"cuda_runtime", std::to_string(runtime)},
+            {"cublaslt", std::to_string(cublasLtGetVersion())},
+            {"cudnn", cudnn_version()}};
+  }
+
   // The backend's current device; throws BackendUnavailableError saying why
   // when CUDA cannot be used on this machine.
   int current_device() const {

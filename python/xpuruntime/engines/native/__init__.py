@@ -6,5 +6,15 @@ to ONNX's backend conformance tests.
 """
 
 from .engine import NativeEngine, as_numpy, core_exec_policy, core_kernel_policy, devices, is_plan
+from .preview import PlanPreview, preview_plan
 
-__all__ = ["NativeEngine", "as_numpy", "core_exec_policy", "core_kernel_policy", "devices", "is_plan"]
+__all__ = [
+    "NativeEngine",
+    "PlanPreview",
+    "as_numpy",
+    "core_exec_policy",
+    "core_kernel_policy",
+    "devices",
+    "is_plan",
+    "preview_plan",
+]

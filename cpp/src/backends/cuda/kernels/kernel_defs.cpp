@@ -80,11 +80,6 @@ class FlashAttention final : public Kernel {
     if (q.dtype != k.dtype || q.dtype != v.dtype) {
       return Support::no(reason::kDtypeUnsupported, "query, key and value have different dtypes");
     }
-    if (ctx.attr_int("nan_rows_zero", 0) != 0) {
-      return Support::no(reason::kAttributeUnsupported,
-                         "flash_v2 does not turn NaN softmax rows into zeros (nan_rows_zero, the "
-                         "Where(IsNaN) guard of torch's SDPA export)");
-    }
     if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
       return Support::no(reason::kDtypeUnsupported,
                          "CUDA kernels take float16/bfloat16, got " + std::string(dtype_name(q.dtype)));
@@ -106,9 +101,11 @@ class FlashAttention final : public Kernel {
     }
     if (present(ctx.inputs, 3)) {
       const TensorSpec& m = ctx.inputs[3];
-      if (m.dtype != DType::kBool && m.dtype != DType::kUInt8 && m.dtype != DType::kFloat32) {
-        return Support::no(reason::kDtypeUnsupported, "attn_mask dtype " + std::string(dtype_name(m.dtype)) +
-                                                          " (the kernels take bool or float32)");
+      if (m.dtype != DType::kBool && m.dtype != DType::kUInt8 && m.dtype != DType::kFloat32 &&
+          m.dtype != DType::kFloat16 && m.dtype != DType::kBFloat16) {
+        return Support::no(reason::kDtypeUnsupported,
+                           "attn_mask dtype " + std::string(dtype_name(m.dtype)) +
+                               " (the kernels take bool, or additive float32/float16/bfloat16)");
       }
       if (m.shape.size() > 4) return shape_no("attn_mask has more than 4 dimensions");
       const int64_t full[4] = {B, Hq, Sq, Sk};
@@ -170,11 +167,15 @@ class FlashAttention final : public Kernel {
     }
     a.scale = static_cast<float>(ctx.attr_float("scale", 1.0 / std::sqrt(static_cast<double>(q.shape()[3]))));
     a.causal = ctx.attr_int("is_causal", 0) != 0;
+    a.nan_rows_zero = ctx.attr_int("nan_rows_zero", 0) != 0;
     a.dropout_p = static_cast<float>(ctx.attr_float("dropout_p", 0.0));
     Tensor mask;
     if (l.inputs.size() > 3 && l.inputs[3].numel() > 0) {
       mask = l.inputs[3];
-      a.mask.kind = mask.dtype() == DType::kFloat32 ? FlashMaskKind::kAdditiveF32 : FlashMaskKind::kBool;
+      a.mask.kind = mask.dtype() == DType::kFloat32    ? FlashMaskKind::kAdditiveF32
+                    : mask.dtype() == DType::kFloat16  ? FlashMaskKind::kAdditiveF16
+                    : mask.dtype() == DType::kBFloat16 ? FlashMaskKind::kAdditiveBF16
+                                                       : FlashMaskKind::kBool;
       a.mask.ptr = mask.data_ptr();
       int64_t st[4] = {0, 0, 0, 0};
       const int64_t off = 4 - mask.dim();

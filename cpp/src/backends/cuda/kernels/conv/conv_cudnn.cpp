@@ -16,8 +16,10 @@
 // by the difference, into the workspace first.
 //
 // Epilogue: bias + Relu (+ residual) through
-// cudnnConvolutionBiasActivationForward; cases it does not take (Relu or
-// residual without a bias, bias alone, or a configuration it refuses at run
+// cudnnConvolutionBiasActivationForward, and a bias alone (+ residual) through the
+// same call with the identity activation where the implicit precomputed GEMM
+// algorithm was chosen (the only one cuDNN fuses identity with); cases it does not
+// take (Relu or residual without a bias, or a configuration it refuses at run
 // time, which is then remembered) run the convolution with beta = 1 over a copy
 // of the residual and one bias/Relu kernel (conv_epilogue.cu). Other
 // activations are refused in supports().
@@ -252,8 +254,10 @@ std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const 
   cudnnActivationDescriptor_t ad = nullptr;
   XRT_CUDNN_CHECK(cudnnCreateActivationDescriptor(&ad));
   p->act.reset(ad);
-  XRT_CUDNN_CHECK(
-      cudnnSetActivationDescriptor(ad, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  // Relu, or identity for a bias alone (cuDNN takes identity with the implicit
+  // precomputed GEMM algorithm only: run() fuses a lone bias when that one was chosen).
+  XRT_CUDNN_CHECK(cudnnSetActivationDescriptor(
+      ad, s.relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
 
   if (!s.algorithm.empty()) {
     const AlgoName* a = std::find_if(std::begin(kAlgos), std::end(kAlgos),
@@ -328,7 +332,9 @@ class ConvPrepared final : public PreparedKernel {
     XRT_CHECK(!s_.residual || z != nullptr, InvalidArgumentError, s_.where,
               ": the fused residual (input 3) is missing");
     const float one = 1.f, zero = 0.f;
-    if (bias && s_.relu && plan->fused_ok.load(std::memory_order_relaxed)) {
+    const bool fusable =
+        s_.relu || plan->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    if (bias && fusable && plan->fused_ok.load(std::memory_order_relaxed)) {
       const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
           h, &one, plan->x.get(), x, plan->w.get(), a.inputs[1].data, plan->conv.get(), plan->algo,
           algo_ws, plan->algo_bytes, z ? &one : &zero, plan->y.get(), z ? z : y.data,

@@ -62,12 +62,20 @@ struct MaskView {
     if (kind == FlashMaskKind::kBool) {
       return base[off] ? 0.0f : -INFINITY;
     }
+    if (kind == FlashMaskKind::kAdditiveF16) {
+      return __half2float(reinterpret_cast<const __half*>(base)[off]) * kLog2e;
+    }
+    if (kind == FlashMaskKind::kAdditiveBF16) {
+      return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]) * kLog2e;
+    }
     return reinterpret_cast<const float*>(base)[off] * kLog2e;
   }
 };
 
 __device__ __forceinline__ MaskView make_mask_view(const FlashMask& m, int b, int h) {
-  const int64_t elem = m.kind == FlashMaskKind::kBool ? 1 : 4;
+  const int64_t elem = m.kind == FlashMaskKind::kBool          ? 1
+                      : m.kind == FlashMaskKind::kAdditiveF32 ? 4
+                                                              : 2;
   const char* base = static_cast<const char*>(m.ptr) +
                      (static_cast<int64_t>(b) * m.stride_b + static_cast<int64_t>(h) * m.stride_h) * elem;
   return MaskView{m.kind, base, m.stride_q, m.stride_k};

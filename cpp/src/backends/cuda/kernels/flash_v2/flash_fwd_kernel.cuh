@@ -237,11 +237,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) flash_fwd_kernel(const __gri
     for (int hh = 0; hh < 2; ++hh) {
       const float l = quad_sum(row_sum[mi][hh]);
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      // nan_rows_zero: a NaN (or empty) row is written as zeros, not acc * inv.
+      const bool zero_row = p.nan_rows_zero && !(l > 0.0f);
       const int r_local = warp_row0 + mi * 16 + g + hh * 8;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
         *reinterpret_cast<uint32_t*>(sQ + swz<kD>(r_local, dt * 8 + 2 * t)) =
-            pack2<T>(acc_o[mi][dt][2 * hh] * inv, acc_o[mi][dt][2 * hh + 1] * inv);
+            zero_row ? pack2<T>(0.0f, 0.0f)
+                     : pack2<T>(acc_o[mi][dt][2 * hh] * inv, acc_o[mi][dt][2 * hh + 1] * inv);
       }
       const int row = m0 + r_local;
       if (t == 0 && row < sh.seqlen_q) {

@@ -13,8 +13,8 @@ namespace {
 // kernels (elementwise/unary.cu), in fp32.
 constexpr const char* kPrelude = R"(
 struct FusedArgs {
-  const float* in[16];
-  float* out;
+  const void* in[16];
+  void* out;
   long long numel;
   int rank;
   int all_dense;
@@ -36,6 +36,38 @@ __device__ __forceinline__ float xrt_min(float a, float b) {
 }
 __device__ __forceinline__ float xrt_max(float a, float b) {
   return (a != a || b != b) ? a + b : (b > a ? b : a);
+}
+)";
+
+// Loads that widen an element to fp32 and a store that rounds once, per dtype. No
+// header: NVRTC compiles these without cuda_fp16.h (the PTX conversions directly).
+constexpr const char* kFloatIo = R"(
+typedef float xrt_t;
+__device__ __forceinline__ float xrt_ld(const float* p) { return *p; }
+__device__ __forceinline__ float xrt_st(float v) { return v; }
+)";
+constexpr const char* kHalfIo = R"(
+typedef unsigned short xrt_t;
+__device__ __forceinline__ float xrt_ld(const unsigned short* p) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(*p));
+  return f;
+}
+__device__ __forceinline__ unsigned short xrt_st(float v) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return h;
+}
+)";
+constexpr const char* kBFloat16Io = R"(
+typedef unsigned short xrt_t;
+__device__ __forceinline__ float xrt_ld(const unsigned short* p) {
+  return __uint_as_float(((unsigned int)*p) << 16);
+}
+__device__ __forceinline__ unsigned short xrt_st(float v) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return h;
 }
 )";
 
@@ -136,11 +168,19 @@ std::string binary_expr(ops::FusedBin b, const std::string& l, const std::string
 
 }  // namespace
 
-std::string fused_source(const ops::ElementwiseProgram& program, int inputs) {
+bool fused_dtype_supported(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+std::string fused_source(const ops::ElementwiseProgram& program, int inputs, DType dtype) {
   XRT_CHECK(inputs >= 1 && inputs <= kFusedMaxInputs, UnsupportedOperationError,
             "fused elementwise (cuda): ", inputs, " inputs (at most ", kFusedMaxInputs, ")");
+  XRT_CHECK(fused_dtype_supported(dtype), UnsupportedOperationError,
+            "fused elementwise (cuda): dtype ", dtype_name(dtype),
+            " (float32, float16 and bfloat16 are generated)");
   std::ostringstream s;
-  s << "// fused: " << program.ops << "\n" << kPrelude;
+  s << "// fused (" << dtype_name(dtype) << "): " << program.ops << "\n" << kPrelude
+    << (dtype == DType::kFloat16 ? kHalfIo : dtype == DType::kBFloat16 ? kBFloat16Io : kFloatIo);
   s << "extern \"C\" __global__ void xrt_fused(FusedArgs a) {\n"
     << "  const long long step = (long long)gridDim.x * blockDim.x;\n"
     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += "
@@ -157,7 +197,7 @@ std::string fused_source(const ops::ElementwiseProgram& program, int inputs) {
     << "        r = q;\n"
     << "      }\n"
     << "    }\n"
-    << "    float acc = a.in[0][off[0]];\n";
+    << "    float acc = xrt_ld((const xrt_t*)a.in[0] + off[0]);\n";
   for (const ops::ElementwiseInstr& in : program.instrs) {
     if (in.kind == ops::ElementwiseInstr::Kind::kUnary) {
       s << "    acc = " << unary_expr(in.unary, in.params, "acc") << ";\n";
@@ -166,15 +206,15 @@ std::string fused_source(const ops::ElementwiseProgram& program, int inputs) {
     XRT_CHECK(in.operand >= 0 && in.operand < inputs, InvalidModelError,
               "fused elementwise (cuda): operand ", in.operand, " is not an input (", inputs,
               " inputs)");
-    const std::string v =
-        "a.in[" + std::to_string(in.operand) + "][off[" + std::to_string(in.operand) + "]]";
+    const std::string v = "xrt_ld((const xrt_t*)a.in[" + std::to_string(in.operand) + "] + off[" +
+                          std::to_string(in.operand) + "])";
     s << "    acc = "
       << (in.kind == ops::ElementwiseInstr::Kind::kBinaryOperandLeft
               ? binary_expr(in.binary, v, "acc")
               : binary_expr(in.binary, "acc", v))
       << ";\n";
   }
-  s << "    a.out[i] = acc;\n  }\n}\n";
+  s << "    ((xrt_t*)a.out)[i] = xrt_st(acc);\n  }\n}\n";
   return s.str();
 }
 

@@ -1,7 +1,9 @@
 // CUDA C++ source for a fused elementwise chain (ops::ElementwiseProgram, the
 // FusedElementwise nodes the compiler creates): one kernel, `xrt_fused`, that
 // walks the broadcast output once, loads each input where an instruction needs
-// it, keeps the accumulator in fp32 registers and stores once. Parameters of the
+// it, keeps the accumulator in fp32 registers and stores once. Inputs and output
+// share one element type (float32, float16 or bfloat16: loads widen to fp32 and the
+// store rounds once, so a chain rounds once where its unfused ops rounded each step). Parameters of the
 // program (LeakyRelu alpha, Clip bounds, ...) are literals of the source, so each
 // program is its own NVRTC compile, cached on disk (nvrtc/nvrtc_module.h).
 #pragma once
@@ -9,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "xpuruntime/dtype.h"
 #include "xpuruntime/ops/elementwise_program.h"
 
 namespace xpuruntime::cuda_ops {
@@ -20,8 +23,8 @@ inline constexpr int kFusedMaxRank = 8;
 // layout (FusedArgs in the prelude). Offsets of input k at output index i come
 // from dims/strides[k] (collapsed), or i itself when all inputs are dense.
 struct FusedArgs {
-  const float* in[kFusedMaxInputs] = {};
-  float* out = nullptr;
+  const void* in[kFusedMaxInputs] = {};  // elements of the program's dtype
+  void* out = nullptr;
   int64_t numel = 0;
   int32_t rank = 0;
   int32_t all_dense = 0;
@@ -29,8 +32,11 @@ struct FusedArgs {
   int64_t strides[kFusedMaxInputs][kFusedMaxRank] = {};
 };
 
-// The program's source for `inputs` inputs (1..kFusedMaxInputs). Throws
-// UnsupportedOperationError for an instruction it cannot express.
-std::string fused_source(const ops::ElementwiseProgram& program, int inputs);
+// Whether the generated kernel takes tensors of this dtype.
+bool fused_dtype_supported(DType dtype);
+// The program's source for `inputs` inputs (1..kFusedMaxInputs) of `dtype`. Throws
+// UnsupportedOperationError for an instruction it cannot express or another dtype.
+std::string fused_source(const ops::ElementwiseProgram& program, int inputs,
+                         DType dtype = DType::kFloat32);
 
 }  // namespace xpuruntime::cuda_ops

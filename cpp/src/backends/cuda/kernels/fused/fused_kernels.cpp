@@ -80,12 +80,20 @@ FusedPlan fused_plan(const std::vector<Shape>& shapes, const std::string& what) 
 
 void register_fused_kernels(KernelRegistry& registry) {
   add_kernel(
-      registry, "fusedelementwise", {DType::kFloat32},
+      registry, "fusedelementwise", {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
       "FusedElementwise chain compiled to one kernel with NVRTC (cubin cached on disk by "
-      "program, GPU architecture and NVRTC version); numpy broadcasting of up to 16 inputs",
+      "program, dtype, GPU architecture and NVRTC version); numpy broadcasting of up to 16 "
+      "inputs of one float dtype, fp32 arithmetic, one rounding at the store",
       [](const OpContext& ctx) {
         Support s = first_refusal({require_arity(ctx, 1), require_dense(ctx)});
         if (!s.ok) return s;
+        const DType t = ctx.outputs[0].dtype;
+        for (const TensorSpec& in : ctx.inputs)
+          if (in.dtype != t)
+            return Support::no(reason::kDtypeUnsupported,
+                               std::string("every input must have the output's dtype ") +
+                                   std::string(dtype_name(t)) + " (an input is " +
+                                   std::string(dtype_name(in.dtype)) + ")");
         if (ctx.inputs.size() > static_cast<std::size_t>(kFusedMaxInputs))
           return Support::no(reason::kShapeUnsupported, std::to_string(ctx.inputs.size()) +
                                                             " inputs (at most " +
@@ -96,8 +104,10 @@ void register_fused_kernels(KernelRegistry& registry) {
         const ops::ElementwiseProgram program = ops::ElementwiseProgram::from_node(*pc.node);
         const int inputs = static_cast<int>(pc.ctx->inputs.size());
         const std::string what = where(pc);
-        std::shared_ptr<const NvrtcModule> module = NvrtcModule::compile(
-            "fused_" + pc.ctx->node, fused_source(program, inputs), {"--std=c++17"}, {"xrt_fused"});
+        std::shared_ptr<const NvrtcModule> module =
+            NvrtcModule::compile("fused_" + pc.ctx->node,
+                                 fused_source(program, inputs, pc.ctx->outputs[0].dtype),
+                                 {"--std=c++17"}, {"xrt_fused"});
         std::vector<Shape> shapes;
         for (const TensorSpec& t : pc.ctx->inputs) shapes.push_back(t.shape);
         shapes.push_back(pc.ctx->outputs[0].shape);
@@ -111,8 +121,8 @@ void register_fused_kernels(KernelRegistry& registry) {
           if (p.numel == 0) return;
           FusedArgs args;
           for (std::size_t k = 0; k < a.inputs.size(); ++k)
-            args.in[k] = static_cast<const float*>(a.inputs[k].data);
-          args.out = static_cast<float*>(a.outputs[0].data);
+            args.in[k] = a.inputs[k].data;
+          args.out = a.outputs[0].data;
           args.numel = p.numel;
           args.rank = p.rank;
           args.all_dense = p.all_dense ? 1 : 0;

@@ -336,11 +336,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   for (int hh = 0; hh < 2; ++hh) {
     const float l = quad_sum(row_sum[hh]);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const bool zero_row = p.nan_rows_zero && !(l > 0.0f);  // see flash_fwd_kernel.cuh
     const int r = row_local + 8 * hh;
 #pragma unroll
     for (int c = 0; c < kD / 8; ++c) {
       *reinterpret_cast<uint32_t*>(sQ_ptr + tile_chunk_off<kBlockM>(r, c) + 4 * t) =
-          pack2<T>(acc_o[4 * c + 2 * hh] * inv, acc_o[4 * c + 2 * hh + 1] * inv);
+          zero_row ? pack2<T>(0.0f, 0.0f)
+                   : pack2<T>(acc_o[4 * c + 2 * hh] * inv, acc_o[4 * c + 2 * hh + 1] * inv);
     }
     if (t == 0 && row + 8 * hh < sh.seqlen_q) {
       // A row that saw no key gets +inf, so the backward pass computes P = 0 for it.

@@ -1,0 +1,299 @@
+"""The native CUDA engine against PyTorch on public architectures (fp16, GPU machine).
+
+For each model of ``native_cuda_models.py`` (random weights, exported to ONNX in the
+run): the native engine's fp16 plan replayed as one CUDA graph, torch eager fp16,
+torch fp16 captured as a CUDA graph, and ``torch.compile`` (default inductor,
+``mode="reduce-overhead"``: CUDA graphs) — and ONNX Runtime's CUDA provider where its
+wheel is installed. Outputs are checked against torch fp32 (TF32 off) before anything is
+timed; every column is timed in interleaved rounds in one process with CUDA events
+(median of the rounds' per-iteration times). Also recorded: the native plan's cold build
+time (session construction + first run), a rebuild from its saved plan, and peak device
+memory of the native run and of torch eager.
+
+    python3 benchmarks/bench_native_cuda.py [--models a,b] [--no-compile] [--budget-s 480]
+
+Writes benchmarks/results/native_cuda_<GPU>.json after every model (a time-out keeps
+what was measured) with a top-level ``goals`` list (issue 30's goals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "python"))
+
+import torch  # noqa: E402  (torch first: its cuDNN is newer than the system's)
+
+import native_cuda_models as zoo  # noqa: E402
+import xpuruntime as xrt  # noqa: E402
+
+
+def export(model: zoo.CudaModel, out: Path) -> tuple[Path, Any, dict[str, np.ndarray]]:
+    torch.manual_seed(0)
+    module, feeds = model.build()
+    module.eval()
+    with torch.no_grad():
+        for p in module.parameters():  # zero-initialised heads would make outputs constant
+            if p.dim() >= 2 and not p.any():
+                p.normal_(0.0, 0.02)
+    path = out / f"{model.name}.onnx"
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(module, args, str(path), dynamo=False, opset_version=17,
+                              input_names=list(feeds), output_names=["output"])
+        except Exception:  # noqa: BLE001  (the TorchScript exporter refuses some models)
+            torch.onnx.export(module, args, str(path), dynamo=True, opset_version=18,
+                              input_names=list(feeds), output_names=["output"], external_data=False)
+    return path, module, feeds
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().flatten(), b.double().flatten()
+    if not torch.isfinite(a).all():
+        return math.inf
+    return float((a - b).norm() / max(float(b.norm()), 1e-30))
+
+
+def time_columns(cols: dict[str, Callable[[], Any]], rounds: int = 7, min_ms: float = 40.0) -> dict[str, float]:
+    """Median per-iteration milliseconds of each column, interleaved round by round."""
+    iters: dict[str, int] = {}
+    for name, fn in cols.items():  # warm-up and size each column's batch of launches
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        one = max((time.perf_counter() - t0) * 1e3, 1e-3)
+        iters[name] = max(3, min(200, int(min_ms / one)))
+    samples: dict[str, list[float]] = {n: [] for n in cols}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(rounds):
+        for name, fn in cols.items():
+            start.record()
+            for _ in range(iters[name]):
+                fn()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) / iters[name])
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def cuda_graph_of(fn: Callable[[], Any]) -> Callable[[], Any]:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Path | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": model.name, "family": model.family, "source": model.source}
+    t0 = time.perf_counter()
+    path, module, feeds = export(model, tmp)
+    row["export_s"] = round(time.perf_counter() - t0, 2)
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ref_mod = module.to(dev).float()
+    x32 = [torch.from_numpy(v).to(dev) for v in feeds.values()]
+    with torch.no_grad():
+        ref = ref_mod(*x32).float()
+    m16 = module.to(dev).half()
+    x16 = [t.half() if t.is_floating_point() else t for t in x32]
+
+    # Native: fp16 plan, one CUDA graph, torch tensors in and a caller buffer out.
+    torch.cuda.synchronize()
+    xrt.memory.reset_peak_stats("cuda:0")
+    base_native = xrt.memory.memory_stats("cuda:0").allocated_bytes
+    t0 = time.perf_counter()
+    sess = xrt.InferenceSession(str(path), device="cuda", engine="native",
+                                exec_policy=xrt.ExecutionPolicy(precision="fp16", cuda_graph=True))
+    names = [i.name for i in sess.get_inputs()]
+    inputs = dict(zip(names, x32))
+    got = sess.run(inputs)["output"]
+    torch.cuda.synchronize()
+    row["native_build_s"] = round(time.perf_counter() - t0, 3)
+    got_t = torch.as_tensor(np.asarray(got)).to(dev) if not isinstance(got, torch.Tensor) else got
+    y = torch.empty_like(ref)
+    stream = torch.cuda.current_stream()
+
+    def native() -> None:
+        sess.run(inputs, outputs=[y], stream=stream)
+
+    native()
+    torch.cuda.synchronize()
+    row["native_peak_bytes"] = xrt.memory.memory_stats("cuda:0").peak_allocated_bytes - base_native
+    plan_file = tmp / f"{model.name}.xrtplan"
+    sess.save_plan(str(plan_file)) if hasattr(sess, "save_plan") else None
+    if plan_file.is_file():
+        t0 = time.perf_counter()
+        s2 = xrt.InferenceSession.load_plan(str(plan_file),
+                                            exec_policy=xrt.ExecutionPolicy(precision="fp16", cuda_graph=True))
+        s2.run(inputs)
+        torch.cuda.synchronize()
+        row["native_load_s"] = round(time.perf_counter() - t0, 3)
+        del s2
+    with torch.no_grad():
+        t16 = m16(*x16).float()
+    row["err_native"] = rel_err(got_t, ref)
+    row["err_native_buffer"] = rel_err(y, ref)
+    row["err_torch_fp16"] = rel_err(t16, ref)
+    row["match"] = row["err_native_buffer"] <= max(1.5 * row["err_torch_fp16"], 1e-2)
+    plan_steps = [s for s in sess.plan.steps if not s["view"]] if sess.plan is not None else []
+    row["native_launches"] = len(plan_steps)
+
+    torch.cuda.reset_peak_memory_stats()
+    base_torch = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        m16(*x16)
+    torch.cuda.synchronize()
+    row["torch_eager_peak_bytes"] = torch.cuda.max_memory_allocated() - base_torch + sum(
+        p.numel() * p.element_size() for p in m16.parameters())
+    row["native_peak_bytes"] = int(row["native_peak_bytes"])
+    del ref_mod
+
+    cols: dict[str, Callable[[], Any]] = {"native": native}
+    with torch.no_grad():
+        cols["torch_eager"] = lambda: m16(*x16)
+        cols["torch_graph"] = cuda_graph_of(lambda: m16(*x16))
+        if use_compile:
+            t0 = time.perf_counter()
+            try:
+                compiled = torch.compile(m16, mode="reduce-overhead")
+                for _ in range(3):
+                    compiled(*x16)
+                torch.cuda.synchronize()
+                row["compile_s"] = round(time.perf_counter() - t0, 1)
+                cols["torch_compile_graph"] = lambda: compiled(*x16)
+            except Exception as exc:  # noqa: BLE001
+                row["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        times = time_columns(cols)
+    row["ms"] = {k: round(v, 4) for k, v in times.items()}
+    for k, v in times.items():
+        if k != "native":
+            row[f"native/{k}"] = round(times["native"] / v, 3)
+    if out_profile is not None:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                native()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=15)
+        (out_profile / f"{model.name}_native_profile.txt").write_text(table)
+    del sess
+    return row
+
+
+def geomean(v: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+
+
+def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ok = [r for r in rows if "ms" in r and r.get("match")]
+    vs_compile = [r["native/torch_compile_graph"] for r in ok if "native/torch_compile_graph" in r]
+    g = geomean(vs_compile)
+    worst = max(vs_compile, default=float("nan"))
+    builds = [r["native_build_s"] for r in ok]
+    loads = [r["native_load_s"] for r in ok if "native_load_s" in r]
+    mem = [r for r in ok if r["native_peak_bytes"] <= r["torch_eager_peak_bytes"]]
+    return [
+        {"name": f"native / torch.compile+CUDA graph, geometric mean over {len(vs_compile)} models",
+         "figure": round(g, 3), "target": "<= 1.0 (moonshot 0.8)", "met": bool(g <= 1.0)},
+        {"name": "native / torch.compile+CUDA graph, worst model", "figure": round(worst, 3),
+         "target": "<= 1.5", "met": bool(worst <= 1.5)},
+        {"name": "native / ONNX Runtime CUDA EP", "figure": "not measured (wheel not carried)",
+         "target": "<= 0.5", "met": False},
+        {"name": "plan build cold, worst model (s)", "figure": max(builds, default=float("nan")),
+         "target": "<= 5", "met": bool(builds) and max(builds) <= 5},
+        {"name": "plan build from a saved plan, worst model (s)", "figure": max(loads, default=float("nan")),
+         "target": "<= 0.5", "met": bool(loads) and max(loads) <= 0.5},
+        {"name": "peak device memory native <= torch eager", "figure": f"{len(mem)} of {len(ok)}",
+         "target": f"{len(ok)} of {len(ok)}", "met": bool(ok) and len(mem) == len(ok)},
+        {"name": "models whose native fp16 output matches torch (<= max(1.5x torch fp16 error, 1e-2))",
+         "figure": f"{len(ok)} of {len(rows)}", "target": f"{len(rows)} of {len(rows)}",
+         "met": len(ok) == len(rows)},
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="", help="comma-separated subset (default: all)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    ap.add_argument("--budget-s", type=float, default=500.0, help="stop starting new models after this")
+    ap.add_argument("--compile-budget-s", type=float, default=300.0,
+                    help="stop compiling with torch.compile once this much time went into it")
+    ap.add_argument("--profile", action="store_true", help="write a per-kernel profile of each native run")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    name = torch.cuda.get_device_name().replace(" ", "_")
+    out = Path(args.out or HERE / "results" / f"native_cuda_{name}.json")
+    wanted = [m for m in zoo.MODELS if not args.models or m.name in args.models.split(",")]
+    meta = {
+        "benchmark": "bench_native_cuda.py", "device": torch.cuda.get_device_name(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                     "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                     "xpuruntime": getattr(xrt, "__version__", "?")},
+        "settings": "fp16; vision 32x3x224x224, text 8x128; native: fp16 plan + CUDA graph; torch: .half() "
+                    "eager, CUDA graph, torch.compile(mode='reduce-overhead'); median of 7 interleaved rounds",
+    }
+    rows: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    compile_spent = 0.0
+    prof_dir = out.parent / "native_cuda_profiles" if args.profile else None
+    if prof_dir:
+        prof_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in wanted:
+            if time.perf_counter() - t_start > args.budget_s:
+                rows.append({"model": m.name, "skipped": "time budget"})
+                continue
+            use_compile = not args.no_compile and compile_spent < args.compile_budget_s
+            try:
+                row = measure(m, Path(tmp), use_compile, prof_dir)
+            except Exception as exc:  # noqa: BLE001
+                row = {"model": m.name, "error": f"{type(exc).__name__}: {str(exc)[:400]}",
+                       "trace": traceback.format_exc()[-1500:]}
+            compile_spent += row.get("compile_s", 0.0)
+            rows.append(row)
+            torch.cuda.empty_cache()
+            torch._dynamo.reset()
+            out.write_text(json.dumps({**meta, "goals": goals(rows), "models": rows}, indent=1))
+            r = row
+            print(f"{m.name:20s} " + (f"native {r['ms']['native']:.3f} ms  " + "  ".join(
+                f"{k} {v}" for k, v in r.items() if k.startswith("native/")) + f"  err {r['err_native_buffer']:.2e}"
+                f" (torch16 {r['err_torch_fp16']:.2e})  build {r['native_build_s']} s  launches {r['native_launches']}"
+                if "ms" in r else r.get("error", r.get("skipped", ""))), flush=True)
+    print("\n| goal | figure | target | met |\n|---|---|---|---|")
+    for g in goals(rows):
+        print(f"| {g['name']} | {g['figure']} | {g['target']} | {g['met']} |")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

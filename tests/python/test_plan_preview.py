@@ -1,0 +1,191 @@
+"""The offline plan preview (issue: the native CUDA engine's speed, deliverable 2):
+compiling for a device this machine lacks, through passes, fusions and dispatch,
+without preparing a kernel. These tests run on a CPU-only machine and are where the
+CUDA fusions are tested structurally (which steps and kernels a plan would have); the
+GPU suites check the numbers.
+
+Each fusion is asserted against the unfused plan of the same model (fuse=False), and
+the CPU preview against a real CPU compile.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xpuruntime as xrt
+from xpuruntime import _core
+from xpuruntime.engines.native.preview import preview_plan
+
+pytestmark = pytest.mark.skipif(
+    "cuda" not in _core.graph.providers(), reason="this build has no CUDA execution provider"
+)
+
+FP16 = xrt.ExecutionPolicy(precision="fp16")
+BF16 = xrt.ExecutionPolicy(precision="bf16")
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17) -> bytes:
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+def _f(name: str, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _init(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(arr.astype(np.float32), name)
+
+
+def _conv_block() -> bytes:
+    """Conv(+B) -> Relu -> Conv(+B) -> Add(residual) -> Relu: a ResNet basic block."""
+    rng = np.random.default_rng(1)
+    w1 = rng.standard_normal((8, 8, 3, 3)) * 0.1
+    w2 = rng.standard_normal((8, 8, 3, 3)) * 0.1
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["c2", "x"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu2"),
+    ]
+    inits = [_init("w1", w1), _init("b1", rng.standard_normal(8)), _init("w2", w2), _init("b2", rng.standard_normal(8))]
+    return _model(nodes, [_f("x", [2, 8, 16, 16])], [_f("y", [2, 8, 16, 16])], inits)
+
+
+def _mlp(gelu: str) -> bytes:
+    """MatMul -> Add(bias) -> activation -> MatMul; gelu: 'relu', 'tanh' or 'erf'."""
+    rng = np.random.default_rng(2)
+    act = {
+        "relu": helper.make_node("Relu", ["h"], ["a"], name="act"),
+        "tanh": helper.make_node("Gelu", ["h"], ["a"], approximate="tanh", name="act"),
+        "erf": helper.make_node("Gelu", ["h"], ["a"], name="act"),
+    }[gelu]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m"], name="fc1"),
+        helper.make_node("Add", ["m", "b1"], ["h"], name="bias1"),
+        act,
+        helper.make_node("MatMul", ["a", "w2"], ["y"], name="fc2"),
+    ]
+    inits = [
+        _init("w1", rng.standard_normal((32, 64))),
+        _init("b1", rng.standard_normal(64)),
+        _init("w2", rng.standard_normal((64, 16))),
+    ]
+    return _model(nodes, [_f("x", [4, 10, 32])], [_f("y", [4, 10, 16])], inits, opset=20)
+
+
+def _chain() -> bytes:
+    """x * sigmoid(x) + 1 -> tanh: four elementwise ops on one tensor."""
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+        helper.make_node("Mul", ["x", "s"], ["m"], name="mul"),
+        helper.make_node("Add", ["m", "one"], ["a"], name="add"),
+        helper.make_node("Tanh", ["a"], ["y"], name="tanh"),
+    ]
+    return _model(nodes, [_f("x", [8, 128])], [_f("y", [8, 128])], [_init("one", np.ones(1))])
+
+
+def _ops(pv) -> list[str]:
+    return [s["op_type"] for s in pv.steps if not s["view"]]
+
+
+def test_preview_is_a_plan_for_the_target_that_cannot_run_or_save(tmp_path):
+    pv = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=FP16)
+    assert pv.plan.preview
+    assert pv.environment["gpu_arch"] == "sm_90"
+    assert "offline preview" in pv.summary()
+    assert all(s["kernel"] for s in pv.steps if not s["view"])
+    with pytest.raises(xrt.InvalidArgumentError, match="preview"):
+        _core.graph.Executor(pv.plan)
+    with pytest.raises(xrt.InvalidArgumentError, match="preview"):
+        pv.plan.save(str(tmp_path / "p.xrtplan"))
+
+
+def test_target_names_are_parsed_and_bad_ones_refused():
+    for t in ("sm_90", "sm_90a", "9.0", "90"):
+        assert preview_plan(_chain(), device="cuda", target=t).environment["gpu_arch"] == "sm_90"
+    # This build's kernels are compiled for sm_90: an sm_80 preview says so, per kernel.
+    with pytest.raises(xrt.UnsupportedOperationError, match="capability_too_low"):
+        preview_plan(_chain(), device="cuda", target="sm_80", fuse=False)
+    for bad in ("hopper", "sm_9", "sm_x0", "sm_20"):
+        with pytest.raises(xrt.InvalidArgumentError, match="sm_XY"):
+            preview_plan(_chain(), device="cuda", target=bad)
+    with pytest.raises(xrt.InvalidArgumentError, match="no compile target"):
+        preview_plan(_chain(), device="cpu", target="sm_90")
+
+
+def test_cuda_conv_takes_bias_relu_and_residual_epilogues():
+    fused = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=FP16)
+    plain = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=FP16, fuse=False)
+    assert _ops(plain).count("Relu") == 2 and "Add" in _ops(plain)
+    convs = [s for s in fused.steps if s["op_type"] == "Conv"]
+    assert len(convs) == 2 and all(s["kernel"] == "cudnn" for s in convs)
+    assert [s["activation"] for s in convs] == ["Relu", "Relu"]
+    assert "Relu" not in _ops(fused) and "Add" not in _ops(fused)
+
+
+@pytest.mark.parametrize("policy", [FP16, BF16, None], ids=["fp16", "bf16", "fp32"])
+def test_cuda_gemm_takes_bias_and_relu_or_tanh_gelu_epilogues(policy):
+    for act in ("relu", "tanh"):
+        pv = preview_plan(_mlp(act), device="cuda", target="sm_90", exec_policy=policy)
+        mm = [s for s in pv.steps if s["op_type"] == "MatMul"]
+        assert len(mm) == 2, _ops(pv)
+        assert mm[0]["kernel"] == "cublasLt" and mm[0]["activation"] == ("Relu" if act == "relu" else "Gelu")
+        assert "Add" not in _ops(pv) and "Relu" not in _ops(pv) and "Gelu" not in _ops(pv)
+
+
+def test_cuda_gemm_leaves_the_exact_gelu_to_its_own_kernel():
+    # cuBLASLt's GELU epilogue is the tanh form: the erf GELU must not be folded in.
+    pv = preview_plan(_mlp("erf"), device="cuda", target="sm_90", exec_policy=FP16)
+    assert "Gelu" in _ops(pv)
+    mm = [s for s in pv.steps if s["op_type"] == "MatMul"]
+    assert mm[0]["activation"] == ""
+    # The CPU's GEMM applies it: there it is fused.
+    cpu = preview_plan(_mlp("erf"), device="cpu")
+    assert "Gelu" not in _ops(cpu)
+
+
+@pytest.mark.parametrize("policy", [FP16, BF16, None], ids=["fp16", "bf16", "fp32"])
+def test_cuda_fuses_elementwise_chains_in_every_float_precision(policy):
+    pv = preview_plan(_chain(), device="cuda", target="sm_90", exec_policy=policy)
+    fused = [s for s in pv.steps if s["op_type"] == "FusedElementwise"]
+    assert len(fused) == 1 and fused[0]["kernel"] == "cuda"
+    assert fused[0]["fused"] == "Sigmoid,Mul,Add,Tanh"
+
+
+def test_cpu_keeps_float16_chains_unfused_where_its_fused_kernel_is_float32():
+    # The CPU's FusedElementwise kernel is float32: a chain of another dtype stays as it
+    # was (the registry is asked), a float32 chain fuses.
+    assert "FusedElementwise" in _ops(preview_plan(_chain(), device="cpu"))
+
+
+def test_cpu_preview_matches_a_real_cpu_compile():
+    model = _conv_block()
+    pv = preview_plan(model, device="cpu")
+    sess = xrt.InferenceSession(model, device="cpu", engine="native")
+    real = [(s["op_type"], s["kernel"]) for s in sess.plan.steps]
+    assert [(s["op_type"], s["kernel"]) for s in pv.steps] == real
+    # Same Decisions for every step (the preview has no sub-kernel decisions).
+    chosen = [json.loads(d) for d in sess.plan.decisions]
+    ours = {(d["node"], d["chosen"]) for d in pv.decisions}
+    assert {(d["node"], d["chosen"]) for d in chosen if (d["node"], d["chosen"]) in ours} == ours
+
+
+def test_cli_explain_dry_run_lists_the_cuda_plan(tmp_path, capsys):
+    from xpuruntime.cli.main import main
+
+    path = tmp_path / "block.onnx"
+    path.write_bytes(_conv_block())
+    assert main(["explain", str(path), "--device", "cuda", "--target", "sm_90"]) == 0
+    out = capsys.readouterr().out
+    assert "offline preview" in out and "cudnn" in out
+    assert "kernel launches on cuda (sm_90)" in out
