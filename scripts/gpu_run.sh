@@ -16,8 +16,8 @@
 #       one goes to $OUT to be kept in .carry/), then runs each STAGE in order:
 #         ctest                 the C++ GPU suites (xrt_gpu_tests)
 #         pytest:FILE[,FILE]    pytest -m gpu on those files (or "pytest:all")
-#         bench:SCRIPT[,ARGS]   python3 benchmarks/SCRIPT.py ARGS (results under
-#                               benchmarks/results/)
+#         bench:SCRIPT[+ARG...]  python3 benchmarks/SCRIPT.py ARG... ('+' separates the
+#                               arguments; results under benchmarks/results/)
 #         sanitize              compute-sanitizer memcheck over the C++ GPU suites
 #       and packs logs and results into $OUT/results.tgz. Prints a table of stage,
 #       seconds and status last.
@@ -119,10 +119,10 @@ remote() {
         rc=$((rc | $?)); tail -15 "$LOGS/pytest_$((${#stage_table[@]} - 1)).log" ;;
       bench:*)
         local spec=${st#bench:} script args
-        script=${spec%%,*}
+        script=${spec%%+*}
         args=""
-        [ "$spec" != "$script" ] && args=${spec#*,}
-        run_stage "$st" bash -c "timeout 560 python3 benchmarks/$script.py ${args//,/ } >$LOGS/$script.log 2>&1"
+        [ "$spec" != "$script" ] && args=${spec#*+}
+        run_stage "$st" bash -c "timeout 560 python3 benchmarks/$script.py ${args//+/ } >$LOGS/$script.log 2>&1"
         rc=$((rc | $?)); tail -40 "$LOGS/$script.log" ;;
       sanitize)
         run_stage "memcheck xrt_gpu_tests" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 \

@@ -154,7 +154,8 @@ def test_sdpa_export_runs_as_flash_v2_with_masked_rows_zero(tmp_path):
     kernels = {s["op_type"]: s["kernel"] for s in fused.plan.steps}
     assert kernels.get("FusedAttention") == "flash_v2", kernels
     (y,) = fused.run(feeds).values()
-    (y0,) = _session(str(path), "fp16", fuse=False).run(feeds).values()
+    # The unfused graph as reference, in fp32 (its Where(IsNaN) guard runs as written).
+    (y0,) = _session(str(path), "fp32", fuse=False).run(feeds).values()
     s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(D) + mask
     with np.errstate(invalid="ignore"):
         p = np.exp(s - s.max(-1, keepdims=True))
@@ -164,4 +165,4 @@ def test_sdpa_export_runs_as_flash_v2_with_masked_rows_zero(tmp_path):
     y = np.asarray(y)
     assert np.all(y[1, :, 5, :] == 0.0)
     assert _rel(y, ref) <= TOL["fp16"]
-    assert _rel(np.asarray(y0), ref) <= TOL["fp16"]
+    assert _rel(np.asarray(y0), ref) <= 1e-4

@@ -131,7 +131,16 @@ TEST_F(CudaProviderTest, ProviderDescribesTheCurrentDevice) {
   EXPECT_FALSE(p->host_memory());
   const DeviceInfo info = DeviceManager::instance().get_device_info(p->device());
   EXPECT_EQ(p->capability(), info.compute_capability_major * 10 + info.compute_capability_minor);
-  EXPECT_FALSE(p->fusions().epilogues) << "no CUDA kernel runs a fused Conv/MatMul epilogue node";
+  // Epilogues form where the cuBLASLt and cuDNN kernels apply them (takes_epilogue).
+  EXPECT_TRUE(p->fusions().epilogues);
+  ops::Epilogue relu;
+  relu.activation_op = "Relu";
+  ops::Epilogue sigmoid;
+  sigmoid.activation_op = "Sigmoid";
+  EXPECT_TRUE(p->takes_epilogue("Conv", relu, DType::kFloat16));
+  EXPECT_TRUE(p->takes_epilogue("MatMul", relu, DType::kBFloat16));
+  EXPECT_FALSE(p->takes_epilogue("Conv", sigmoid, DType::kFloat16));
+  EXPECT_FALSE(p->takes_epilogue("MatMul", relu, DType::kInt32));
   EXPECT_NE(p->graph_ops(), nullptr);
 }
 
