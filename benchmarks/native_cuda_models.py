@@ -105,7 +105,8 @@ def _t5() -> tuple[Any, dict[str, np.ndarray]]:
 def _whisper() -> tuple[Any, dict[str, np.ndarray]]:
     import transformers
 
-    enc = transformers.WhisperModel(transformers.WhisperConfig(d_model=512, encoder_layers=6)).get_encoder()
+    cfg = transformers.WhisperConfig(d_model=512, encoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8)
+    enc = transformers.WhisperModel(cfg).get_encoder()
     mel = np.random.default_rng(0).standard_normal((TEXT_BATCH, 80, 3000), dtype=np.float32)
     return _wrap(enc, "last_hidden_state", ("input_features",)), {"input_features": mel}
 

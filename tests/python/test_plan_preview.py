@@ -127,10 +127,27 @@ def test_cuda_conv_takes_bias_relu_and_residual_epilogues():
     fused = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=FP16)
     plain = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=FP16, fuse=False)
     assert _ops(plain).count("Relu") == 2 and "Add" in _ops(plain)
-    convs = [s for s in fused.steps if s["op_type"] == "Conv"]
+    convs = [s for s in fused.steps if s["op_type"] in ("Conv", "NhwcConv")]
     assert len(convs) == 2 and all(s["kernel"] == "cudnn" for s in convs)
     assert [s["activation"] for s in convs] == ["Relu", "Relu"]
     assert "Relu" not in _ops(fused) and "Add" not in _ops(fused)
+
+
+@pytest.mark.parametrize("policy", [FP16, BF16, None], ids=["fp16", "bf16", "fp32"])
+def test_cuda_conv_regions_run_channels_last(policy):
+    pv = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=policy)
+    ops = _ops(pv)
+    assert ops.count("NhwcConv") == 2 and "Conv" not in ops, ops
+    assert all(s["kernel"] == "cudnn" for s in pv.steps if s["op_type"] == "NhwcConv")
+    # One Transpose into channels-last at the plan's input, one back at its output.
+    assert ops.count("Transpose") == 2, ops
+    (layout,) = [d for d in pv.decisions if d["op"] == "layout"]
+    assert layout["chosen"] == "channels_last", layout
+    # A pinned NCHW Conv kernel keeps the model's layout, and says so.
+    pinned = preview_plan(
+        _conv_block(), device="cuda", target="sm_90", exec_policy=policy, kernel_policy=xrt.KernelPolicy(conv="cudnn")
+    )
+    assert _ops(pinned).count("Conv") == 2 and "NhwcConv" not in _ops(pinned)
 
 
 @pytest.mark.parametrize("policy", [FP16, BF16, None], ids=["fp16", "bf16", "fp32"])

@@ -91,7 +91,7 @@ bool policy_allows(const KernelPolicy& kp, bool& asked, std::string& why) {
   const std::vector<std::string> cl = kp.get("conv_nhwc");
   asked = !cl.empty();
   if (asked) {
-    if (cl[0] == std::string(kAutoKernel) || cl[0] == "onednn") return true;
+    if (cl[0] == std::string(kAutoKernel) || cl[0] == "onednn" || cl[0] == "cudnn") return true;
     why = "KernelPolicy(conv_nhwc=" + cl[0] + ") names no channels-last convolution kernel";
     return false;
   }

@@ -277,8 +277,9 @@ class ChannelsLast {
   bool convert_conv(const Node& n) {
     if (n.inputs.size() < 2 || n.inputs[0] < 0 || n.inputs[1] < 0) return false;
     const int r = rank_of(n.inputs[1]);
+    const DType t = g_.values[n.inputs[0]].dtype;
     if (r < 3 || r > 5 || !g_.values[n.inputs[0]].dtype_known ||
-        g_.values[n.inputs[0]].dtype != DType::kFloat32)
+        (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16))
       return false;
     if (!kernel_runs(n, "NhwcConv", n.inputs)) return false;
     Node c = n;
@@ -292,6 +293,7 @@ class ChannelsLast {
     add_elements(conv_io_, n.inputs[0]);
     add_elements(conv_io_, y);
     conv_step_[y] = static_cast<int>(out_.size());
+    conv_node_[y] = n;
     out_.push_back(std::move(c));
     ++converted_;
     ++convs_;
@@ -342,6 +344,10 @@ class ChannelsLast {
       return false;
     Node& c = out_[conv->second];
     if (c.has("_act") || c.attr_int("_sum", 0) != 0 || c.has("_swish")) return false;
+    // Only where the device's channels-last convolution has the post-op (oneDNN's).
+    Node probe = conv_node_.at(x);
+    probe.attrs["_swish"] = Attr::of_int(1);
+    if (!kernel_runs(probe, "NhwcConv", probe.inputs)) return false;
     c.attrs["_swish"] = Attr::of_int(1);
     set_produced_cl(n.outputs[0], cl_.at(x), rank_of(x));
     ++converted_;
@@ -490,6 +496,7 @@ class ChannelsLast {
   std::unordered_map<int, std::vector<int>> readers_;  // value -> indices of those nodes
   std::set<int> absorbed_;  // original nodes an earlier conversion rewrote with it
   std::unordered_map<int, int> conv_step_;  // NhwcConv's logical output -> its index in out_
+  std::unordered_map<int, Node> conv_node_;  // ... -> the Conv it was made from (NCHW inputs)
   int converted_ = 0, convs_ = 0, transposes_ = 0, swishes_ = 0;
   int64_t moved_ = 0, conv_io_ = 0;
 };

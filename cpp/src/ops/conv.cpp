@@ -77,7 +77,7 @@ void register_conv_schemas(std::vector<OpSchema>& s) {
   s.push_back(make_schema("Conv", {DType::kFloat32, DType::kFloat64},
                           "Conv over 1-3 spatial dims (groups, strides, dilations, pads)",
                           conv_infer));
-  OpSchema d = make_schema("NhwcConv", {DType::kFloat32},
+  OpSchema d = make_schema("NhwcConv", {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
                            "Conv on channels-last activations [N, D1.., C] (weights [M, C/g, k..]), "
                            "created by the compiler's channels-last layout pass",
                            nhwc_conv_infer);
