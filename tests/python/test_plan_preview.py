@@ -160,6 +160,14 @@ def test_cuda_gemm_takes_bias_and_relu_or_tanh_gelu_epilogues(policy):
         assert "Add" not in _ops(pv) and "Relu" not in _ops(pv) and "Gelu" not in _ops(pv)
 
 
+def test_cuda_depthwise_convolutions_stay_nchw():
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1], name="dw")]
+    model = _model(nodes, [_f("x", [2, 8, 16, 16])], [_f("y", [2, 8, 16, 16])], [_init("w", rng.standard_normal((8, 1, 3, 3)))])
+    pv = preview_plan(model, device="cuda", target="sm_90", exec_policy=FP16)
+    assert "NhwcConv" not in _ops(pv) and "Conv" in _ops(pv)
+
+
 def test_cuda_gemm_leaves_the_exact_gelu_to_its_own_kernel():
     # cuBLASLt's GELU epilogue is the tanh form: the erf GELU must not be folded in.
     pv = preview_plan(_mlp("erf"), device="cuda", target="sm_90", exec_policy=FP16)

@@ -492,6 +492,12 @@ class CudnnConv final : public Kernel {
       if (ctx.attr_int("_swish", 0) != 0)
         return Support::no(reason::kAttributeUnsupported,
                            "no swish post-op in cuDNN's legacy convolution");
+      // Depthwise convolutions stay NCHW: cuDNN's legacy channels-last depthwise
+      // kernels were 1.3-2x slower than its NCHW path on the H200 (MobileNetV3,
+      // EfficientNet-B0, ConvNeXt-T in fp16; benchmarks/results/native_cuda_*.json).
+      if (ctx.inputs[1].shape[1] == 1 && ctx.attr_int("group", 1) > 1)
+        return Support::no(reason::kShapeUnsupported,
+                           "a depthwise convolution (cuDNN's NCHW path is faster for it)");
     }
     const DType t = ctx.inputs[0].dtype;
     if (std::find(kTypes.begin(), kTypes.end(), t) == kTypes.end())
