@@ -47,8 +47,9 @@ _LAZY_ATTRS = {
     "KernelPolicy": ("xpuruntime.policies", "KernelPolicy"),
     "ExecutionPolicy": ("xpuruntime.policies", "ExecutionPolicy"),
     "InferenceSession": ("xpuruntime.inference", "InferenceSession"),
+    "LockViolationError": ("xpuruntime.lock", "LockViolationError"),
 }
-_LAZY_MODULES = {"ops", "kernels", "policies", "inference", "engines", "dispatch", "cli"}
+_LAZY_MODULES = {"ops", "kernels", "policies", "inference", "engines", "dispatch", "cli", "lock", "cache"}
 
 
 def __getattr__(name: str) -> Any:
@@ -80,6 +81,7 @@ __all__ = [
     "PolicyError",
     "InvalidModelError",
     "BackendUnavailableError",
+    "LockViolationError",
     # devices
     "Device",
     "get_device_count",
