@@ -127,7 +127,9 @@ def _cached(
         runnable = load(payload)
     else:
         path = cache.artifacts / key.kind / str((look.meta or {}).get("payload", ""))
-    return runnable, CachedBuild(key.kind, look.status, look.reason, key, path, _decision(key.kind, device, look))
+    return runnable, CachedBuild(
+        key.kind, look.status, look.reason, key, path, _decision(key.kind, device, look)
+    )
 
 
 def _attach(session: Any, build: CachedBuild) -> None:
@@ -153,13 +155,22 @@ def native_plan(
     data = _model_bytes(model)
     shapes = {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}
     key = artifact_key(
-        "native_plan", model, device=device, kernel_policy=kernel_policy, exec_policy=exec_policy,
-        options={"input_shapes": shapes}, model_bytes=data,
+        "native_plan",
+        model,
+        device=device,
+        kernel_policy=kernel_policy,
+        exec_policy=exec_policy,
+        options={"input_shapes": shapes},
+        model_bytes=data,
     )
 
     def build() -> bytes:
         sess = InferenceSession(
-            data, device=device, engine="native", kernel_policy=kernel_policy, exec_policy=exec_policy,
+            data,
+            device=device,
+            engine="native",
+            kernel_policy=kernel_policy,
+            exec_policy=exec_policy,
             **({"input_shapes": shapes} if shapes else {}),
         )
         if sess.plan is None:
@@ -170,7 +181,11 @@ def native_plan(
 
     def load(payload: bytes) -> Any:
         return InferenceSession(
-            payload, device=device, engine="native", kernel_policy=kernel_policy, exec_policy=exec_policy,
+            payload,
+            device=device,
+            engine="native",
+            kernel_policy=kernel_policy,
+            exec_policy=exec_policy,
             model_hash=key.model_sha256,
         )
 
@@ -189,8 +204,12 @@ def onnxruntime_model(
 
     data = _model_bytes(model)
     key = artifact_key(
-        "onnxruntime_model", model, device=device, exec_policy=exec_policy,
-        options={"graph_optimization_level": "extended"}, model_bytes=data,
+        "onnxruntime_model",
+        model,
+        device=device,
+        exec_policy=exec_policy,
+        options={"graph_optimization_level": "extended"},
+        model_bytes=data,
     )
 
     def build() -> bytes:
@@ -205,7 +224,10 @@ def onnxruntime_model(
     def load(payload: bytes) -> Any:
         # Already optimized: ONNX Runtime only needs to load it.
         return InferenceSession(
-            payload, device=device, engine="onnxruntime", exec_policy=exec_policy,
+            payload,
+            device=device,
+            engine="onnxruntime",
+            exec_policy=exec_policy,
             graph_optimization_level="disable",
         )
 
@@ -225,7 +247,11 @@ def openvino_blob(
     data = _model_bytes(model)
     ov_device = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}.get(device.split(":")[0], device.upper())
     key = artifact_key(
-        "openvino_blob", model, device=device, exec_policy=exec_policy, options={"ov_device": ov_device},
+        "openvino_blob",
+        model,
+        device=device,
+        exec_policy=exec_policy,
+        options={"ov_device": ov_device},
         model_bytes=data,
     )
     core = ov.Core()

@@ -142,12 +142,27 @@ def key_diff(old: dict[str, Any], new: ArtifactKey) -> list[str]:
             continue
         a = _flat(old_pol.get(which, {}), f"policy.{which}")
         b = _flat(new_pol.get(which, {}), f"policy.{which}")
-        fields = [f"{k}: {json.dumps(a.get(k))} → {json.dumps(b.get(k))}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-        lines.append("policy changed: " + ("; ".join(fields) if fields else f"{fp} {old_pol.get(fp)} → {new_pol.get(fp)}"))
-    for part, label in (("device", "device changed"), ("libraries", "library changed"), ("options", "build options changed")):
+        fields = [
+            f"{k}: {json.dumps(a.get(k))} → {json.dumps(b.get(k))}"
+            for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)
+        ]
+        lines.append(
+            "policy changed: "
+            + ("; ".join(fields) if fields else f"{fp} {old_pol.get(fp)} → {new_pol.get(fp)}")
+        )
+    for part, label in (
+        ("device", "device changed"),
+        ("libraries", "library changed"),
+        ("options", "build options changed"),
+    ):
         a = _flat(old.get(part, {}) or {}, part)
         b = _flat(getattr(new, part), part)
-        fields = [f"{k.split('.', 1)[-1]} {a.get(k)} → {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        fields = [
+            f"{k.split('.', 1)[-1]} {a.get(k)} → {b.get(k)}"
+            for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)
+        ]
         if fields:
             lines.append(f"{label}: " + "; ".join(fields))
     return lines
@@ -177,7 +192,9 @@ class ArtifactCache:
             return CacheLookup("corrupt", f"cache metadata {meta_path.name} is unreadable ({problem})", key)
         if meta.get("format") != CACHE_FORMAT:
             return CacheLookup(
-                "stale", f"cache entry has format {meta.get('format')!r}, this xpuruntime writes {CACHE_FORMAT}", key
+                "stale",
+                f"cache entry has format {meta.get('format')!r}, this xpuruntime writes {CACHE_FORMAT}",
+                key,
             )
         payload_path = meta_path.parent / str(meta.get("payload", ""))
         try:
@@ -307,7 +324,9 @@ class ArtifactCache:
                         self.remove(folder.name, meta_path.stem)
             for payload in sorted(folder.glob("*.bin")):
                 if payload.name not in named and payload.exists():
-                    problems.append(f"{folder.name}/{payload.name}: payload without metadata (an interrupted write)")
+                    problems.append(
+                        f"{folder.name}/{payload.name}: payload without metadata (an interrupted write)"
+                    )
                     if repair:
                         payload.unlink(missing_ok=True)
         return problems

@@ -297,9 +297,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precisions", default=None, metavar="A,B", help="--bisect: two precisions, e.g. fp32,fp16"
     )
-    p.add_argument("--threads", type=int, default=None, help="CPU threads of every engine (ExecutionPolicy.threads)")
     p.add_argument(
-        "--atol", type=float, default=None, help="absolute tolerance; with --rtol, exit 1 when an output exceeds it"
+        "--threads", type=int, default=None, help="CPU threads of every engine (ExecutionPolicy.threads)"
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="absolute tolerance; with --rtol, exit 1 when an output exceeds it",
     )
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (|a-b| <= atol + rtol*|ref|)")
     p.add_argument("--tolerance", type=float, default=None, help="sets --atol and --rtol not given otherwise")
@@ -339,7 +344,9 @@ def _bytes(text: str) -> int:
     try:
         value = int(float(num) * mult)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a byte count such as 64M or 1073741824, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a byte count such as 64M or 1073741824, got {text!r}"
+        ) from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"the byte count must be positive, got {text!r}")
     return value
@@ -378,7 +385,11 @@ def _sides(args: argparse.Namespace) -> tuple[Any, Any]:
     engines = [e.strip() for e in (args.engines or "native").split(",") if e.strip()]
     policies = _pair(args.policies, "policies")
     precisions = _pair(args.precisions, "precisions")
-    varied = [n for n, v in (("--engines", engines), ("--policies", policies), ("--precisions", precisions)) if len(v) == 2]
+    varied = [
+        n
+        for n, v in (("--engines", engines), ("--policies", policies), ("--precisions", precisions))
+        if len(v) == 2
+    ]
     if len(varied) != 1 or len(engines) > 2:
         raise SystemExit(
             "error: --bisect compares two runs: give exactly one of --engines a,b, --policies p1,p2 or "
@@ -405,8 +416,10 @@ def run_bisect(args: argparse.Namespace) -> int:
     a, b = _sides(args)
     atol, rtol = _tolerances(args)
     proto = load_model(args.model).proto
-    inputs = dict(np.load(args.inputs)) if args.inputs else make_inputs(
-        onnx_io(proto)[0], _parse_dims(args.dim), args.seed, args.int_high
+    inputs = (
+        dict(np.load(args.inputs))
+        if args.inputs
+        else make_inputs(onnx_io(proto)[0], _parse_dims(args.dim), args.seed, args.int_high)
     )
     res = bisect(
         args.model,
@@ -458,8 +471,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     mismatched = []
     if atol is not None and rtol is not None:
         mismatched = [
-            f"{r.engine} {k}: max_abs {d['max_abs']:.3e}" for r in rows if r.status == "ok"
-            for k, d in r.diffs.items() if not d.get("within", True)
+            f"{r.engine} {k}: max_abs {d['max_abs']:.3e}"
+            for r in rows
+            if r.status == "ok"
+            for k, d in r.diffs.items()
+            if not d.get("within", True)
         ]
         if mismatched:
             print(f"outside atol={atol:g}, rtol={rtol:g}: " + "; ".join(mismatched), file=sys.stderr)

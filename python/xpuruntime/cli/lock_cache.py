@@ -33,7 +33,9 @@ def parse_input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
         name, sep, dims = item.partition("=")
         parts = [p for p in re.split(r"[x,]", dims.strip()) if p]
         if not sep or not name.strip() or not all(p.isdigit() for p in parts):
-            raise SystemExit(f"error: --input-shape expects NAME=DIMS such as input=1x3x224x224, got {item!r}")
+            raise SystemExit(
+                f"error: --input-shape expects NAME=DIMS such as input=1x3x224x224, got {item!r}"
+            )
         out[name.strip()] = [int(p) for p in parts]
     return out
 
@@ -41,7 +43,9 @@ def parse_input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 def add_lock_arguments(p: argparse.ArgumentParser) -> None:
     """``--lock FILE`` and ``--frozen`` for commands that build a session (``run``)."""
     p.add_argument("--lock", default=None, metavar="FILE", help="take every decision from this lock file")
-    p.add_argument("--frozen", action="store_true", help="with --lock: refuse input shapes the lock does not cover")
+    p.add_argument(
+        "--frozen", action="store_true", help="with --lock: refuse input shapes the lock does not cover"
+    )
 
 
 def lock_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +71,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
     kp, ep = _policies(args)
     shapes = parse_input_shapes(args.input_shape)
     extra = {"input_shapes": shapes} if shapes and args.engine in ("native", "auto") else {}
-    sess = InferenceSession(args.model, device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep, **extra)
+    sess = InferenceSession(
+        args.model, device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep, **extra
+    )
     if sess.engine == "native" and sess.plan is None or sess.engine != "native":
         infos = sess.get_inputs()
         feeds = make_inputs(infos, {}, 0, 10)
@@ -127,7 +133,9 @@ def cmd_cache_why(args: argparse.Namespace) -> int:
             "onnxruntime_model": {"graph_optimization_level": "extended"},
             "openvino_blob": {"ov_device": args.device.split(":")[0].upper()},
         }[kind]
-        key = artifact_key(kind, args.model, device=args.device, kernel_policy=kp, exec_policy=ep, options=options)
+        key = artifact_key(
+            kind, args.model, device=args.device, kernel_policy=kp, exec_policy=ep, options=options
+        )
         look = cache.lookup(key)
         print(f"{kind}: {'hit' if look.hit else look.status} - {look.reason}")
     return 0
@@ -173,7 +181,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--policy", default=None, help="KernelPolicy file")
     p.add_argument("--exec-policy", default=None, help="ExecutionPolicy file")
     p.add_argument(
-        "--input-shape", action="append", default=[], metavar="NAME=DIMS", help="e.g. input=1x3x224x224 (repeatable)"
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=DIMS",
+        help="e.g. input=1x3x224x224 (repeatable)",
     )
     p.set_defaults(func=cmd_lock)
 
@@ -181,7 +193,12 @@ def add_parsers(sub: Any) -> None:
     csub = c.add_subparsers(dest="cache_command", required=True)
 
     def root(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--root", default=None, type=Path, help="cache root (default $XRT_CACHE_DIR or ~/.cache/xpuruntime)")
+        q.add_argument(
+            "--root",
+            default=None,
+            type=Path,
+            help="cache root (default $XRT_CACHE_DIR or ~/.cache/xpuruntime)",
+        )
 
     q = csub.add_parser("ls", help="list entries, newest first")
     root(q)
@@ -195,13 +212,23 @@ def add_parsers(sub: Any) -> None:
     q.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS")
     root(q)
     q.set_defaults(func=cmd_cache_why)
-    q = csub.add_parser("verify", help="check every entry's payload against its SHA-256 (exit 1 on a problem)")
-    q.add_argument("--repair", action="store_true", help="delete broken entries (they are rebuilt on next use)")
+    q = csub.add_parser(
+        "verify", help="check every entry's payload against its SHA-256 (exit 1 on a problem)"
+    )
+    q.add_argument(
+        "--repair", action="store_true", help="delete broken entries (they are rebuilt on next use)"
+    )
     root(q)
     q.set_defaults(func=cmd_cache_verify)
     q = csub.add_parser("prune", help="delete old entries, keeping the newest within the limits")
     q.add_argument("--max-bytes", type=_bytes, default=None, metavar="N", help="keep at most N bytes (K/M/G)")
-    q.add_argument("--older-than", type=_duration, default=None, metavar="D", help="delete entries older than D (30d, 12h)")
+    q.add_argument(
+        "--older-than",
+        type=_duration,
+        default=None,
+        metavar="D",
+        help="delete entries older than D (30d, 12h)",
+    )
     root(q)
     q.set_defaults(func=cmd_cache_prune)
 

@@ -94,8 +94,8 @@ def _sizes(proto: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, tuple[Any, 
                     d.dim_value = int(n)
     try:
         m = onnx.shape_inference.infer_shapes(m, data_prop=True)
-    except Exception:  # noqa: BLE001 - unknown sizes are handled per tensor
-        pass
+    except Exception:  # noqa: BLE001, S110 - without inferred sizes each tensor goes alone into its chunk
+        m = copy.deepcopy(proto)
     out: dict[str, tuple[Any, int | None]] = {}
     for vi in list(m.graph.value_info) + list(m.graph.output):
         tt = vi.type.tensor_type
@@ -132,7 +132,9 @@ def _with_outputs(proto: Any, names: Sequence[str], infos: Mapping[str, tuple[An
     return m.SerializeToString()
 
 
-def _run(side: Side, model_bytes: bytes, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> tuple[dict[str, np.ndarray], list[Any]]:
+def _run(
+    side: Side, model_bytes: bytes, feeds: Mapping[str, np.ndarray], names: Sequence[str]
+) -> tuple[dict[str, np.ndarray], list[Any]]:
     from .session import InferenceSession
 
     sess = InferenceSession(
@@ -190,7 +192,8 @@ def bisect(
                 break
             if not unknown and need > budget:
                 raise InvalidArgumentError(
-                    f"node {node.name or idx} ({node.op_type}) outputs {need} bytes, more than the memory cap "
+                    f"node {node.name or idx} ({node.op_type}) outputs {need} bytes, more than the "
+                    "memory cap "
                     f"allows per side ({budget} of --max-memory {max_memory}); raise --max-memory"
                 )
             chunk.append((idx, node))
@@ -254,11 +257,13 @@ def _fmt(m: Any) -> str:
 
 def format_result(res: BisectResult, a: str, b: str) -> str:
     """Plain text: the node, its inputs' and outputs' error figures, both sides' Decisions."""
-    lines = [
-        f"bisect {a} vs {b}: tolerance |a-b| <= {res.atol:g} + {res.rtol:g}*|b|; {res.nodes_checked} nodes checked "
+    head = (
+        f"bisect {a} vs {b}: tolerance |a-b| <= {res.atol:g} + {res.rtol:g}*|b|; "
+        f"{res.nodes_checked} nodes checked "
         f"in {res.chunks} chunk(s), at most {res.peak_exposed_bytes} intermediate bytes per side "
         f"(cap {res.max_memory} for both)"
-    ]
+    )
+    lines = [head]
     if not res.node:
         lines.append("no node differs beyond the tolerance")
         return "\n".join(lines)

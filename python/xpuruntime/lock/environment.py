@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import _core
 
-__all__ = ["device_fields", "library_versions", "diff_fields"]
+__all__ = ["device_fields", "diff_fields", "library_versions"]
 
 
 def _kind(device: str) -> tuple[str, int]:

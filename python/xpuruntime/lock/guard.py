@@ -59,9 +59,8 @@ def _flat(d: Any, prefix: str) -> dict[str, Any]:
 def _policy_diffs(locked: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     lines = []
     for which in ("kernel", "exec"):
+        # Content first (a hand-edited lock may keep the old fingerprint), then the fingerprint.
         fp = f"{which}_fingerprint"
-        if locked.get(fp) == now.get(fp):
-            continue
         a = _flat(locked.get(which, {}), f"policy.{which}")
         b = _flat(now.get(which, {}), f"policy.{which}")
         fields = [
@@ -69,7 +68,8 @@ def _policy_diffs(locked: Mapping[str, Any], now: Mapping[str, Any]) -> list[str
             for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k)
         ]
-        lines += fields or [f"policy.{fp}: {locked.get(fp)} → {now.get(fp)}"]
+        if fields or locked.get(fp) != now.get(fp):
+            lines += fields or [f"policy.{fp}: {locked.get(fp)} → {now.get(fp)}"]
     return lines
 
 
@@ -137,7 +137,8 @@ def capture(session: Any) -> LockFile:
         plans = _native_plans(session)
         if not plans:
             raise InvalidArgumentError(
-                "nothing to lock yet: the model has symbolic input dimensions and no plan was compiled; run the "
+                "nothing to lock yet: the model has symbolic input dimensions and no plan was compiled; "
+                "run the "
                 "session once for each input shape to lock, or pass input_shapes={name: shape}"
             )
         names = [i.name for i in session.get_inputs()]
@@ -260,8 +261,12 @@ class LockGuard:
             raise lock_violation(
                 f"frozen session: input shapes {bucket_id(bucket)} are not covered by lock file "
                 f"{self.lock.source or '(in memory)'}",
-                [f"bucket {bucket_id(bucket)}: not in the lock (it covers: {', '.join(self.lock.bucket_names())})"],
-                "Run this shape once unfrozen and take a new lock (session.lock(path)), or feed a locked shape.",
+                [
+                    f"bucket {bucket_id(bucket)}: not in the lock "
+                    f"(it covers: {', '.join(self.lock.bucket_names())})"
+                ],
+                "Run this shape once unfrozen and take a new lock (session.lock(path)), "
+                "or feed a locked shape.",
             )
         return shapes
 

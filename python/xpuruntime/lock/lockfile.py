@@ -157,7 +157,8 @@ class LockFile:
         def need(cond: bool, what: str) -> None:
             if not cond:
                 raise InvalidArgumentError(
-                    f"{where}: {what}; write a lock with `xpuruntime lock MODEL -o FILE` or session.lock(path)"
+                    f"{where}: {what}; write a lock with `xpuruntime lock MODEL -o FILE` "
+                    "or session.lock(path)"
                 )
 
         need(isinstance(d, dict), "is not a JSON object")
@@ -166,7 +167,8 @@ class LockFile:
         need(isinstance(version, int), "'schema_version' is missing or not an integer")
         need(
             version <= SCHEMA_VERSION,
-            f"schema_version {version} is newer than this xpuruntime reads ({SCHEMA_VERSION}); upgrade xpuruntime",
+            f"schema_version {version} is newer than this xpuruntime reads ({SCHEMA_VERSION}); "
+            "upgrade xpuruntime",
         )
         for name in ("engine", "device"):
             need(isinstance(d.get(name), str) and d[name], f"'{name}' must be a non-empty string")
@@ -177,7 +179,9 @@ class LockFile:
         buckets = d.get("buckets")
         need(isinstance(buckets, list), "'buckets' must be a list")
         for i, b in enumerate(buckets):
-            need(isinstance(b, dict) and isinstance(b.get("nodes"), list), f"buckets[{i}] needs a 'nodes' list")
+            need(
+                isinstance(b, dict) and isinstance(b.get("nodes"), list), f"buckets[{i}] needs a 'nodes' list"
+            )
             inputs = b.get("inputs")
             need(
                 inputs is None
