@@ -109,13 +109,20 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def cmd_cache_ls(args: argparse.Namespace) -> int:
-    from .main import print_table
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    print(title)
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
 
+
+def cmd_cache_ls(args: argparse.Namespace) -> int:
     entries = _cache(args).entries()
     now = time.time()
     rows = [[e.kind, e.digest[:16], e.model_sha256[:12], e.size, _age(now - e.created)] for e in entries]
-    print_table(f"cache {_cache(args).root}", ["kind", "digest", "model", "bytes", "age"], rows)
+    _table(f"cache {_cache(args).root}", ["kind", "digest", "model", "bytes", "age"], rows)
     print(f"{len(entries)} entries, {sum(e.size for e in entries)} bytes")
     return 0
 

@@ -62,13 +62,13 @@ class BisectResult:
 def exceeds(a: Any, b: Any, atol: float, rtol: float) -> bool:
     """True when ``a`` differs from ``b`` beyond ``atol + rtol * |b|`` anywhere (shapes,
     NaN and Inf positions must agree)."""
-    from ..cli.compare import within
+    from .metrics import within
 
     return not within(a, b, atol, rtol)
 
 
 def _metrics(a: Any, b: Any) -> dict[str, float]:
-    from ..cli.compare import diff_metrics
+    from .metrics import diff_metrics
 
     try:
         return diff_metrics(a, b)
