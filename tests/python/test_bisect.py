@@ -103,18 +103,23 @@ def test_bisect_refuses_a_cap_below_one_tensor(model: Path) -> None:
 
 
 def test_bisect_names_both_sides_decisions_for_native_policies(model: Path) -> None:
-    # Two native runs under different matmul preferences agree within fp32 noise; the
-    # decisions for each node are still collected per side.
-    kernels = xrt.kernels.known_kernel_names("matmul")
+    # Two native runs whose matmul policies differ, compared bit for bit: the elementwise
+    # nodes before the first MatMul run the same kernels, so a divergence can only start
+    # at a MatMul, and its report carries each side's kernel for that node.
     res = bisect(
         str(model),
-        Side("default", "native"),
-        Side("first", "native", kernel_policy=xrt.KernelPolicy(matmul=[kernels[0], "auto"])),
+        Side("blas", "native", kernel_policy=xrt.KernelPolicy(matmul=["cpu_blas", "auto"])),
+        Side("blocked", "native", kernel_policy=xrt.KernelPolicy(matmul=["cpu_blocked", "auto"])),
         _feeds(2),
-        atol=1e-3,
-        rtol=1e-3,
+        atol=0.0,
+        rtol=0.0,
     )
-    assert res.node == ""
+    if not res.node:
+        assert res.nodes_checked == 8  # both kernels gave the same bits everywhere
+        return
+    assert res.op_type == "MatMul" and res.node in ("mm_first", "mm_second")
+    chosen = {label: {d.chosen for d in decs if d.op == "matmul"} for label, decs in res.decisions.items()}
+    assert chosen == {"blas": {"cpu_blas"}, "blocked": {"cpu_blocked"}}, chosen
 
 
 def test_cli_bisect_prints_the_node_and_exits_1(model: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -28,7 +28,15 @@ from ..dispatch.decision import Candidate, Decision
 from ..lock.environment import device_fields, library_versions
 from .store import ArtifactCache, ArtifactKey, CacheLookup
 
-__all__ = ["KINDS", "CachedBuild", "artifact_key", "native_plan", "onnxruntime_model", "openvino_blob"]
+__all__ = [
+    "KINDS",
+    "CachedBuild",
+    "artifact_key",
+    "native_plan",
+    "onnxruntime_model",
+    "openvino_blob",
+    "openvino_options",
+]
 
 KINDS = ("native_plan", "onnxruntime_model", "openvino_blob")
 _ENGINE = {"native_plan": "native", "onnxruntime_model": "onnxruntime", "openvino_blob": "openvino"}
@@ -130,6 +138,31 @@ def _cached(
     return runnable, CachedBuild(
         key.kind, look.status, look.reason, key, path, _decision(key.kind, device, look)
     )
+
+
+def coerce_exec(exec_policy: Any) -> Any:
+    """The core ExecutionPolicy (the defaults for None)."""
+    from ..policies import coerce
+
+    return coerce.core_exec_policy(exec_policy) or _core.ExecutionPolicy()
+
+
+def openvino_options(device: str, exec_policy: Any) -> dict[str, Any]:
+    """OpenVINO's device name and compile config for ``exec_policy``, mapped as the OpenVINO
+    adapter maps them (fp32 must say f32: a CPU with bf16 would otherwise run bf16)."""
+    from ..engines.openvino import _OV_PRECISION
+    from ..lock.guard import _precision
+
+    ep = coerce_exec(exec_policy)
+    config: dict[str, Any] = {}
+    hint = _OV_PRECISION.get(_precision(ep))
+    if hint:
+        config["INFERENCE_PRECISION_HINT"] = hint
+    threads = int(getattr(ep, "threads", 0) or 0)
+    if threads > 0:
+        config["INFERENCE_NUM_THREADS"] = threads
+    ov_device = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}.get(device.split(":")[0], device.upper())
+    return {"ov_device": ov_device, "config": config}
 
 
 def _attach(session: Any, build: CachedBuild) -> None:
@@ -245,24 +278,26 @@ def openvino_blob(
     import openvino as ov
 
     data = _model_bytes(model)
-    ov_device = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}.get(device.split(":")[0], device.upper())
+    options = openvino_options(device, exec_policy)
+    ov_device, config = options["ov_device"], options["config"]
     key = artifact_key(
         "openvino_blob",
         model,
         device=device,
         exec_policy=exec_policy,
-        options={"ov_device": ov_device},
+        options=options,
         model_bytes=data,
     )
     core = ov.Core()
 
     def build() -> bytes:
-        compiled = core.compile_model(core.read_model(data), ov_device)
-        return bytes(compiled.export_model())
+        compiled = core.compile_model(core.read_model(data), ov_device, config)
+        blob = compiled.export_model()  # bytes in older releases, a BytesIO in newer ones
+        return blob.getvalue() if hasattr(blob, "getvalue") else bytes(blob)
 
     def load(payload: bytes) -> Any:
         try:
-            return core.import_model(io.BytesIO(payload), ov_device)
+            return core.import_model(io.BytesIO(payload), ov_device, config)
         except RuntimeError as exc:  # OpenVINO refuses a blob from another version or device
             raise _core.InvalidModelError(f"OpenVINO cannot import the cached blob: {exc}") from exc
 

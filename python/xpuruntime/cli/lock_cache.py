@@ -129,6 +129,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 def cmd_cache_why(args: argparse.Namespace) -> int:
     from ..cache import KINDS, artifact_key
+    from ..cache.artifacts import openvino_options
 
     kp, ep = _policies(args)
     kinds = [args.kind] if args.kind else list(KINDS)
@@ -138,8 +139,10 @@ def cmd_cache_why(args: argparse.Namespace) -> int:
         options = {
             "native_plan": {"input_shapes": shapes},
             "onnxruntime_model": {"graph_optimization_level": "extended"},
-            "openvino_blob": {"ov_device": args.device.split(":")[0].upper()},
+            "openvino_blob": None,
         }[kind]
+        if kind == "openvino_blob":
+            options = openvino_options(args.device, ep)
         key = artifact_key(
             kind, args.model, device=args.device, kernel_policy=kp, exec_policy=ep, options=options
         )

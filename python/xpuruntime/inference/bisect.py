@@ -124,8 +124,11 @@ def _with_outputs(proto: Any, names: Sequence[str], infos: Mapping[str, tuple[An
         vi = infos.get(n, (None, None))[0]
         if vi is not None:
             new = copy.deepcopy(vi)
-            if new.type.tensor_type.HasField("shape"):
-                new.type.tensor_type.ClearField("shape")  # exposed with their run-time shapes
+            tt = new.type.tensor_type
+            if tt.HasField("shape"):  # rank kept, dimensions symbolic: any run-time shape fits
+                for i, d in enumerate(tt.shape.dim):
+                    d.Clear()
+                    d.dim_param = f"{n}_d{i}"
             m.graph.output.append(new)
         else:
             m.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))

@@ -51,7 +51,7 @@ def device_fields(device: str) -> dict[str, str]:
     kind, index = _kind(device)
     out = {"kind": kind}
     try:
-        info = _core.DeviceManager.instance().get_device_info_for(_core.DeviceSpec(f"{kind}:{index}"))
+        info = _core.DeviceManager.instance().get_device_info_for(f"{kind}:{index}")
     except (_core.XpuRuntimeError, TypeError, ValueError):
         info = None
     if info is not None and getattr(info, "name", ""):
