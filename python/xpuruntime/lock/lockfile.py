@@ -47,7 +47,8 @@ def bucket_id(inputs: dict[str, list[int]] | None) -> str:
     """A bucket's name: ``"input=1x3x64x64"``; ``"*"`` for an engine's one bucket."""
     if inputs is None:
         return "*"
-    return ",".join(f"{n}={'x'.join(str(d) for d in dims) or 'scalar'}" for n, dims in inputs.items())
+    # Sorted by name: the file's JSON keeps its keys sorted, a run gives model order.
+    return ",".join(f"{n}={'x'.join(str(d) for d in dims) or 'scalar'}" for n, dims in sorted(inputs.items()))
 
 
 def node_key(entry: dict[str, Any], seen: dict[tuple[str, str], int]) -> tuple[str, str, int]:
@@ -92,13 +93,18 @@ class LockFile:
         """
         from .errors import lock_violation
 
+        from .. import _core
+
+        # Only the Dispatcher's kernel choices become pins; fusions and engine mappings
+        # carry a key too, and are checked after the build instead.
+        kernel_rules = {str(r) for r in _core.RULES} - {"none"}
         pins: dict[str, dict[str, str]] = {}
         owner: dict[str, str] = {}
         clashes = []
         for b in self.buckets:
             for n in b.get("nodes", []):
                 key = n.get("key") or ""
-                if not key or not n.get("kernel"):
+                if not key or not n.get("kernel") or n.get("rule") not in kernel_rules:
                     continue
                 pin = {"kernel": str(n["kernel"]), "algorithm": str(n.get("algorithm", ""))}
                 if key in pins and pins[key] != pin:
