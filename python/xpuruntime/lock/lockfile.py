@@ -91,9 +91,8 @@ class LockFile:
         Raises LockViolationError when two nodes of one case were given different
         choices (a pin covers every node of a case).
         """
-        from .errors import lock_violation
-
         from .. import _core
+        from .errors import lock_violation
 
         # Only the Dispatcher's kernel choices become pins; fusions and engine mappings
         # carry a key too, and are checked after the build instead.
