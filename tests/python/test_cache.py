@@ -179,6 +179,39 @@ def test_two_processes_writing_one_key_leave_one_valid_entry(model: Path, tmp_pa
     assert cache.verify() == []
 
 
+def _builder(root: str, model: str, kind: str, barrier) -> None:  # type: ignore[no-untyped-def]
+    from xpuruntime import cache as xc
+
+    barrier.wait(60)  # both processes build and store at the same moment
+    build = {"native_plan": xc.native_plan, "onnxruntime_model": xc.onnxruntime_model}[kind]
+    build(model, cache=xc.ArtifactCache(root))
+
+
+@pytest.mark.parametrize("kind", ["native_plan", "onnxruntime_model"])
+def test_two_processes_building_one_artifact_leave_one_valid_entry(
+    kind: str, model: Path, tmp_path: Path
+) -> None:
+    if kind == "onnxruntime_model":
+        pytest.importorskip("onnxruntime")
+    root = tmp_path / "cache"
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_builder, args=(str(root), str(model), kind, barrier)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+        assert p.exitcode == 0
+    folder = root / "artifacts" / kind
+    assert len(list(folder.glob("*.json"))) == 1 and len(list(folder.glob("*.bin"))) == 1
+    cache = ArtifactCache(root)
+    assert cache.verify() == []
+    runnable, build = _build(kind, model, cache)
+    assert build.hit, build.reason
+    x = np.random.default_rng(4).standard_normal((4, 32)).astype(np.float32)
+    np.testing.assert_allclose(_run(kind, runnable, x), _reference(model, x), rtol=1e-4, atol=1e-5)
+
+
 def test_prune_keeps_the_newest_within_the_byte_limit(tmp_path: Path) -> None:
     cache = ArtifactCache(tmp_path / "cache")
     base = artifact_key("native_plan", b"model bytes")
