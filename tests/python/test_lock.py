@@ -324,3 +324,22 @@ def test_zoo_lock_replays_bit_identically_in_a_fresh_process(name: str, tmp_path
     with np.load(tmp_path / "out.npz") as z:
         for k, v in ref.items():
             np.testing.assert_array_equal(z[k], np.asarray(v), err_msg=f"{name} output {k}")
+
+
+def test_a_node_change_names_the_library_change_next_to_it() -> None:
+    # What a CUDA plan compiled under another cuDNN reports (the plan's environment is
+    # known only after the build); built here from the guard's comparison directly.
+    from xpuruntime.lock import LockGuard
+
+    node = {"node": "/conv1", "op": "conv", "kernel": "cudnn", "algorithm": "7"}
+    lock = LockFile(
+        "native", "cuda", {}, {"cudnn": "91400"}, "", {}, [{"inputs": {"x": [1]}, "nodes": [node]}]
+    )
+    with pytest.raises(LockViolationError) as err:
+        LockGuard(lock, False)._verify(
+            "x=1", lock.buckets[0], [dict(node, algorithm="12")], {"cudnn": "91900"}
+        )
+    assert err.value.diff == [
+        "libraries.cudnn: 91400 → 91900",
+        "node /conv1 (conv): algorithm 7 → 12 (cudnn: 91400 → 91900)",
+    ]

@@ -305,7 +305,10 @@ class LockGuard:
         diff: list[str] | None = None,
     ) -> None:
         diff = list(diff or [])
-        diff += diff_fields("libraries", self.lock.libraries, libraries)
+        libs = diff_fields("libraries", self.lock.libraries, libraries)
+        diff += libs
+        # A node's change next to the library changes that likely caused it.
+        why = f" ({'; '.join(line.split('.', 1)[1] for line in libs)})" if libs else ""
         locked = bucket.get("nodes", []) if bucket else []
         seen: dict[tuple[str, str], int] = {}
         have = {node_key(n, seen): n for n in nodes}
@@ -320,7 +323,7 @@ class LockGuard:
             for f in ("kernel", "algorithm"):
                 a, b = str(entry.get(f, "")), str(got.get(f, ""))
                 if a != b:
-                    diff.append(f"{label}: {f} {a or '(default)'} → {b or '(default)'}")
+                    diff.append(f"{label}: {f} {a or '(default)'} → {b or '(default)'}{why}")
         for k, got in have.items():
             diff.append(f"node {k[0]} ({k[1]}): not in the lock (the session chose {got.get('kernel')})")
         self._fail(f"bucket {bid}", diff)
