@@ -274,3 +274,16 @@ def test_cache_cli(model: Path, tmp_path: Path, capsys) -> None:  # type: ignore
     assert main(["cache", "prune", "--max-bytes", "1", "--root", str(root)]) == 0
     assert "removed 1" in capsys.readouterr().out
     assert cache.entries() == []
+
+
+def test_cache_cli_user_mistakes_are_one_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from xpuruntime.cli.main import main
+
+    assert main(["cache", "why", str(tmp_path / "missing.onnx"), "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: InvalidArgumentError: cannot read the model") and "\n" not in err
+    with pytest.raises(SystemExit, match="needs --max-bytes"):
+        main(["cache", "prune", "--root", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        main(["cache", "prune", "--older-than", "soon", "--root", str(tmp_path)])
+    assert "expected a duration" in capsys.readouterr().err

@@ -64,7 +64,12 @@ def _model_bytes(model: Any) -> bytes:
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
     if isinstance(model, (str, os.PathLike)):
-        return Path(model).read_bytes()
+        try:
+            return Path(model).read_bytes()
+        except OSError as exc:
+            raise _core.InvalidArgumentError(
+                f"cannot read the model {str(model)!r}: {exc.strerror or exc}"
+            ) from exc
     return bytes(load_model(model).bytes)
 
 
