@@ -144,6 +144,12 @@ def capture(session: Any) -> LockFile:
         names = [i.name for i in session.get_inputs()]
         buckets = []
         for shapes, plan in plans.items():
+            if not all(isinstance(x, int) for sh in shapes for x in sh):
+                raise InvalidArgumentError(
+                    f"cannot lock a loaded plan whose inputs declare symbolic dimensions ({list(shapes)}): a "
+                    "lock records concrete input shapes; lock the session that compiled the plan, from the "
+                    "ONNX model, instead"
+                )
             dims = [[int(x) for x in s] for s in shapes]
             buckets.append(
                 {
