@@ -48,8 +48,9 @@ _LAZY_ATTRS = {
     "ExecutionPolicy": ("xpuruntime.policies", "ExecutionPolicy"),
     "InferenceSession": ("xpuruntime.inference", "InferenceSession"),
     "preview_plan": ("xpuruntime.engines.native.preview", "preview_plan"),
+    "LockViolationError": ("xpuruntime.lock", "LockViolationError"),
 }
-_LAZY_MODULES = {"ops", "kernels", "policies", "inference", "engines", "dispatch", "cli"}
+_LAZY_MODULES = {"ops", "kernels", "policies", "inference", "engines", "dispatch", "cli", "lock", "cache"}
 
 
 def __getattr__(name: str) -> Any:
@@ -81,6 +82,7 @@ __all__ = [
     "PolicyError",
     "InvalidModelError",
     "BackendUnavailableError",
+    "LockViolationError",
     # devices
     "Device",
     "get_device_count",

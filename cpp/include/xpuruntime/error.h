@@ -110,6 +110,14 @@ class BackendUnavailableError : public XpuRuntimeError {
   using XpuRuntimeError::XpuRuntimeError;
 };
 
+// A locked session would decide differently from its lock file (policy, device,
+// library version, model or a node's kernel changed), or a frozen session met a case
+// its lock does not cover. Python attaches the field-by-field `.diff`.
+class LockViolationError : public XpuRuntimeError {
+ public:
+  using XpuRuntimeError::XpuRuntimeError;
+};
+
 }  // namespace xpuruntime
 
 // XRT_CHECK(cond, ErrorType, message parts...): throws ErrorType with the message

@@ -16,6 +16,7 @@ void bind_errors(py::module_& m) {
   static py::handle policy = py::exception<PolicyError>(m, "PolicyError", invalid).release();
   static py::handle model = py::exception<InvalidModelError>(m, "InvalidModelError", invalid).release();
   static py::handle unavailable = py::exception<BackendUnavailableError>(m, "BackendUnavailableError", base).release();
+  static py::handle lock = py::exception<LockViolationError>(m, "LockViolationError", base).release();
 
   // Handles are released on purpose: they must outlive interpreter finalization.
   // Most derived first: a catch of the base would swallow the others.
@@ -36,6 +37,8 @@ void bind_errors(py::module_& m) {
       py::set_error(invalid, e.what());
     } catch (const BackendUnavailableError& e) {
       py::set_error(unavailable, e.what());
+    } catch (const LockViolationError& e) {
+      py::set_error(lock, e.what());
     } catch (const XpuRuntimeError& e) {
       py::set_error(base, e.what());
     }
@@ -51,6 +54,7 @@ void bind_errors(py::module_& m) {
     if (kind == "PolicyError") throw PolicyError(msg);
     if (kind == "InvalidModelError") throw InvalidModelError(msg);
     if (kind == "BackendUnavailableError") throw BackendUnavailableError(msg);
+    if (kind == "LockViolationError") throw LockViolationError(msg);
     XRT_THROW(InvalidArgumentError, "unknown error kind '", kind, "'");
   });
 }

@@ -8,7 +8,16 @@ stopping the comparison.
 
 Inputs are random (float: standard normal; integers: uniform in [0, --int-high);
 bool: random) with symbolic dimensions set by ``--dim name=value`` (default 1), or
-read from an ``.npz`` file with ``--inputs``.
+read from an ``.npz`` file with ``--inputs``. ``--threads N`` runs every engine with N
+CPU threads; ``--atol``/``--rtol`` (or ``--tolerance``) make the exit status 1 when an
+output differs from the reference beyond ``atol + rtol * |ref|``.
+
+``--bisect`` finds where two runs part ways: two engines (``--engines a,b``), two
+kernel policies (``--policies p1.json,p2.json``) or two precisions
+(``--precisions fp32,fp16``); it prints the first node, in topological order, whose
+output differs beyond the tolerance, both sides' Decisions for it and the error
+figures of its inputs and outputs, holding at most ``--max-memory`` bytes of
+intermediates at once (exit 1 when a node diverged).
 """
 
 from __future__ import annotations
@@ -25,30 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from ..inference.metrics import diff_metrics, within
+
+__all__ = ["EngineResult", "compare", "diff_metrics", "format_table", "make_inputs", "within"]
+
 
 # ------------------------------------------------------------------- metrics
-def diff_metrics(out: Any, ref: Any) -> dict[str, float]:
-    """max_abs, max_rel and cosine of ``out`` against ``ref`` (computed in float64).
-
-    max_rel is elementwise |out−ref| / max(|ref|, 1e-6·max|ref|), so elements where
-    the reference is (near) zero do not turn the ratio into noise.
-    """
-    a = np.asarray(out, dtype=np.float64).ravel()
-    b = np.asarray(ref, dtype=np.float64).ravel()
-    if a.shape != b.shape:
-        raise ValueError(f"shape mismatch: {np.shape(out)} vs reference {np.shape(ref)}")
-    if a.size == 0:
-        return {"max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0}
-    diff = np.abs(a - b)
-    scale = np.abs(b).max()
-    floor = max(1e-6 * scale, np.finfo(np.float64).tiny)
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    cosine = float(a @ b / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
-    return {
-        "max_abs": float(diff.max()),
-        "max_rel": float((diff / np.maximum(np.abs(b), floor)).max()),
-        "cosine": cosine,
-    }
+# diff_metrics and within live in xpuruntime.inference.metrics (bisection uses them too).
 
 
 # --------------------------------------------------------------------- inputs
@@ -118,10 +110,14 @@ def compare(
     warmup: int = 2,
     iterations: int = 10,
     extra: dict[str, Any] | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
 ) -> tuple[list[EngineResult], dict[str, np.ndarray]]:
     """Run ``inputs`` (or random ones) through every engine; compare with ``reference``.
 
-    Returns the rows (reference first) and the inputs used.
+    With ``atol``/``rtol`` each output's figures also get ``within`` (1.0 when
+    ``|out - ref| <= atol + rtol * |ref|`` everywhere, else 0.0). Returns the rows
+    (reference first) and the inputs used.
     """
     from ..engines import registry
     from ..engines.onnx_model import load_model, onnx_io
@@ -179,6 +175,9 @@ def compare(
             if key in outputs[row.engine]:
                 try:
                     row.diffs[key] = diff_metrics(outputs[row.engine][key], ref_val)
+                    if atol is not None or rtol is not None:
+                        ok = within(outputs[row.engine][key], ref_val, atol or 0.0, rtol or 0.0)
+                        row.diffs[key]["within"] = 1.0 if ok else 0.0
                 except ValueError as exc:
                     row.status, row.error = "error", f"output {key!r}: {exc}"
     return rows, inputs
@@ -213,7 +212,7 @@ def format_table(rows: Sequence[EngineResult], reference: str) -> str:
                     f"{d['cosine']:.6f}",
                     lat[0],
                     lat[1],
-                    "ok",
+                    "ok" if d.get("within", 1.0) else "MISMATCH",
                 ]
             )
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
@@ -247,7 +246,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     """Add the compare arguments to ``p``."""
     p.add_argument("model", help="path to an .onnx model")
     p.add_argument(
-        "--engines", required=True, help="comma-separated engine names, e.g. native,onnxruntime,openvino"
+        "--engines",
+        default=None,
+        help="comma-separated engine names, e.g. native,onnxruntime,openvino (default: native)",
     )
     p.add_argument(
         "--reference", default=None, help="engine whose outputs are the reference (default: the first)"
@@ -258,6 +259,39 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=None,
         choices=["fp32", "fp16", "bf16", "int8"],
         help="ExecutionPolicy precision",
+    )
+    p.add_argument(
+        "--policies",
+        default=None,
+        metavar="P1,P2",
+        help="--bisect: two KernelPolicy files ('default' for none) whose runs are compared",
+    )
+    p.add_argument(
+        "--precisions", default=None, metavar="A,B", help="--bisect: two precisions, e.g. fp32,fp16"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="CPU threads of every engine (ExecutionPolicy.threads)"
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="absolute tolerance; with --rtol, exit 1 when an output exceeds it",
+    )
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (|a-b| <= atol + rtol*|ref|)")
+    p.add_argument("--tolerance", type=float, default=None, help="sets --atol and --rtol not given otherwise")
+    p.add_argument(
+        "--bisect",
+        action="store_true",
+        help="find the first node whose output differs beyond the tolerance between two engines, policies or "
+        "precisions",
+    )
+    p.add_argument(
+        "--max-memory",
+        type=_bytes,
+        default=256 << 20,
+        metavar="BYTES",
+        help="--bisect: most bytes of intermediates held at once, both sides together (default 256M; K/M/G)",
     )
     p.add_argument(
         "--dim",
@@ -274,15 +308,119 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON")
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    """Execute a parsed ``compare`` command; returns the exit code."""
-    exec_policy = None
-    if args.precision:
-        from ..policies import ExecutionPolicy
+def _bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    mult = units.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in units else t
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a byte count such as 64M or 1073741824, got {text!r}"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"the byte count must be positive, got {text!r}")
+    return value
 
-        exec_policy = ExecutionPolicy(precision=args.precision)
+
+def _exec_policy(precision: str | None, threads: int | None) -> Any:
+    if not precision and not threads:
+        return None
+    from ..policies import ExecutionPolicy
+
+    ep = ExecutionPolicy(precision=precision) if precision else ExecutionPolicy()
+    if threads:
+        ep.threads = threads
+    return ep
+
+
+def _tolerances(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    atol = args.atol if args.atol is not None else args.tolerance
+    rtol = args.rtol if args.rtol is not None else args.tolerance
+    if atol is None and rtol is None:
+        return None, None
+    return (atol or 0.0), (rtol or 0.0)
+
+
+def _pair(text: str | None, what: str) -> list[str]:
+    items = [t.strip() for t in (text or "").split(",") if t.strip()]
+    if text is not None and len(items) != 2:
+        raise SystemExit(f"error: --bisect compares two {what}, got {text!r}; pass two, comma-separated")
+    return items
+
+
+def _sides(args: argparse.Namespace) -> tuple[Any, Any]:
+    from ..inference.bisect import Side
+    from ..policies import KernelPolicy
+
+    engines = [e.strip() for e in (args.engines or "native").split(",") if e.strip()]
+    policies = _pair(args.policies, "policies")
+    precisions = _pair(args.precisions, "precisions")
+    varied = [
+        n
+        for n, v in (("--engines", engines), ("--policies", policies), ("--precisions", precisions))
+        if len(v) == 2
+    ]
+    if len(varied) != 1 or len(engines) > 2:
+        raise SystemExit(
+            "error: --bisect compares two runs: give exactly one of --engines a,b, --policies p1,p2 or "
+            f"--precisions a,b (got {', '.join(varied) or 'none'})"
+        )
+
+    def side(i: int) -> Side:
+        spec = engines[min(i, len(engines) - 1)]
+        name, _, dev = spec.partition("@")
+        pol = policies[i] if policies else None
+        kp = None if pol in (None, "default") else KernelPolicy.load(pol)
+        prec = precisions[i] if precisions else args.precision
+        label = spec if len(engines) == 2 else (pol if policies else prec or "fp32")
+        return Side(str(label), name, dev or args.device, kp, _exec_policy(prec, args.threads))
+
+    return side(0), side(1)
+
+
+def run_bisect(args: argparse.Namespace) -> int:
+    """``compare --bisect``: print the first diverging node; exit 1 when one diverged."""
+    from ..engines.onnx_model import load_model, onnx_io
+    from ..inference.bisect import bisect, format_result
+
+    a, b = _sides(args)
+    atol, rtol = _tolerances(args)
+    proto = load_model(args.model).proto
+    inputs = (
+        dict(np.load(args.inputs))
+        if args.inputs
+        else make_inputs(onnx_io(proto)[0], _parse_dims(args.dim), args.seed, args.int_high)
+    )
+    res = bisect(
+        args.model,
+        a,
+        b,
+        inputs,
+        atol=1e-4 if atol is None else atol,
+        rtol=1e-3 if rtol is None else rtol,
+        max_memory=args.max_memory,
+    )
+    print(format_result(res, a.label, b.label))
+    if args.json:
+        with open(args.json, "w") as f:
+            doc = asdict(res)
+            doc["decisions"] = {k: [d.to_dict() for d in v] for k, v in res.decisions.items()}
+            json.dump(doc, f, indent=2)
+    return 1 if res.node else 0
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Execute a parsed ``compare`` command; returns the exit code (1: an engine failed
+    or, with a tolerance, an output differs beyond it; bisect: a node diverged)."""
+    if args.bisect:
+        return run_bisect(args)
+    if args.policies or args.precisions:
+        raise SystemExit("error: --policies and --precisions go with --bisect; for engines use --engines")
+    exec_policy = _exec_policy(args.precision, args.threads)
     inputs = dict(np.load(args.inputs)) if args.inputs else None
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = [e.strip() for e in (args.engines or "native").split(",") if e.strip()]
     rows, _ = compare(
         args.model,
         engines,
@@ -295,13 +433,30 @@ def run_from_args(args: argparse.Namespace) -> int:
         int_high=args.int_high,
         warmup=args.warmup,
         iterations=args.iterations,
+        atol=_tolerances(args)[0],
+        rtol=_tolerances(args)[1],
     )
     reference = rows[0].engine
     print(format_table(rows, reference))
+    atol, rtol = _tolerances(args)
+    failed = [r for r in rows if r.status != "ok"]
+    mismatched = []
+    if atol is not None and rtol is not None:
+        mismatched = [
+            f"{r.engine} {k}: max_abs {d['max_abs']:.3e}"
+            for r in rows
+            if r.status == "ok"
+            for k, d in r.diffs.items()
+            if not d.get("within", True)
+        ]
+        if mismatched:
+            print(f"outside atol={atol:g}, rtol={rtol:g}: " + "; ".join(mismatched), file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"reference": reference, "rows": [asdict(r) for r in rows]}, f, indent=2)
-    return 0 if rows and rows[0].status == "ok" else 1
+    if not rows or rows[0].status != "ok":
+        return 1
+    return 1 if mismatched or (atol is not None and failed) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

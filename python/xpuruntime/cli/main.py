@@ -392,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import compare
 
     compare.add_parser(sub)
+    from . import lock_cache
+
+    lock_cache.add_parsers(sub)
     p = sub.add_parser("serve", help="serve a model repository over the Open Inference Protocol")
     p.add_argument("--model-repository", required=True, metavar="DIR", help="one folder per model")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface)")

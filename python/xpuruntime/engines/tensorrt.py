@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from ..cache.tensorrt import BuildKey, EngineCache
 from . import _cuda
 from ._common import DecisionRecorder, pol, policy_fingerprint, precision
 from .base import Availability, Engine, EngineOptions, TensorInfo
 from .onnx_model import has_dynamic_dims, load_model, onnx_io
-from .trt_cache import BuildKey, EngineCache
 
 INSTALL_HINT = "pip install xpuruntime[tensorrt]"
 _QDQ = {"QuantizeLinear", "DequantizeLinear"}

@@ -33,6 +33,10 @@ class InferenceSession:
         kernel_policy: a :class:`xpuruntime.KernelPolicy` (op -> kernel).
         exec_policy: a :class:`xpuruntime.ExecutionPolicy` (target, precision, ...).
         fp16: shorthand for ``precision="fp16"``.
+        lock: a lock file (path or :class:`xpuruntime.lock.LockFile`): the engine, device,
+            kernels and algorithms come from it; deciding differently raises
+            ``LockViolationError`` naming the field (see :mod:`xpuruntime.lock`).
+        frozen: with ``lock``, input shapes the lock does not cover are refused.
         **engine_options: engine-specific options (e.g. ``input_shapes`` for native).
     """
 
@@ -46,6 +50,8 @@ class InferenceSession:
         kernel_policy: Any = None,
         exec_policy: Any = None,
         fp16: bool = False,
+        lock: Any = None,
+        frozen: bool = False,
         **engine_options: Any,
     ) -> None:
         from ..engines.base import EngineOptions
@@ -66,6 +72,14 @@ class InferenceSession:
             raise InvalidArgumentError(
                 "model is required (a path, bytes, an onnx.ModelProto or a saved plan)"
             )
+        self._model_source = model  # hashed when a lock is written
+        self._lock_guard = None
+        if lock is not None or frozen:
+            from ..lock import LockGuard
+
+            self._lock_guard = LockGuard.open(lock, frozen)
+            engine, device = self._lock_guard.resolve(engine, device)
+            kernel_policy = self._lock_guard.prepare(model, device, kernel_policy, exec_policy)
         cls, dev, decisions = select_engine(engine, device, exec_policy)
         self._decisions: list[Any] = list(decisions)
         self._device = dev
@@ -96,6 +110,8 @@ class InferenceSession:
             self._device = dev
             self._engine = engine_obj
         self._engine_name = getattr(cls, "name", cls.__name__)
+        if self._lock_guard is not None:
+            self._lock_guard.check_session(self)
 
     @classmethod
     def load_plan(
@@ -148,14 +164,20 @@ class InferenceSession:
         # structured ones refused naming the input (engines._common.host_array).
         output_names = normalize_output_names(output_names)
         inputs = normalize_inputs(inputs)
+        guard = self._lock_guard
+        bucket = guard.before_run(self, inputs) if guard is not None else None
         if outputs is None and stream is None:
-            return self._engine.run(inputs, output_names)
-        if self._engine_name != "native":
+            result = self._engine.run(inputs, output_names)
+        elif self._engine_name != "native":
             raise UnsupportedOperationError(
                 f"outputs= and stream= are taken by the native engine only; this session runs on "
                 f"'{self._engine_name}' (pass engine='native', or drop them)"
             )
-        return self._engine.run(inputs, output_names, outputs=outputs, stream=stream)
+        else:
+            result = self._engine.run(inputs, output_names, outputs=outputs, stream=stream)
+        if guard is not None:
+            guard.after_run(self, bucket)  # a plan compiled by this run must match the lock
+        return result
 
     def get_inputs(self) -> list[Any]:
         """Model inputs: TensorInfo(name, shape with symbolic dims, dtype)."""
@@ -198,6 +220,16 @@ class InferenceSession:
                 f"memory() is reported by the native engine, not by {self.engine}"
             )
         return dict(fn())
+
+    def lock(self, path: str | os.PathLike[str]) -> Any:
+        """Write this session's lock file (every decision, per input shape compiled so far)
+        and return the :class:`xpuruntime.lock.LockFile`."""
+        from ..lock import capture
+
+        lock = capture(self)
+        lock.source = str(path)
+        lock.save(path)
+        return lock
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:
         """Save the compiled plan (native engine); load it with :meth:`load_plan`."""
