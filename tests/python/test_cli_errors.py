@@ -147,7 +147,9 @@ def test_serve_port_in_use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
 def test_internal_errors_point_to_debug(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from xpuruntime.cli import main as cli_main
+    import importlib
+
+    cli_main = importlib.import_module("xpuruntime.cli.main")
 
     def boom(args: object) -> int:
         raise RuntimeError("unexpected state")
@@ -180,7 +182,10 @@ def test_console_script_version_and_no_traceback(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["run", "explain", "bench", "serve", "compare", "policy validate"])
-def test_help_is_plain_text_with_defaults(capsys: pytest.CaptureFixture[str], command: str) -> None:
+def test_help_is_plain_text_with_defaults(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # no line wrapping inside the figures looked for
     with pytest.raises(SystemExit) as exc:
         main([*command.split(), "--help"])
     assert exc.value.code == 0

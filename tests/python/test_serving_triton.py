@@ -190,7 +190,7 @@ def test_unknown_routes_and_wrong_methods_get_json(server: InferenceServer) -> N
     for method, path, status, needle in [
         ("GET", "/v2/nothing/here", 404, "no route GET /v2/nothing/here"),
         ("GET", "/v2/models/demo/infer", 405, "allowed: POST"),
-        ("POST", "/v2/models/demo/config", 405, "allowed: GET"),
+        ("POST", "/v2/models/demo/config", 405, "allowed: GET, HEAD"),
         ("GET", "/v2/models/nobody/config", 404, "nobody"),
     ]:
         req = urllib.request.Request(base + path, method=method, data=b"{}" if method == "POST" else None)
@@ -229,7 +229,7 @@ def test_dynamic_batching_with_a_variable_dimension_is_refused(tmp_path: Path) -
     (entry,) = r.index()
     assert (
         entry["state"] == "UNAVAILABLE"
-        and "'x' dimension 1 (seq)" in entry["reason"]
+        and "'x' dimension 1 ('seq')" in entry["reason"]
         and "dims" in entry["reason"]
     )
     # Fixing the dimension makes it batchable.

@@ -149,10 +149,10 @@ def configuration(args: argparse.Namespace, sess: Any, feeds: dict[str, np.ndarr
     import xpuruntime
 
     config: dict[str, Any] = {k: v for k, v in vars(args).items() if k not in ("func",) and not callable(v)}
-    for attr in ("kernel_policy", "exec_policy"):
-        pol = getattr(sess, attr, None)
-        if pol is not None and hasattr(pol, "to_dict"):
-            config[attr] = pol.to_dict()
+    from .main import resolve_policies
+
+    for name, pol in zip(("kernel_policy", "exec_policy"), resolve_policies(args)):
+        config[f"{name}_resolved"] = None if pol is None else json.loads(pol.to_json())
     config["inputs_resolved"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds.items()}
     config["xpuruntime_version"] = xpuruntime.__version__
     config["python"] = platform.python_version()

@@ -41,13 +41,22 @@ def visible_candidates(
     for c in decision.candidates:
         if c.verdict == "supported":
             continue
-        if not verbose and c.reason_code == "device_mismatch":
-            ks = kinds.get((decision.op, c.kernel))
-            if ks is None or not (ks & present):
-                hidden += 1
-                continue
+        if not verbose and _absent(decision.op, c, present, kinds):
+            hidden += 1
+            continue
         shown.append(c)
     return shown, hidden
+
+
+def _absent(op: str, candidate: Any, present: set[str], kinds: dict[Any, set[str]]) -> bool:
+    """Whether a rejected candidate is for a device kind this machine does not have."""
+    _, at, device = candidate.kernel.partition("@")  # engine candidates: "name@device"
+    if at:
+        return device.split(":")[0] not in present
+    if candidate.reason_code != "device_mismatch":
+        return False
+    ks = kinds.get((op, candidate.kernel))
+    return ks is None or not (ks & present)
 
 
 def chosen_rows(decisions: Sequence[Any]) -> list[list[str]]:

@@ -106,6 +106,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        if kwargs.get("description"):  # docstrings double as descriptions: no reST markup in --help
+            kwargs["description"] = kwargs["description"].replace("``", "")
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:

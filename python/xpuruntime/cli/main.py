@@ -106,7 +106,8 @@ def _check_file(path: str, flag: str) -> None:
         raise CliError(f"{flag} {path!r} is a folder; pass a file")
 
 
-def _policies(args: argparse.Namespace) -> tuple[Any, Any]:
+def resolve_policies(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The KernelPolicy and ExecutionPolicy the flags give (files, then --threads/--precision)."""
     kp = ep = None
     if getattr(args, "policy", None):
         from ..policies import KernelPolicy
@@ -132,7 +133,7 @@ def make_session(args: argparse.Namespace) -> Any:
 
     args.model = _model_arg(args.model)
     _check_file(args.model, "model")
-    kp, ep = _policies(args)
+    kp, ep = resolve_policies(args)
     return InferenceSession(
         args.model, device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep
     )
@@ -329,7 +330,6 @@ def _compare_parser(sub: Any) -> None:
     from . import compare
 
     p = compare.add_parser(sub)
-    p.description = (p.description or "").replace("``", "'")
     for action in p._actions:
         if action.dest == "model" and not action.option_strings:
             action.nargs = "?"
@@ -418,4 +418,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        return report(exc, getattr(args, "command", "") or "")
+        command = " ".join(filter(None, (getattr(args, "command", ""), getattr(args, "policy_command", ""))))
+        return report(exc, command)

@@ -122,7 +122,7 @@ class ServedModel:
         for n, _, s in self.inputs:
             for k, d in enumerate(self._fixed[n]):
                 if d is None:
-                    names.append(f"'{n}' dimension {k} ({s[k]})")
+                    names.append(f"'{n}' dimension {k} ('{s[k]}')")
         return ", ".join(names)
 
     def _shapes(self, bucket: int, variable: int = 1) -> dict[str, list[int]]:

@@ -264,7 +264,9 @@ def rest_exception_handlers() -> dict[Any, Any]:
         if exc.status_code == 404:
             body = _not_found_body(method, path)
         elif exc.status_code == 405:
-            allowed = (exc.headers or {}).get("Allow", "")
+            allowed = ", ".join(
+                sorted(m.strip() for m in (exc.headers or {}).get("Allow", "").split(",") if m.strip())
+            )
             body = {"error": f"method {method} is not allowed on {path}; allowed: {allowed or 'none'}"}
         else:
             body = {"error": str(exc.detail)}
