@@ -202,7 +202,7 @@ def test_unknown_routes_and_wrong_methods_get_json(server: InferenceServer) -> N
 
 
 def test_access_log_and_load_logging(hc, gc, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="xpuruntime.serving"):
+    with caplog.at_level(logging.DEBUG, logger="xpuruntime.serving"):
         hc.get_model_metadata("demo")
         gc.get_model_metadata("demo")
         hc.unload_model("attn")

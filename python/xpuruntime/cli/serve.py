@@ -2,8 +2,8 @@
 
 Checked before any model loads, each with a one-line error: the repository is a
 folder, and the REST and gRPC ports are free. Logs (stderr, --log-level): model
-load/unload and per-bucket warm-up at info, one access-log line per request (method,
-model, status, microseconds) at info, request failures at warning.
+load/unload and per-bucket warm-up at info, load failures at warning, and with debug
+one access-log line per request (protocol, method, model, status, microseconds).
 """
 
 from __future__ import annotations
@@ -113,6 +113,6 @@ def add_parser(sub: Any) -> None:
         "--log-level",
         choices=LOG_LEVELS,
         default="info",
-        help="info: load/unload, warm-up per bucket and one access-log line per request",
+        help="info: model load/unload and warm-up per bucket; debug: also one access-log line per request",
     )
     p.set_defaults(func=run_serve)

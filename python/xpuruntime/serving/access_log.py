@@ -1,10 +1,13 @@
-"""One access-log line per request (logger ``xpuruntime.serving.access``, level INFO).
+"""One access-log line per request (logger ``xpuruntime.serving.access``, level DEBUG).
 
     REST POST /v2/models/demo/infer demo 200 412us
     gRPC ModelInfer demo OK 388us
 
 REST requests are logged by an ASGI middleware, gRPC calls by a server interceptor;
-both cost one ``isEnabledFor`` check when the logger is quieter than INFO.
+both cost one ``isEnabledFor`` check when the logger is quieter than DEBUG. DEBUG, not
+INFO: a line per request costs throughput, and a server whose stderr nobody reads (a
+pipe) would block once the pipe is full; ``xpuruntime serve --log-level debug`` turns
+it on.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ class AccessLogMiddleware:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not log.isEnabledFor(logging.INFO):
+        if scope["type"] != "http" or not log.isEnabledFor(logging.DEBUG):
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
@@ -41,7 +44,7 @@ class AccessLogMiddleware:
         finally:
             path = scope.get("path", "")
             m = _MODEL.match(path)
-            log.info(
+            log.debug(
                 "REST %s %s %s %d %dus",
                 scope.get("method", "-"),
                 path,
@@ -58,7 +61,7 @@ def grpc_interceptor() -> Any:
     class _Interceptor(grpc.ServerInterceptor):
         def intercept_service(self, continuation: Any, details: Any) -> Any:
             handler = continuation(details)
-            if handler is None or handler.unary_unary is None or not log.isEnabledFor(logging.INFO):
+            if handler is None or handler.unary_unary is None or not log.isEnabledFor(logging.DEBUG):
                 return handler
             method = details.method.rsplit("/", 1)[-1]
             inner = handler.unary_unary
@@ -74,7 +77,9 @@ def grpc_interceptor() -> Any:
                     raise
                 finally:
                     model = getattr(request, "model_name", "") or getattr(request, "name", "") or "-"
-                    log.info("gRPC %s %s %s %dus", method, model, code, int((time.perf_counter() - t0) * 1e6))
+                    log.debug(
+                        "gRPC %s %s %s %dus", method, model, code, int((time.perf_counter() - t0) * 1e6)
+                    )
 
             return grpc.unary_unary_rpc_method_handler(
                 logged,
