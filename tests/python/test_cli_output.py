@@ -85,3 +85,9 @@ def test_bench_iterations(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     capsys.readouterr()
     data = json.loads((tmp_path / "b.json").read_text())
     assert data["iterations"] == 3 and len(data["samples_ms"]) == 3
+
+
+def test_devices_fits_100_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert "native" in out and "onnxruntime" in out and _width(out) <= 100

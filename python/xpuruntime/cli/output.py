@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,8 +35,19 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
         Console().print(t)
         return
     widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    # Wider than WIDTH: the widest column is narrowed (its cells wrapped) until it fits.
+    while sum(widths) + 2 * (len(widths) - 1) > WIDTH:
+        k = max(range(len(widths)), key=lambda i: widths[i])
+        excess = sum(widths) + 2 * (len(widths) - 1) - WIDTH
+        narrower = max(widths[k] - excess, 12, len(str(columns[k])))
+        if narrower >= widths[k]:
+            break
+        widths[k] = narrower
     print(title)
     print("  ".join(str(c).ljust(w) for c, w in zip(columns, widths)).rstrip())
     print("  ".join("-" * w for w in widths))
     for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        wrapped = [textwrap.wrap(v, w, break_on_hyphens=False) or [""] for v, w in zip(r, widths)]
+        for line in range(max(len(c) for c in wrapped)):
+            parts = [(c[line] if line < len(c) else "").ljust(w) for c, w in zip(wrapped, widths)]
+            print("  ".join(parts).rstrip())
