@@ -106,5 +106,5 @@ def test_perf_analyzer_concurrency_1_to_4(server: InferenceServer, protocol: str
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = list(csv.DictReader(report.open()))
-    assert [int(r["Concurrency"]) for r in rows] == [1, 2, 3, 4]
+    assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2, 3, 4]
     assert all(float(r["Inferences/Second"]) > 0 for r in rows)
