@@ -238,8 +238,11 @@ def rest_routes(server: Any) -> list[Any]:
     config = answer(lambda name, version: model_config(repo.get(name, version).model))
     stats = answer(lambda name, version: statistics(repo, name, version))
 
-    async def infer_method(request: Request) -> Response:  # POST never gets here (the fast path)
-        raise AssertionError("POST .../infer is answered before routing")
+    async def infer_method(request: Request) -> Response:
+        # POST .../infer is answered by rest.py's fast path before routing; this route
+        # exists so that other methods on it get a 405 rather than a 404.
+        body = {"error": f"POST {request.url.path} was not taken by the inference path; please report it"}
+        return Response(orjson.dumps(body), status_code=500, media_type="application/json")
 
     routes = [Route("/v2/models/stats", stats, methods=["GET"])]
     for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
