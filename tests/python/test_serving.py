@@ -268,7 +268,7 @@ def _still_serving(hc, gc) -> None:
             "FP32",
             [1, 15],
             np.zeros((1, 15), np.float32),
-            r"shape \[1, 15\], the model expects \['N', 16\]",
+            r"shape \[1, 15\], the model expects \[-1, 16\] \(-1: any size; the first is the batch size, 1..8\)",
         ),
         ("x", "FP32", [9, 16], np.zeros((9, 16), np.float32), "batch size 9 is outside 1..8"),
     ],

@@ -67,7 +67,7 @@ def test_bad_configs_name_the_field(data, match) -> None:
 
 
 def _seq_model() -> onnx.ModelProto:
-    """y = x * 2 over [batch, seq, 4]: 'seq' must be fixed by the config to be served."""
+    """y = x * 2 over [batch, seq, 4]: 'seq' fixed by the config, or variable."""
     two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
     graph = helper.make_graph(
         [helper.make_node("Mul", ["x", "two"], ["y"])],
@@ -82,7 +82,13 @@ def _seq_model() -> onnx.ModelProto:
 
 
 def test_failed_models_are_reported_and_others_served(tmp_path: Path) -> None:
-    write_model(tmp_path / "needs_dims", _seq_model(), {"max_batch_size": 2})
+    # A symbolic 'seq' without a value: variable, but then it cannot be batched dynamically.
+    write_model(
+        tmp_path / "needs_dims",
+        _seq_model(),
+        {"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_us": 100}},
+    )
+    write_model(tmp_path / "variable", _seq_model(), {"max_batch_size": 2})
     write_model(tmp_path / "with_dims", _seq_model(), {"max_batch_size": 2, "dims": {"seq": 5}})
     write_model(tmp_path / "bad_json", mlp_model(0))
     (tmp_path / "bad_json" / "config.json").write_text("{not json")
@@ -102,6 +108,11 @@ def test_failed_models_are_reported_and_others_served(tmp_path: Path) -> None:
     x = np.arange(2 * 5 * 4, dtype=np.float32).reshape(2, 5, 4)
     out = sched.infer(InferRequest("with_dims", "", {"x": x}))
     np.testing.assert_array_equal(out.outputs["y"], x * 2)
+    assert index["variable"]["state"] == "READY"
+    for seq in (3, 7):
+        x = np.random.default_rng(seq).standard_normal((1, seq, 4)).astype(np.float32)
+        out = repo.get("variable").infer(InferRequest("variable", "", {"x": x}))
+        np.testing.assert_array_equal(out.outputs["y"], x * 2)
     repo.close()
 
 

@@ -1,24 +1,24 @@
-"""The ``xpuruntime`` command line.
+"""The xpuruntime command line.
 
     xpuruntime devices                      devices and engines on this machine
     xpuruntime run [MODEL]                  run once (default: the bundled demo model)
-    xpuruntime explain MODEL                the plan and every decision behind it
-    xpuruntime bench MODEL                  warm-up, p50/p90/p99 latency, throughput
+    xpuruntime explain [MODEL]              the plan and the decisions behind it
+    xpuruntime bench [MODEL]                build/first-run time, latency statistics, throughput
     xpuruntime policy validate FILE         check a KernelPolicy/ExecutionPolicy file
-    xpuruntime compare MODEL --engines ...  the same inputs through several engines
+    xpuruntime compare [MODEL] --engines .. the same inputs through several engines
     xpuruntime serve --model-repository DIR the Open Inference Protocol over REST and gRPC
 
-Inputs are random (floats standard normal, integers in [0, --int-high), bools random)
-with symbolic dimensions from ``--dim name=value`` (default 1), or read from an
-``.npz`` with ``--inputs``. Tables are drawn with rich on a terminal and printed as
-plain text otherwise (pipes, files, CI logs).
+MODEL defaults to the bundled demo model (input 'image' [batch, 3, 32, 32]). Inputs are
+random (floats standard normal, integers in [0, --int-high), bools random) with
+symbolic dimensions from --dim NAME=VALUE (default 1), or read from an .npz file with
+--inputs. Tables are drawn with rich on a terminal and printed as plain text otherwise
+(pipes, files, CI logs). A user mistake ends in one line on stderr and exit status 2;
+--debug (anywhere on the line) shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,32 +26,67 @@ from typing import Any
 
 import numpy as np
 
+from .decisions import MODES, print_decisions
+from .errors import ArgumentParser, CliError, report
+from .output import print_table
 
-# ------------------------------------------------------------------ output
-def _tty() -> bool:
-    return sys.stdout.isatty()
+# Kept importable from here (earlier releases defined it in this module).
+__all__ = ["build_parser", "main", "print_table"]
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A table: rich on a terminal, aligned plain text otherwise."""
-    cells = [[str(c) for c in r] for r in rows]
-    if _tty():
-        from rich.console import Console
-        from rich.table import Table
+# ------------------------------------------------------------------ argument types
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
-        t = Table(title=title)
-        for c in columns:
-            t.add_column(str(c))
-        for r in cells:
-            t.add_row(*r)
-        Console().print(t)
-        return
-    widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    print(title)
-    print("  ".join(str(c).ljust(w) for c, w in zip(columns, widths)).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (value > 0 and np.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    """argparse type: a TCP port, 0 (any free port) or -1 (off)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, 0 or -1, got {text!r}") from None
+    if not -1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, 0 (any) or -1 (off), got {value}")
+    return value
+
+
+def dim_assignment(text: str) -> tuple[str, int]:
+    """argparse type: NAME=VALUE with VALUE an integer >= 1."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with an integer VALUE >= 1 (e.g. batch=2), got {text!r}"
+        )
+    return name.strip(), int(value)
 
 
 # ------------------------------------------------------------------ helpers
@@ -63,17 +98,16 @@ def _model_arg(model: str | None) -> str:
     return str(demo_model_path())
 
 
-def _dims(items: Sequence[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise SystemExit(f"--dim expects NAME=VALUE with an integer value, got {item!r}")
-        out[name.strip()] = int(value)
-    return out
+def _check_file(path: str, flag: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{flag} {path!r} does not exist; check the path")
+    if p.is_dir():
+        raise CliError(f"{flag} {path!r} is a folder; pass a file")
 
 
-def _policies(args: argparse.Namespace) -> tuple[Any, Any]:
+def resolve_policies(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The KernelPolicy and ExecutionPolicy the flags give (files, then --threads/--precision)."""
     kp = ep = None
     if getattr(args, "policy", None):
         from ..policies import KernelPolicy
@@ -83,30 +117,79 @@ def _policies(args: argparse.Namespace) -> tuple[Any, Any]:
         from ..policies import ExecutionPolicy
 
         ep = ExecutionPolicy.load(args.exec_policy)
-    if getattr(args, "threads", None):
-        from ..policies import ExecutionPolicy
+    for field in ("threads", "precision"):
+        value = getattr(args, field, None)
+        if value:
+            from ..policies import ExecutionPolicy
 
-        ep = ep or ExecutionPolicy()
-        ep.threads = args.threads
+            ep = ep or ExecutionPolicy()
+            setattr(ep, field, value)
     return kp, ep
 
 
-def _session(args: argparse.Namespace) -> Any:
+def make_session(args: argparse.Namespace) -> Any:
+    """The InferenceSession the flags describe (model, engine, device, policies)."""
     from ..inference import InferenceSession
 
-    kp, ep = _policies(args)
+    args.model = _model_arg(args.model)
+    _check_file(args.model, "model")
+    kp, ep = resolve_policies(args)
     return InferenceSession(
-        _model_arg(args.model), device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep
+        args.model, device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep
     )
 
 
-def _inputs(sess: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
-    if args.inputs:
-        with np.load(args.inputs) as z:
-            return {k: z[k] for k in z.files}
-    from .compare import make_inputs
+def symbolic_dims(sess: Any) -> list[str]:
+    """Names of the symbolic dimensions of the session's inputs, in order of appearance."""
+    names: list[str] = []
+    for info in sess.get_inputs():
+        for d in info.shape:
+            if not (isinstance(d, int) and d >= 0) and str(d) not in names:
+                names.append(str(d))
+    return names
 
-    return make_inputs(sess.get_inputs(), _dims(args.dim), args.seed, args.int_high)
+
+def make_inputs(sess: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """Inputs from --inputs, else random ones with --dim/--batch applied (unknown names refused)."""
+    if args.inputs:
+        _check_file(args.inputs, "--inputs")
+        try:
+            with np.load(args.inputs, allow_pickle=False) as z:
+                feeds = {k: z[k] for k in z.files}
+        except (ValueError, OSError) as exc:
+            raise CliError(
+                f"--inputs {args.inputs!r} is not an .npz file of arrays ({exc}); write one with "
+                "numpy.savez(path, NAME=array, ...)"
+            ) from None
+        expected = [i.name for i in sess.get_inputs()]
+        missing = [n for n in expected if n not in feeds]
+        if missing:
+            raise CliError(
+                f"--inputs {args.inputs!r} has no array {missing[0]!r}; the model's inputs are "
+                f"{', '.join(expected)} and the file holds {', '.join(feeds) or 'nothing'}"
+            )
+        return {n: feeds[n] for n in expected}
+    from .compare import make_inputs as random_inputs
+
+    names = symbolic_dims(sess)
+    dims = dict(getattr(args, "dim", None) or [])
+    for name in dims:
+        if name not in names:
+            known = ", ".join(names) if names else "none (every dimension is fixed)"
+            raise CliError(
+                f"--dim {name}=...: the model has no symbolic dimension {name!r}; its symbolic dimensions: {known}"
+            )
+    batch = getattr(args, "batch", None)
+    if batch is not None:
+        leading = {str(i.shape[0]) for i in sess.get_inputs() if i.shape and not isinstance(i.shape[0], int)}
+        if not leading:
+            raise CliError(
+                "--batch: no input has a symbolic first dimension (the batch size is fixed in the model); "
+                "drop --batch or export the model with a dynamic batch dimension"
+            )
+        for name in leading:
+            dims.setdefault(name, batch)
+    return random_inputs(sess.get_inputs(), dims, args.seed, args.int_high)
 
 
 def _summary(a: np.ndarray) -> list[str]:
@@ -121,19 +204,6 @@ def _summary(a: np.ndarray) -> list[str]:
             f"{f.std():.4g}",
         ]
     return [f"{a.dtype}{list(a.shape)}", "-", "-", "-", "-"]
-
-
-def _decision_rows(sess: Any) -> list[list[str]]:
-    rows = []
-    for d in sess.explain():
-        shapes = ", ".join(f"{t}{list(s)}" for t, s in zip(d.dtypes, d.shapes)) if d.shapes else "-"
-        rejected = "; ".join(f"{c.kernel}: {c.reason_code}" for c in d.candidates if c.verdict != "supported")
-        rows.append([d.op, d.node or "-", d.chosen or "-", d.rule, shapes, rejected or "-"])
-    return rows
-
-
-def _print_decisions(sess: Any) -> None:
-    print_table("decisions", ["op", "node", "chosen", "rule", "inputs", "rejected"], _decision_rows(sess))
 
 
 # ------------------------------------------------------------------ commands
@@ -162,7 +232,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
                 "yes" if av.available else "no",
                 ",".join(av.devices) or "-",
                 av.reason or "-",
-                av.install_hint or "-",
+                "-" if av.available else (av.install_hint or "-"),
             ]
         )
     print_table("engines", ["engine", "available", "devices", "reason", "install"], erows)
@@ -170,22 +240,22 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    sess = _session(args)
-    feeds = _inputs(sess, args)
+    sess = make_session(args)
+    feeds = make_inputs(sess, args)
     t0 = time.perf_counter()
     outs = sess.run(feeds)
     first = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
     sess.run(feeds)
     second = (time.perf_counter() - t0) * 1e3
-    print(f"model: {_model_arg(args.model)}  engine: {sess.engine}  device: {sess.device}")
+    print(f"model: {args.model}  engine: {sess.engine}  device: {sess.device}")
     print_table(
         "outputs",
         ["name", "array", "min", "max", "mean", "std"],
         [[k, *_summary(v)] for k, v in outs.items()],
     )
     print(f"latency: first run {first:.2f} ms, second run {second:.2f} ms")
-    _print_decisions(sess)
+    print_decisions(sess, args.decisions, args.verbose)
     if args.save_outputs:
         np.savez(args.save_outputs, **{k: np.asarray(v) for k, v in outs.items()})
     return 0
@@ -194,12 +264,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     if args.dry_run or args.target:
         return _explain_dry_run(args)
-    sess = _session(args)
+    sess = make_session(args)
     if sess.plan is None:  # symbolic dims: compile a specialization first
-        sess.run(_inputs(sess, args))
+        sess.run(make_inputs(sess, args))
     if sess.plan is not None:
         print(sess.plan.summary())
-    _print_decisions(sess)
+    print_decisions(sess, args.decisions, args.verbose)
     return 0
 
 
@@ -211,8 +281,8 @@ def _explain_dry_run(args: argparse.Namespace) -> int:
     if args.engine not in ("auto", "native"):
         raise SystemExit(f"error: --dry-run previews the native engine's plan, not --engine {args.engine}")
     device = "cuda" if args.device in ("auto", "gpu") else args.device.split(":")[0]
-    dims = _dims(args.dim)
-    kp, ep = _policies(args)
+    dims = dict(args.dim)
+    kp, ep = resolve_policies(args)
     pv = preview_plan(
         _model_arg(args.model), device=device, target=args.target or "", kernel_policy=kp, exec_policy=ep, dims=dims
     )
@@ -223,199 +293,163 @@ def _explain_dry_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    sess = _session(args)
-    feeds = _inputs(sess, args)
-    for _ in range(max(args.warmup, 1)):
-        sess.run(feeds)
-    times: list[float] = []
+    from .bench import run_bench
 
-    def one() -> None:
-        t0 = time.perf_counter()
-        sess.run(feeds)
-        times.append((time.perf_counter() - t0) * 1e3)
-
-    if _tty():
-        from rich.progress import Progress
-
-        with Progress(transient=True) as prog:
-            task = prog.add_task("benchmarking", total=args.iterations)
-            for _ in range(args.iterations):
-                one()
-                prog.advance(task)
-    else:
-        step = max(1, args.iterations // 10)
-        for i in range(args.iterations):
-            one()
-            if (i + 1) % step == 0:
-                print(f"  {i + 1}/{args.iterations}", file=sys.stderr)
-    arr = np.array(times)
-    batch = max((v.shape[0] for v in feeds.values() if getattr(v, "ndim", 0) > 0), default=1)
-    result = {
-        "model": _model_arg(args.model),
-        "engine": sess.engine,
-        "device": sess.device,
-        "iterations": args.iterations,
-        "p50_ms": float(np.percentile(arr, 50)),
-        "p90_ms": float(np.percentile(arr, 90)),
-        "p99_ms": float(np.percentile(arr, 99)),
-        "mean_ms": float(arr.mean()),
-        "throughput_per_s": float(1e3 * batch / arr.mean()),
-    }
-    print_table(
-        "latency",
-        ["engine", "device", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s"],
-        [
-            [
-                sess.engine,
-                sess.device,
-                f"{result['p50_ms']:.3f}",
-                f"{result['p90_ms']:.3f}",
-                f"{result['p99_ms']:.3f}",
-                f"{result['mean_ms']:.3f}",
-                f"{result['throughput_per_s']:.1f}",
-            ]
-        ],
-    )
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
-    return 0
-
-
-def cmd_policy_validate(args: argparse.Namespace) -> int:
-    from .. import _core
-    from ..policies import ExecutionPolicy, KernelPolicy
-
-    text = Path(args.file).read_text()
-    kind = args.kind
-    if kind == "auto":
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        keys = set(data) if isinstance(data, dict) else set()
-        kind = "exec" if keys & {"target", "precision", "static_shape", "allow_fallback"} else "kernel"
-    try:
-        if kind == "kernel":
-            pol: Any = KernelPolicy.load(args.file)
-        else:
-            pol = ExecutionPolicy.load(args.file)
-    except _core.XpuRuntimeError as exc:
-        print(f"invalid {kind} policy {args.file}: {exc}", file=sys.stderr)
-        return 1
-    fp = getattr(pol, "fingerprint", "-")
-    fp = fp() if callable(fp) else fp
-    print(
-        f"ok: {args.file} is a valid {'KernelPolicy' if kind == 'kernel' else 'ExecutionPolicy'} "
-        f"(fingerprint {fp})"
-    )
-    return 0
+    return run_bench(args, make_session, make_inputs)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        from ..serving import InferenceServer
-    except ImportError as exc:
-        print(
-            f"error: xpuruntime serve needs the serve extra ({exc}); install with: pip install xpuruntime[serve]",
-            file=sys.stderr,
-        )
-        return 2
-    server = InferenceServer(
-        args.model_repository,
-        host=args.host,
-        http_port=None if args.http_port < 0 else args.http_port,
-        grpc_port=None if args.grpc_port < 0 else args.grpc_port,
-        max_request_bytes=args.max_request_bytes,
-        max_inflight=args.max_inflight,
-        threads=args.threads,
-        load_models=args.load or True,
-    )
-    server.serve_forever(grace=args.grace)
-    return 0
+    from .serve import run_serve
+
+    return run_serve(args)
 
 
 # ------------------------------------------------------------------ parser
-def _common(p: argparse.ArgumentParser, model_required: bool) -> None:
-    if model_required:
-        p.add_argument("model", help="path to an .onnx model or a saved plan")
-    else:
-        p.add_argument("model", nargs="?", default=None, help="model (default: the bundled demo model)")
-    p.add_argument("--engine", default="auto", help="engine name or 'auto' (default: the registry's choice)")
-    p.add_argument("--device", default="auto", help="device: cpu, cuda[:N], npu, gpu or auto (default auto)")
-    p.add_argument("--policy", default=None, help="KernelPolicy file (JSON or YAML)")
-    p.add_argument("--exec-policy", default=None, help="ExecutionPolicy file (JSON or YAML)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (ExecutionPolicy.threads)")
-    p.add_argument("--inputs", default=None, help=".npz file with the inputs (default: random)")
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "model", nargs="?", default=None, help="an .onnx model or a saved plan (default: the bundled demo)"
+    )
+    p.add_argument("--engine", default="auto", help="engine name, or auto for the registry's choice")
+    p.add_argument("--device", default="auto", help="cpu, cuda[:N], npu, gpu or auto")
+    p.add_argument("--policy", default=None, metavar="FILE", help="KernelPolicy file (JSON or YAML)")
+    p.add_argument("--exec-policy", default=None, metavar="FILE", help="ExecutionPolicy file (JSON or YAML)")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads (ExecutionPolicy.threads)")
+    p.add_argument(
+        "--inputs", default=None, metavar="NPZ", help=".npz file with the inputs (default: random)"
+    )
     p.add_argument(
         "--dim",
         action="append",
+        type=dim_assignment,
         default=[],
         metavar="NAME=VALUE",
-        help="value of a symbolic dimension (repeatable; default 1)",
+        help="value of a symbolic dimension (repeatable; unnamed ones are 1)",
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--int-high", type=int, default=10, help="integer inputs are drawn from [0, INT_HIGH)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument(
+        "--int-high", type=positive_int, default=10, help="integer inputs are drawn from [0, INT_HIGH)"
+    )
+
+
+def _decision_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--decisions",
+        choices=MODES,
+        default="chosen",
+        help="chosen: a compact table of chosen kernels and rules; all: every decision and its "
+        "rejected candidates; none",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show candidates for device kinds absent from this machine",
+    )
+
+
+def _compare_parser(sub: Any) -> None:
+    """compare (cli/compare.py), with MODEL defaulting to the demo like the other commands."""
+    from . import compare
+
+    p = compare.add_parser(sub)
+    for action in p._actions:
+        if action.dest == "model" and not action.option_strings:
+            action.nargs = "?"
+            action.default = None
+            action.help = "an .onnx model (default: the bundled demo)"
+    run = p.get_default("func")
+
+    def run_with_default_model(args: argparse.Namespace) -> int:
+        args.model = _model_arg(args.model)
+        _check_file(args.model, "model")
+        return int(run(args) or 0)
+
+    p.set_defaults(func=run_with_default_model)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="xpuruntime", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    """The argparse parser of the ``xpuruntime`` command."""
+    import xpuruntime
+
+    parser = ArgumentParser(prog="xpuruntime", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"xpuruntime {xpuruntime.__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (anywhere on the line)"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("devices", help="devices and engines on this machine")
     p.set_defaults(func=cmd_devices)
-    p = sub.add_parser("run", help="run a model once and show outputs, latency and decisions")
-    _common(p, model_required=False)
-    p.add_argument("--save-outputs", default=None, metavar="NPZ")
+    p = sub.add_parser("run", help="run a model once: outputs, latency and decisions")
+    _common(p)
+    _decision_flags(p)
+    p.add_argument("--save-outputs", default=None, metavar="NPZ", help="write the outputs to an .npz file")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("explain", help="show the compiled plan and every decision")
-    _common(p, model_required=True)
+    p = sub.add_parser("explain", help="the compiled plan and the decisions behind it")
+    _common(p)
+    _decision_flags(p)
     p.add_argument(
         "--dry-run",
         action="store_true",
         help="compile the native plan offline (no device needed, nothing prepared) and list what would run",
     )
     p.add_argument("--target", default=None, help="GPU architecture for --dry-run, e.g. sm_90 (implies --dry-run)")
+    p.add_argument(
+        "--precision", choices=["fp32", "fp16", "bf16"], default=None, help="ExecutionPolicy.precision"
+    )
     p.set_defaults(func=cmd_explain)
-    p = sub.add_parser("bench", help="latency percentiles and throughput")
-    _common(p, model_required=True)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iterations", type=int, default=50)
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON")
+    p = sub.add_parser("bench", help="build/first-run time, latency statistics and throughput")
+    _common(p)
+    p.add_argument(
+        "--warmup", type=non_negative_int, default=5, help="runs after the first, before measuring"
+    )
+    p.add_argument(
+        "--iterations", type=positive_int, default=None, help="measured runs (default 50 without --duration)"
+    )
+    p.add_argument("--duration", type=positive_float, default=None, metavar="S", help="measure for S seconds")
+    p.add_argument(
+        "--batch", type=positive_int, default=None, help="value of the inputs' symbolic first dimension"
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "bf16", "int8"],
+        default=None,
+        help="ExecutionPolicy.precision",
+    )
+    p.add_argument(
+        "--profile", default=None, metavar="TRACE_JSON", help="write a Chrome/Perfetto trace of more runs"
+    )
+    p.add_argument(
+        "--json", default=None, metavar="PATH", help="write figures, raw samples and configuration"
+    )
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("policy", help="policy files")
-    psub = p.add_subparsers(dest="policy_command", required=True)
-    v = psub.add_parser("validate", help="check a policy file (exit 1 with the reason when invalid)")
-    v.add_argument("file")
-    v.add_argument("--kind", choices=["auto", "kernel", "exec"], default="auto")
-    v.set_defaults(func=cmd_policy_validate)
-    from . import compare
+    from . import policy_cmd
 
-    compare.add_parser(sub)
+    policy_cmd.add_parser(sub)
+    _compare_parser(sub)
     from . import lock_cache
 
     lock_cache.add_parsers(sub)
-    p = sub.add_parser("serve", help="serve a model repository over the Open Inference Protocol")
-    p.add_argument("--model-repository", required=True, metavar="DIR", help="one folder per model")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface)")
-    p.add_argument("--http-port", type=int, default=8000, help="REST port (0: any free port, -1: no REST)")
-    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: any free port, -1: no gRPC)")
-    p.add_argument("--max-request-bytes", type=int, default=64 << 20, help="largest request body accepted")
-    p.add_argument("--max-inflight", type=int, default=256, help="unbatched requests per model before 503")
-    p.add_argument("--threads", type=int, default=16, help="worker threads (gRPC handlers, unbatched runs)")
-    p.add_argument("--load", action="append", default=[], metavar="MODEL", help="load only these models")
-    p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get at shutdown")
-    p.set_defaults(func=cmd_serve)
+    from .serve import add_parser as add_serve
+
+    add_serve(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``xpuruntime`` console script."""
-    from .. import _core
+    """Entry point of the ``xpuruntime`` console script; returns the exit status."""
+    import sys
 
-    args = build_parser().parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    args_list = [a for a in args_list if a != "--debug"]
+    parser = build_parser()
+    args = parser.parse_args(args_list)
     try:
         return int(args.func(args) or 0)
-    except _core.XpuRuntimeError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("xpuruntime: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        command = " ".join(filter(None, (getattr(args, "command", ""), getattr(args, "policy_command", ""))))
+        return report(exc, command)

@@ -19,6 +19,15 @@ Example (every field optional)::
       "model_file": "model.onnx"            # omitted: model.onnx, then model.xrtplan
     }
 
+Without a config file, or without ``max_batch_size`` in it, the configuration is
+auto-completed from the model as Triton does: when every input's and output's first
+dimension is symbolic, it is the batch dimension and ``max_batch_size`` is
+``DEFAULT_MAX_BATCH_SIZE`` (4). Symbolic dimensions other than the batch dimension
+that ``dims`` does not fix are variable (-1 in the metadata and the configuration):
+each shape a request brings gets its own plan, compiled on first use and cached with
+a bound (the native engine keeps 8 per model), so no padding changes what the model
+computes. The ``GET /v2/models/{m}/config`` route reports the completed configuration.
+
 The shape buckets of a model are its batch sizes: the preferred batch sizes plus
 ``max_batch_size`` (with batching), or the powers of two up to ``max_batch_size``
 plus ``max_batch_size`` itself (without). A plan is built and run once for each bucket
@@ -37,6 +46,7 @@ from typing import Any
 from .protocol import ServingError
 
 CONFIG_NAMES = ("config.json", "config.yaml", "config.yml")
+DEFAULT_MAX_BATCH_SIZE = 4  # Triton's default-max-batch-size for auto-completed configs
 MODEL_FILES = ("model.onnx", "model.xrtplan")
 
 _FIELDS = {
@@ -86,6 +96,9 @@ class ModelConfig:
     versions: tuple[int, ...] | None = None
     model_file: str | None = None
     instances: int = 1
+    # The fields the config file gave (the rest may be auto-completed from the model).
+    given: frozenset[str] = frozenset()
+    source: str = ""  # the config file, or "" when the model has none
 
     def buckets(self) -> tuple[int, ...]:
         """The batch sizes a plan is built for at load (empty without a batch dimension)."""
@@ -158,6 +171,8 @@ class ModelConfig:
             versions=versions,
             model_file=_opt_str(data.get("model_file"), "model_file", where),
             instances=_int(data.get("instances", 1), "instances", where, low=1),
+            given=frozenset(data),
+            source=where,
         )
 
     @classmethod

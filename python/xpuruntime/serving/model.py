@@ -9,7 +9,9 @@ path. Requests are validated against the model's inputs before they are queued.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError, ModelConfig
+from .config import DEFAULT_MAX_BATCH_SIZE, ConfigError, ModelConfig
 from .protocol import InferRequest, datatype_of, invalid
+
+log = logging.getLogger("xpuruntime.serving")
 
 PLATFORM = "xpuruntime"
 WARM_RUNS = 5  # timed warm runs per bucket at load (see ServedModel._warm)
@@ -36,7 +40,6 @@ class ServedModel:
         import xpuruntime as xrt
         from xpuruntime.policies import ExecutionPolicy, KernelPolicy
 
-        self.config = config
         self.name = config.name
         self.version = version
         self.path = model_path
@@ -64,11 +67,19 @@ class ServedModel:
         self.outputs = [(o.name, np.dtype(o.dtype), tuple(o.shape)) for o in probe.get_outputs()]
         self.input_names = {n for n, _, _ in self.inputs}
         self.output_names = {n for n, _, _ in self.outputs}
+        self.config = config = auto_complete(config, self.inputs, self.outputs)
         self.buckets = config.buckets()
         self._fixed = {n: self._resolve(n, s) for n, _, s in self.inputs}
+        # Variable (non-batch) dimensions: one plan per shape a request brings.
+        self.variable = any(d is None for s in self._fixed.values() for d in s)
+        if self.variable and config.dynamic_batching is not None:
+            raise ConfigError(
+                f"model '{self.name}': dynamic batching needs every non-batch dimension fixed, but "
+                f'{self._variable_names()} vary; fix them in the config ("dims") or drop dynamic_batching'
+            )
         self._sessions: dict[int, Any] = {}
-        symbolic = any(not isinstance(d, int) for _, _, s in self.inputs for d in s)
-        if self.buckets and self.engine == "native" and symbolic:
+        symbolic = any(not _is_fixed(d) for _, _, s in self.inputs for d in s)
+        if self.buckets and self.engine == "native" and symbolic and not self.variable:
             # The native engine compiles one plan per input shapes; a session per bucket
             # keeps every bucket's plan resident, whatever the engine's own cache holds.
             for b in self.buckets:
@@ -79,15 +90,16 @@ class ServedModel:
         # The Decisions of a session that has built its plan (the smallest bucket's).
         self._explain_session = self._sessions[self.buckets[0] if self.buckets else 0]
         self.warm_run_us = 0.0  # the slowest bucket's warm run time
+        self._output_shapes: dict[str, tuple[int, ...]] = {}
         for b in self.buckets or (0,):
             self._warm(b)
         self.loaded_at = time.time()
 
     # ------------------------------------------------------------------ shapes
-    def _resolve(self, name: str, shape: Sequence[Any]) -> tuple[int, ...]:
-        """The input's shape with every dim but the batch dim fixed (batch dim -> -1)."""
+    def _resolve(self, name: str, shape: Sequence[Any]) -> tuple[int | None, ...]:
+        """The input's shape: the batch dim -1, a variable dim None, the others their value."""
         dims = list(shape)
-        out: list[int] = []
+        out: list[int | None] = []
         for k, d in enumerate(dims):
             if k == 0 and self.config.max_batch_size > 0:
                 if isinstance(d, int) and d >= 0 and self.buckets != (d,):
@@ -102,16 +114,25 @@ class ServedModel:
             elif str(d) in self.config.dims:
                 out.append(int(self.config.dims[str(d)]))
             else:
-                raise ConfigError(
-                    f"model '{self.name}': input '{name}' dimension {k} is symbolic ({d!r}); give its "
-                    f'value in the config ("dims": {{"{d}": N}}) so a plan is built before serving'
-                )
+                out.append(None)  # variable: any size a request brings
         return tuple(out)
 
-    def _shapes(self, bucket: int) -> dict[str, list[int]]:
-        return {n: [bucket if d == -1 else d for d in s] for n, s in self._fixed.items()}
+    def _variable_names(self) -> str:
+        names = []
+        for n, _, s in self.inputs:
+            for k, d in enumerate(self._fixed[n]):
+                if d is None:
+                    names.append(f"'{n}' dimension {k} ('{s[k]}')")
+        return ", ".join(names)
+
+    def _shapes(self, bucket: int, variable: int = 1) -> dict[str, list[int]]:
+        return {
+            n: [bucket if d == -1 else (variable if d is None else d) for d in s]
+            for n, s in self._fixed.items()
+        }
 
     def _warm(self, bucket: int) -> None:
+        t_start = time.perf_counter()
         rng = np.random.default_rng(0)
         feeds = {}
         for n, dt, _ in self.inputs:
@@ -121,6 +142,7 @@ class ServedModel:
             else:
                 feeds[n] = np.zeros(shape, dtype=dt)
         outs = self._sessions[bucket].run(feeds)
+        first_s = time.perf_counter() - t_start
         # Timed runs: what one request costs once the plan is warm. The fastest of a few
         # (up to WARM_RUNS, within WARM_BUDGET_S) is the run's own cost: on a shared
         # machine a single run may include a preemption many times longer than itself.
@@ -134,6 +156,16 @@ class ServedModel:
             if t1 > t_end:
                 break
         self.warm_run_us = max(self.warm_run_us, best * 1e6)
+        if not self._output_shapes:
+            self._output_shapes = {k: tuple(np.shape(v)) for k, v in outs.items()}
+        log.info(
+            "model %s version %s: warm-up at %s: first run %.1f ms, warm run %.3f ms",
+            self.name,
+            self.version,
+            f"batch {bucket}" if bucket else "its shapes",
+            first_s * 1e3,
+            best * 1e3,
+        )
         if bucket:
             for name, value in outs.items():
                 if np.ndim(value) == 0 or np.shape(value)[0] != bucket:
@@ -144,26 +176,46 @@ class ServedModel:
                     )
 
     # ------------------------------------------------------------------ metadata
+    def input_shape(self, name: str) -> list[int]:
+        """An input's served shape: the batch dim and variable dims -1, the others their value."""
+        return [-1 if d is None else d for d in self._fixed[name]]
+
+    def output_shape(self, name: str) -> list[int]:
+        """An output's served shape, consistent with the inputs' (batch and variable dims -1).
+
+        A symbolic dim takes its value from the config's ``dims``; without variable input
+        dims the others are what the warm-up run produced (they follow from fixed shapes).
+        """
+        declared = next(s for n, _, s in self.outputs if n == name)
+        seen = self._output_shapes.get(name, ())
+        shape: list[int] = []
+        for k, d in enumerate(declared):
+            if k == 0 and self.buckets:
+                shape.append(-1)
+            elif _is_fixed(d):
+                shape.append(int(d))
+            elif str(d) in self.config.dims:
+                shape.append(int(self.config.dims[str(d)]))
+            elif not self.variable and k < len(seen) and len(seen) == len(declared):
+                shape.append(int(seen[k]))
+            else:
+                shape.append(-1)
+        return shape
+
     def metadata(self) -> dict[str, Any]:
-        """The protocol's model metadata (batch dimension reported as -1)."""
-
-        def tensors(items: list[tuple[str, np.dtype, tuple[Any, ...]]], fixed: bool) -> list[dict[str, Any]]:
-            out = []
-            for n, dt, s in items:
-                shape = (
-                    list(self._fixed[n]) if fixed else [d if isinstance(d, int) and d >= 0 else -1 for d in s]
-                )
-                if not fixed and self.buckets and shape:
-                    shape[0] = -1
-                out.append({"name": n, "datatype": datatype_of(dt), "shape": shape})
-            return out
-
+        """The protocol's model metadata (batch and variable dimensions reported as -1)."""
         return {
             "name": self.name,
             "versions": [self.version],
             "platform": PLATFORM,
-            "inputs": tensors(self.inputs, True),
-            "outputs": tensors(self.outputs, False),
+            "inputs": [
+                {"name": n, "datatype": datatype_of(dt), "shape": self.input_shape(n)}
+                for n, dt, _ in self.inputs
+            ],
+            "outputs": [
+                {"name": n, "datatype": datatype_of(dt), "shape": self.output_shape(n)}
+                for n, dt, _ in self.outputs
+            ],
         }
 
     def explain(self) -> list[dict[str, Any]]:
@@ -202,15 +254,22 @@ class ServedModel:
                     f"{datatype_of(dt)}"
                 )
             want = self._fixed[n]
-            ok = arr.ndim == len(want) and all(w in (-1, g) for w, g in zip(want, arr.shape))
+            ok = arr.ndim == len(want) and all(w in (-1, None, g) for w, g in zip(want, arr.shape))
             if not ok:
-                shown = ["N" if w == -1 else w for w in want]
-                raise invalid(f"{where}: input '{n}' has shape {list(arr.shape)}, the model expects {shown}")
+                note = " (-1: any size" + (
+                    f"; the first is the batch size, 1..{self.buckets[-1]})" if self.buckets else ")"
+                )
+                raise invalid(
+                    f"{where}: input '{n}' has shape {list(arr.shape)}, the model expects "
+                    f"{self.input_shape(n)}{note if -1 in self.input_shape(n) else ''}"
+                )
             if self.buckets:
                 b = int(arr.shape[0])
                 if batch is not None and b != batch:
                     raise invalid(f"{where}: inputs disagree on the batch size ({batch} vs {b} at '{n}')")
                 batch = b
+        if self.variable:
+            self._check_same_variable_dims(req)
         if not self.buckets:
             return 1
         assert batch is not None
@@ -228,11 +287,38 @@ class ServedModel:
                 return b
         return 0
 
-    def run_batch(self, requests: Sequence[InferRequest], rows: Sequence[int]) -> list[dict[str, np.ndarray]]:
-        """Run requests together, padded to a bucket; each request gets its own rows back."""
+    def _check_same_variable_dims(self, req: InferRequest) -> None:
+        """Inputs that share a symbolic dimension name must agree on its size."""
+        sizes: dict[str, tuple[int, str]] = {}
+        for n, _, s in self.inputs:
+            for k, d in enumerate(self._fixed[n]):
+                if d is None:
+                    got = int(req.inputs[n].shape[k])
+                    prev = sizes.setdefault(str(s[k]), (got, n))
+                    if prev[0] != got:
+                        raise invalid(
+                            f"model '{self.name}': inputs disagree on dimension '{s[k]}' ({prev[0]} at "
+                            f"'{prev[1]}' vs {got} at '{n}')"
+                        )
+
+    def run_batch(
+        self, requests: Sequence[InferRequest], rows: Sequence[int], timings: list[float] | None = None
+    ) -> list[dict[str, np.ndarray]]:
+        """Run requests together, padded to a bucket; each request gets its own rows back.
+
+        ``timings``, when given, receives the seconds spent gathering the inputs, running
+        the model and splitting the outputs (Triton's compute_input/infer/output).
+        """
+        t0 = time.perf_counter()
         if not self.buckets:
             (req,) = requests
-            return [{k: np.asarray(v) for k, v in self._sessions[0].run(req.inputs).items()}]
+            t1 = time.perf_counter()
+            outs0 = self._sessions[0].run(req.inputs)
+            t2 = time.perf_counter()
+            result0 = [{k: np.asarray(v) for k, v in outs0.items()}]
+            if timings is not None:
+                timings[:] = [t1 - t0, t2 - t1, time.perf_counter() - t2]
+            return result0
         total = sum(rows)
         bucket = self.bucket_for(total)
         feeds = {}
@@ -241,12 +327,39 @@ class ServedModel:
             if bucket > total:  # padding rows: zeros, computed and dropped
                 parts.append(np.zeros((bucket - total, *parts[0].shape[1:]), dtype=dt))
             feeds[n] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        t1 = time.perf_counter()
         outs = self._sessions[bucket].run(feeds)
-        if len(requests) == 1 and bucket == total:
-            return [{k: np.asarray(v) for k, v in outs.items()}]
+        t2 = time.perf_counter()
         results: list[dict[str, np.ndarray]] = []
-        start = 0
-        for n in rows:
-            results.append({k: np.asarray(v)[start : start + n] for k, v in outs.items()})
-            start += n
+        if len(requests) == 1 and bucket == total:
+            results = [{k: np.asarray(v) for k, v in outs.items()}]
+        else:
+            start = 0
+            for n in rows:
+                results.append({k: np.asarray(v)[start : start + n] for k, v in outs.items()})
+                start += n
+        if timings is not None:
+            timings[:] = [t1 - t0, t2 - t1, time.perf_counter() - t2]
         return results
+
+
+def _is_fixed(d: Any) -> bool:
+    return isinstance(d, int) and d >= 0
+
+
+def auto_complete(
+    config: ModelConfig,
+    inputs: Sequence[tuple[str, Any, tuple[Any, ...]]],
+    outputs: Sequence[tuple[str, Any, tuple[Any, ...]]],
+) -> ModelConfig:
+    """``config`` with ``max_batch_size`` completed from the model where the file left it out.
+
+    As Triton's auto-complete: when every input's and output's first dimension is
+    symbolic, it is the batch dimension and ``max_batch_size`` is DEFAULT_MAX_BATCH_SIZE.
+    """
+    if "max_batch_size" in config.given:
+        return config
+    tensors = [s for _, _, s in (*inputs, *outputs)]
+    if tensors and all(len(s) > 0 and not _is_fixed(s[0]) for s in tensors):
+        return dataclasses.replace(config, max_batch_size=DEFAULT_MAX_BATCH_SIZE)
+    return config

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ from .metrics import ServerMetrics
 from .model import ServedModel
 from .protocol import ServingError, invalid, not_found, unavailable
 from .scheduler import ModelScheduler
+
+log = logging.getLogger("xpuruntime.serving")
 
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
@@ -77,16 +81,31 @@ class ModelRepository:
         if "/" in name or "\\" in name or name.startswith(".") or not folder.is_dir():
             raise not_found(f"model '{name}' is not in the repository {self.root}")
         with self._load_lock:
+            log.info("model %s: loading from %s", name, folder)
+            t0 = time.perf_counter()
             try:
                 entry = self._build(folder)
             except ServingError as exc:
+                log.warning("model %s: UNAVAILABLE: %s", name, exc)
                 self._swap(name, _Entry(UNAVAILABLE, str(exc)))
                 raise
             except Exception as exc:  # a model or policy the runtime refuses: typed, with its message
                 msg = f"model '{name}' failed to load: {type(exc).__name__}: {exc}"
+                log.warning("model %s: UNAVAILABLE: %s", name, msg)
                 self._swap(name, _Entry(UNAVAILABLE, msg))
                 raise ServingError(msg, 400, "INVALID_ARGUMENT") from exc
             self._swap(name, entry)
+            for v, sched in entry.versions.items():
+                m = sched.model
+                log.info(
+                    "model %s version %s: READY in %.2f s (engine %s, device %s, batch buckets %s)",
+                    name,
+                    v,
+                    time.perf_counter() - t0,
+                    m.engine,
+                    m.device,
+                    list(m.buckets) or "none",
+                )
 
     def unload(self, name: str) -> None:
         """Stop serving ``name``: queued requests finish, new ones get UNAVAILABLE."""
@@ -94,6 +113,7 @@ class ModelRepository:
             if name not in self._entries:
                 raise not_found(f"model '{name}' is not loaded")
             self._swap(name, None)
+            log.info("model %s: unloaded", name)
 
     def close(self) -> None:
         """Unload everything (queued requests finish first)."""

@@ -11,6 +11,8 @@ Endpoints (``{v}`` versions are optional everywhere a model is named)::
     POST /v2/repository/index                   model-repository extension
     POST /v2/repository/models/{m}/load | /unload
     GET  /metrics                               Prometheus
+    GET  /v2/models/{m}[/versions/{v}]/config   model-configuration extension (serving/triton.py)
+    GET  /v2/models[/{m}[/versions/{v}]]/stats  statistics extension (serving/triton.py)
 
 Starlette (the ASGI toolkit FastAPI is built on) is used directly: the protocol's
 bodies are parsed by hand anyway (the binary extension is not JSON), and skipping
@@ -343,7 +345,12 @@ def build_app(server: Any) -> Any:
             Route(base + "/ready", model_ready, methods=["GET"]),
             Route(base + "/explain", explain, methods=["GET"]),
         ]
-    return _InferFastPath(Starlette(routes=routes), server)
+    from .access_log import AccessLogMiddleware
+    from .triton import rest_exception_handlers, rest_routes
+
+    # The extensions' routes first: /v2/models/stats is not a model named "stats".
+    app = Starlette(routes=rest_routes(server) + routes, exception_handlers=rest_exception_handlers())
+    return AccessLogMiddleware(_InferFastPath(app, server))
 
 
 async def _in_thread(executor: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:

@@ -36,6 +36,7 @@ from .protocol import (
     select_outputs,
     unavailable,
 )
+from .triton import ModelStatistics
 
 INLINE_RUN_US = 200.0
 
@@ -75,6 +76,7 @@ class ModelScheduler:
         self._max_queue = cfg.max_queue_size if cfg else 0
         self._workers: list[threading.Thread] = []
         self._mm = metrics.model_metrics(model.name, model.version)
+        self.stats = ModelStatistics(model.name, model.version)  # Triton's statistics extension
         # Front ends count their requests on these (label children bound once).
         self.request_counters: dict[str, Any] = self._mm.requests
         self._depth = self._mm.depth
@@ -98,6 +100,14 @@ class ModelScheduler:
     # ------------------------------------------------------------------ entry points
     def infer(self, req: InferRequest) -> InferResponse:
         """Run ``req`` and wait for its response (blocks the calling thread)."""
+        t_arrival = time.perf_counter()
+        try:
+            return self._infer(req)
+        except ServingError:
+            self.stats.failure(time.perf_counter() - t_arrival)
+            raise
+
+    def _infer(self, req: InferRequest) -> InferResponse:
         rows = self.model.validate(req)
         if self.batching:
             return self._enqueue(req, rows).future.result()
@@ -109,6 +119,14 @@ class ModelScheduler:
 
     async def infer_async(self, req: InferRequest, executor: concurrent.futures.Executor) -> InferResponse:
         """Run ``req`` without blocking the event loop (unbatched runs go to ``executor``)."""
+        t_arrival = time.perf_counter()
+        try:
+            return await self._infer_async(req, executor)
+        except ServingError:
+            self.stats.failure(time.perf_counter() - t_arrival)
+            raise
+
+    async def _infer_async(self, req: InferRequest, executor: concurrent.futures.Executor) -> InferResponse:
         rows = self.model.validate(req)
         if self.batching:
             return await asyncio.wrap_future(self._enqueue(req, rows).future)
@@ -224,8 +242,9 @@ class ModelScheduler:
     # ------------------------------------------------------------------ running
     def _run(self, reqs: list[InferRequest], rows: list[int], t_enqueue: list[float]) -> list[InferResponse]:
         t0 = time.perf_counter()
+        timings: list[float] = []
         try:
-            outs = self.model.run_batch(reqs, rows)
+            outs = self.model.run_batch(reqs, rows, timings)
         except ServingError:
             raise
         except Exception as exc:
@@ -236,6 +255,7 @@ class ModelScheduler:
         compute = t1 - t0
         bucket = self.model.bucket_for(sum(rows)) or 1
         self._mm.observe_batch(bucket, compute, [t0 - t for t in t_enqueue])
+        self.stats.observe(list(rows), bucket, t_enqueue, t0, timings, t1)
         shared = self._shared[bucket]
         n = len(reqs)
         compute_us = int(compute * 1e6)

@@ -27,7 +27,14 @@ from .metrics import ServerMetrics
 from .protocol import ServingError
 from .repository import ModelRepository
 
-EXTENSIONS = ["model_repository", "binary_tensor_data", "explain", "metrics"]
+EXTENSIONS = [
+    "model_repository",
+    "binary_tensor_data",
+    "explain",
+    "metrics",
+    "model_configuration",
+    "statistics",
+]
 
 
 class InferenceServer:
@@ -111,7 +118,9 @@ class InferenceServer:
     def _start_grpc(self) -> None:
         import grpc
 
+        from .access_log import grpc_interceptor
         from .grpc_service import InferenceServicer, handler
+        from .triton import grpc_handler
 
         server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="xrt-grpc"),
@@ -120,8 +129,9 @@ class InferenceServer:
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
             ],
+            interceptors=[grpc_interceptor()],
         )
-        server.add_generic_rpc_handlers((handler(InferenceServicer(self)),))
+        server.add_generic_rpc_handlers((handler(InferenceServicer(self)), grpc_handler(self)))
         port = server.add_insecure_port(f"{self.host}:{self.grpc_port}")
         if port == 0:
             raise OSError(f"gRPC could not listen on {self.host}:{self.grpc_port} (port in use?)")
