@@ -91,7 +91,8 @@ summary() {
   local verdict="PASSED" code=0
   if [ $failed -gt 0 ] || [ $rc -ne 0 ]; then
     verdict="FAILED ($failed of ${#STAGES[@]} stages did not pass)"
-    code=1
+    code=$rc
+    [ "$code" -eq 0 ] && code=1
   fi
   rm -rf "$LOGS"
   local line="" p
