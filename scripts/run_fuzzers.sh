@@ -56,9 +56,12 @@ apt_install() {
     sudo=(sudo)
   fi
   echo "== apt-get install $*"
-  "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 update -qq
+  "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 update -qq \
+    || die "apt-get update failed (output above): check the network and /etc/apt/sources.list"
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y \
-    --no-install-recommends "$@"
+    --no-install-recommends "$@" \
+    || die "apt-get could not install $* (output above); Debian 12 has clang-16," \
+           "other versions come from apt.llvm.org"
 }
 # Whether clang++-$1 compiles and links a libFuzzer target under ASan + UBSan (Debian
 # ships the runtime apart from the compiler, in libclang-rt-NN-dev).
