@@ -23,7 +23,7 @@ T0=$SECONDS
 # --- stage bookkeeping -----------------------------------------------------------
 STAGES=(apt build ctest asan-build asan-ctest pytest fuzz pyfuzz)
 declare -A TITLE=(
-  [apt]="system packages (Debian): GoogleTest, OpenBLAS, oneDNN, Ninja"
+  [apt]="system packages (Debian): GoogleTest, OpenBLAS, oneDNN, Ninja, libb64 (perf_analyzer)"
   [build]="build and install the package with its C++ tests and the test extra (pip)"
   [ctest]="C++ tests (CTest)"
   [asan-build]="build the C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (CPU)"
@@ -108,7 +108,7 @@ trap 'exit 143' TERM
 # --- the stages ------------------------------------------------------------------
 stage_apt() {
   local need=() pkg sudo=()
-  for pkg in libgtest-dev libopenblas-dev libdnnl-dev ninja-build; do
+  for pkg in libgtest-dev libopenblas-dev libdnnl-dev ninja-build libb64-0d; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -eq 0 ]; then
