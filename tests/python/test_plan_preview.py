@@ -187,6 +187,25 @@ def test_cuda_fuses_elementwise_chains_in_every_float_precision(policy):
     assert fused[0]["fused"] == "Sigmoid,Mul,Add,Tanh"
 
 
+@pytest.mark.parametrize("policy", [FP16, BF16], ids=["fp16", "bf16"])
+def test_a_models_own_float32_casts_vanish_in_16_bit_plans(policy):
+    # RMSNorm as transformers writes it: x.to(float32) ... .to(x.dtype) around the math.
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT, name="up"),
+        helper.make_node("Mul", ["x32", "x32"], ["sq"], name="sq"),
+        helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1, name="mean"),
+        helper.make_node("Add", ["ms", "eps"], ["v"], name="eps_add"),
+        helper.make_node("Sqrt", ["v"], ["r"], name="sqrt"),
+        helper.make_node("Div", ["x32", "r"], ["n"], name="div"),
+        helper.make_node("Cast", ["n"], ["y"], to=TensorProto.FLOAT, name="down"),
+    ]
+    model = _model(nodes, [_f("x", [4, 64])], [_f("y", [4, 64])], [_init("eps", np.full(1, 1e-6))])
+    pv = preview_plan(model, device="cuda", target="sm_90", exec_policy=policy)
+    casts = [s for s in pv.steps if s["op_type"] == "Cast"]
+    # Only the plan's edges cast (float32 in, float32 out); 'up' and 'down' are gone.
+    assert len(casts) == 2 and not {"up", "down"} & {s["name"] for s in casts}, _ops(pv)
+
+
 def test_cpu_keeps_float16_chains_unfused_where_its_fused_kernel_is_float32():
     # The CPU's FusedElementwise kernel is float32: a chain of another dtype stays as it
     # was (the registry is asked), a float32 chain fuses.

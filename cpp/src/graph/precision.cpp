@@ -177,6 +177,22 @@ int lower_precision(Graph& g, DType to) {
     g.add_node(std::move(c));
     ++changed;
   }
+  // Casts the lowering made no-ops: a model's own Cast to float32 (an RMSNorm computing
+  // in fp32, a mask) now casts a value of the target type to the target type. Their
+  // readers read the input; a graph output keeps its producer (the interface).
+  std::set<int> outputs(g.outputs.begin(), g.outputs.end());
+  for (Node& n : g.nodes) {
+    if (n.op_type != "Cast" || n.inputs.size() != 1 || n.outputs.size() != 1) continue;
+    const int in = n.inputs[0], out = n.outputs[0];
+    if (in < 0 || out < 0 || outputs.count(out) || g.values[in].dtype != to ||
+        g.values[out].dtype != to)
+      continue;
+    for (Node& r : g.nodes)
+      for (int& i : r.inputs)
+        if (i == out) i = in;
+    n.op_type.clear();
+    ++changed;
+  }
   compact(g);
   return changed;
 }
