@@ -20,7 +20,7 @@
 #                               arguments; results under benchmarks/results/)
 #         sanitize              compute-sanitizer memcheck over the C++ GPU suites
 #       and packs logs and results into $OUT/results.tgz. Prints a table of stage,
-#       seconds and status last.
+#       seconds and status last. PYTEST_TIMEOUT / BENCH_TIMEOUT (s) bound each stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -115,14 +115,14 @@ remote() {
       pytest:*)
         local files=${st#pytest:}
         [ "$files" = all ] && files="tests/gpu tests/python"
-        run_stage "$st" bash -c "timeout 540 python3 -m pytest -q -ra -p no:cacheprovider -m gpu ${files//,/ } >$LOGS/pytest_${#stage_table[@]}.log 2>&1"
+        run_stage "$st" bash -c "timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -q -ra -p no:cacheprovider -m gpu ${files//,/ } >$LOGS/pytest_${#stage_table[@]}.log 2>&1"
         rc=$((rc | $?)); tail -15 "$LOGS/pytest_$((${#stage_table[@]} - 1)).log" ;;
       bench:*)
         local spec=${st#bench:} script args
         script=${spec%%+*}
         args=""
         [ "$spec" != "$script" ] && args=${spec#*+}
-        run_stage "$st" bash -c "timeout 560 python3 benchmarks/$script.py ${args//+/ } >$LOGS/$script.log 2>&1"
+        run_stage "$st" bash -c "timeout ${BENCH_TIMEOUT:-560} python3 benchmarks/$script.py ${args//+/ } >$LOGS/$script.log 2>&1"
         rc=$((rc | $?)); tail -40 "$LOGS/$script.log" ;;
       sanitize)
         run_stage "memcheck xrt_gpu_tests" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 \
