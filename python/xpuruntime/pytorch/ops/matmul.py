@@ -17,14 +17,17 @@ import torch
 from torch import Tensor
 
 from ... import _core
-from . import _bridge, _launch
+from . import _bridge
 
-__all__ = ["matmul_forward", "xrt_column_sums", "xrt_matmul"]
+__all__ = ["matmul_forward", "matmul_support", "xrt_column_sums", "xrt_matmul"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
 # cuBLAS's recommendation for Hopper).
 _WORKSPACE_BYTES = 32 << 20
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+R = _core.reason  # reason codes, declared in C++ (kernel_registry.h)
 
 
 def output_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
@@ -39,80 +42,46 @@ def output_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def _blas_addressable(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """A 2-D operand BLAS reads in place: one unit stride, the other a valid leading dimension."""
-    (r, c), (sr, sc) = shape, strides
-    return (sc == 1 and sr >= max(c, 1)) or (sr == 1 and sc >= max(r, 1))
+def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None) -> tuple[str, str] | None:
+    """Why ``kernel`` (cublasLt or cublas) cannot run ``a @ b (+ bias)``, or None."""
+    if a.device.type != "cuda" or b.device != a.device or (bias is not None and bias.device != a.device):
+        return R.DEVICE_MISMATCH, f"{kernel} runs CUDA tensors (got {a.device})"
+    if a.dim() < 2 or b.dim() < 2:
+        return R.SHAPE_UNSUPPORTED, "operands must have at least 2 dimensions (torch handles vectors)"
+    if a.shape[-1] != b.shape[-2]:
+        return R.SHAPE_UNSUPPORTED, f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}"
+    try:
+        output_shape(a, b)
+    except RuntimeError:
+        return R.SHAPE_UNSUPPORTED, "batch dimensions do not broadcast"
+    if a.dtype != b.dtype or (bias is not None and bias.dtype != a.dtype):
+        return R.DTYPE_UNSUPPORTED, "operands (and bias) must share one dtype"
+    if a.dtype not in _DTYPES:
+        return R.DTYPE_UNSUPPORTED, f"{kernel} takes float16/bfloat16/float32, got {a.dtype}"
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != b.shape[-1]):
+        return R.SHAPE_UNSUPPORTED, "bias must be 1-D with one value per output column"
+    ops = getattr(_core, "ops", None)
+    if ops is None or not hasattr(ops, "matmul_with_kernel"):
+        return (
+            R.BACKEND_UNAVAILABLE,
+            "this build of _core has no matmul kernels (_core.ops.matmul_with_kernel)",
+        )
+    return None
 
 
-def _rows(a: Tensor, k: int) -> tuple[Tensor, tuple[int, int], tuple[int, ...]]:
-    """``a`` as one GEMM operand [rows, k]: (tensor, shape, strides). A contiguous ``a``
-    is described as 2-D without a view op; another is reshaped (a copy when it must be)."""
-    if a.is_contiguous():
-        return a, (a.numel() // k, k), (k, 1)
-    a2 = a if a.dim() == 2 else a.reshape(-1, k)
-    st = _launch.strides(a2)
-    if not _blas_addressable(tuple(a2.shape), st):
-        a2 = a2.contiguous()
-        st = (k, 1)
-    return a2, tuple(a2.shape), st
-
-
-def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor | None:
-    """``a @ b (+ bias)`` for a 2-D ``b`` on the registry kernel ``kernel`` (the one hot
-    path: _launch), or None for a form it leaves to :func:`_run_dlpack` (batched ``b``,
-    empty operands). ``a``'s leading dimensions are one GEMM's rows. CUDA tensors run on
-    torch's current stream of device ``index``; CPU tensors (tests: the registry's CPU
-    kernels through the same code) on the calling thread."""
-    if b.dim() != 2 or a.dim() < 2:
-        return None
-    k, n = b.shape
-    if k == 0 or n == 0:
-        return None
-    a2, a_shape, sa = _rows(a, k)
-    if a_shape[0] == 0:
-        return None
-    sb = _launch.strides(b)
-    if not _blas_addressable((k, n), sb):
-        b = b.contiguous()
-        sb = (n, 1)
-    if bias is not None and n > 1 and bias.stride(0) != 1:
-        bias = bias.contiguous()
-    cuda = a.device.type == "cuda"
-    key = ("matmul", kernel, a.dtype, index if cuda else -1, a_shape, sa, sb, bias is None)
-    call = _launch._calls.get(key)
-    if call is None:
-        name = _launch.DTYPE_NAMES[a.dtype]
-
-        def context() -> object:
-            inputs = [(name, list(a_shape), list(sa)), (name, [k, n], list(sb))]
-            if bias is not None:
-                inputs.append((name, [n], [1]))
-            return _core.OpContext(
-                "matmul",
-                inputs,
-                [(name, [a_shape[0], n], [n, 1])],
-                device=f"cuda:{index}" if cuda else "cpu",
-                capability=_bridge.capability(index) if cuda else 0,
-                node="torch.matmul",
-            )
-
-        call = _launch.prepared(key, kernel, context)
-    out = torch.empty((*a.shape[:-1], n), device=a.device, dtype=a.dtype)
-    inputs = (a2, b) if bias is None else (a2, b, bias)
-    _launch.run(call, inputs, (out,), a.device, index, _bridge.raw_stream(index) if cuda else 0)
-    return out
-
-
-def _run_dlpack(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor:
-    """The batched forms (``b`` with batch dimensions): _core.ops.matmul_with_kernel, which
-    broadcasts and lays out the batches, on DLPack views of torch's tensors."""
+def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     from ...runtime.stream import use_stream
 
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return _run_cuda(a, b, bias, kernel)
     out = torch.empty(output_shape(a, b), device=a.device, dtype=a.dtype)
-    stream = _bridge.raw_stream(index)
-    workspace = _launch.workspace_tensor(a.device, index, stream, _WORKSPACE_BYTES)
-    with use_stream(_core.Stream.wrap(f"cuda:{index}", stream)):
+    # The kernel's scratch comes from torch's caching allocator, which knows about
+    # streams and CUDA-graph pools: under capture it lives in the graph's private
+    # pool, so a replay never shares it with memory allocated after the capture.
+    workspace = torch.empty(_WORKSPACE_BYTES, device=a.device, dtype=torch.uint8)
+    with use_stream(_core.Stream.wrap(f"cuda:{index}", _bridge.raw_stream(index))):
         # detached views: DLPack refuses tensors that require grad (autograd is ours, above)
         _core.ops.matmul_with_kernel(
             kernel,
@@ -123,15 +92,6 @@ def _run_dlpack(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: i
             workspace=workspace,
         )
     return out
-
-
-def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    if index != torch.cuda.current_device():
-        with torch.cuda.device(index):
-            return _run_cuda(a, b, bias, kernel)
-    out = _run_prepared(a, b, bias, kernel, index)
-    return out if out is not None else _run_dlpack(a, b, bias, kernel, index)
 
 
 @_bridge.custom_op("xpuruntime::matmul", mutates_args=(), device_types="cpu")
