@@ -12,11 +12,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import server_request_fuzzer  # noqa: E402
+import server_request_fuzzer
 
 if __name__ == "__main__":
     sys.exit(
         server_request_fuzzer.main(
-            ["--replay", str(server_request_fuzzer.CORPUS), "--runs", "300", "--seed", "35", "--max-seconds", "240"]
+            [
+                "--replay",
+                str(server_request_fuzzer.CORPUS),
+                "--runs",
+                "300",
+                "--seed",
+                "35",
+                "--max-seconds",
+                "240",
+            ]
         )
     )

@@ -121,9 +121,25 @@ def _infer_doc(rng: random.Random) -> tuple[dict[str, Any], bytes]:
     tail = b""
     inputs = []
     for _ in range(rng.choice([0, 1, 1, 1, 2, 3])):
-        t: dict[str, Any] = {"name": rng.choice(["x", "a", "b", "z", "", 7, None]), "datatype": rng.choice(_DATATYPES)}
+        t: dict[str, Any] = {
+            "name": rng.choice(["x", "a", "b", "z", "", 7, None]),
+            "datatype": rng.choice(_DATATYPES),
+        }
         shape: Any = rng.choice(
-            [[1, 4], [2, 4], [2, 3], [4], [0, 4], [-1, 4], [2**40, 2**40], [1.5, 4], "1,4", [], [True, 4], None]
+            [
+                [1, 4],
+                [2, 4],
+                [2, 3],
+                [4],
+                [0, 4],
+                [-1, 4],
+                [2**40, 2**40],
+                [1.5, 4],
+                "1,4",
+                [],
+                [True, 4],
+                None,
+            ]
         )
         t["shape"] = shape
         mode = rng.random()
@@ -144,7 +160,9 @@ def _infer_doc(rng: random.Random) -> tuple[dict[str, Any], bytes]:
             if isinstance(size, int) and 0 <= size <= 4096:
                 tail += bytes(rng.getrandbits(8) for _ in range(size + rng.choice([0, 0, 0, 1, -1])))
         elif mode < 0.9:
-            t["data"] = json.loads("[" + _deep(rng, rng.choice([3, 60, 70])) + "]") if rng.random() < 0.5 else {}
+            t["data"] = (
+                json.loads("[" + _deep(rng, rng.choice([3, 60, 70])) + "]") if rng.random() < 0.5 else {}
+            )
         inputs.append(t)
     doc: dict[str, Any] = {"inputs": inputs if rng.random() < 0.95 else rng.choice([{}, "x", None])}
     if rng.random() < 0.3:
@@ -153,7 +171,10 @@ def _infer_doc(rng: random.Random) -> tuple[dict[str, Any], bytes]:
         doc["parameters"] = {"binary_data_output": rng.choice([True, False, "false", 1, None])}
     if rng.random() < 0.3:
         doc["outputs"] = [
-            {"name": rng.choice(["y", "c", "q", 5]), "parameters": {"binary_data": rng.choice([True, False, "false", 0])}}
+            {
+                "name": rng.choice(["y", "c", "q", 5]),
+                "parameters": {"binary_data": rng.choice([True, False, "false", 0])},
+            }
         ]
     return doc, tail
 
@@ -174,14 +195,19 @@ def _path_name(rng: random.Random) -> str:
         from urllib.parse import quote
 
         return quote(name, safe="")
-    return "".join(c if 32 < ord(c) < 127 and c not in "?# " else "%%%02X" % (ord(c) & 0xFF) for c in name) or "x"
+    return (
+        "".join(c if 32 < ord(c) < 127 and c not in "?# " else "%%%02X" % (ord(c) & 0xFF) for c in name)
+        or "x"
+    )
 
 
 def http_case(rng: random.Random) -> bytes:
     """One raw HTTP request (or several, pipelined)."""
     r = rng.random()
     name = _path_name(rng)
-    version = rng.choice(["", "", "/versions/1", "/versions/x", "/versions/99999999999999999999", "/versions/-1"])
+    version = rng.choice(
+        ["", "", "/versions/1", "/versions/x", "/versions/99999999999999999999", "/versions/-1"]
+    )
     if r < 0.55:
         doc, tail = _infer_doc(rng)
         head = json.dumps(doc).encode()
@@ -210,7 +236,9 @@ def http_case(rng: random.Random) -> bytes:
         suffix = rng.choice(["", "/ready", "/explain"])
         return _http("GET", f"/v2/models/{name}{version}{suffix}")
     if r < 0.85:
-        body = rng.choice([b"", b"{}", b'{"ready": true}', b'{"ready": "false"}', b"[]", b"nul", b'{"ready": 1}'])
+        body = rng.choice(
+            [b"", b"{}", b'{"ready": true}', b'{"ready": "false"}', b"[]", b"nul", b'{"ready": 1}']
+        )
         if rng.random() < 0.5:
             return _http("POST", "/v2/repository/index", body)
         if name in ("probe",):
@@ -218,8 +246,13 @@ def http_case(rng: random.Random) -> bytes:
         return _http("POST", f"/v2/repository/models/{name}/{rng.choice(['load', 'unload'])}", body)
     if r < 0.92:
         # pipelined: two or three requests in one write, on one connection
-        return b"".join(http_case(rng) if rng.random() < 0.5 else _probe_http() for _ in range(rng.choice([2, 3])))
-    return _http(rng.choice(["GET", "PUT", "DELETE", "OPTIONS"]), rng.choice(["/v2", "/metrics", "/v2/health/live", "/x"]))
+        return b"".join(
+            http_case(rng) if rng.random() < 0.5 else _probe_http() for _ in range(rng.choice([2, 3]))
+        )
+    return _http(
+        rng.choice(["GET", "PUT", "DELETE", "OPTIONS"]),
+        rng.choice(["/v2", "/metrics", "/v2/health/live", "/x"]),
+    )
 
 
 def grpc_case(rng: random.Random) -> tuple[str, bytes]:
@@ -228,7 +261,9 @@ def grpc_case(rng: random.Random) -> tuple[str, bytes]:
 
     m = messages()
     name = rng.choice(_NAMES)
-    method = rng.choice(["ModelInfer"] * 5 + ["ModelMetadata", "ModelReady", "RepositoryModelLoad", "RepositoryIndex"])
+    method = rng.choice(
+        ["ModelInfer"] * 5 + ["ModelMetadata", "ModelReady", "RepositoryModelLoad", "RepositoryIndex"]
+    )
     if method == "ModelInfer":
         req = m["ModelInferRequest"](model_name=name, model_version=rng.choice(["", "1", "x", "9" * 30]))
         for _ in range(rng.choice([0, 1, 2])):
@@ -239,9 +274,14 @@ def grpc_case(rng: random.Random) -> tuple[str, bytes]:
             t.shape.extend(rng.choice([[1, 4], [2, 3], [4], [0], [2**40, 2**40]]))
             if rng.random() < 0.5:
                 n = rng.choice([0, 3, 4, 6])
-                field = rng.choice(["fp32_contents", "int_contents", "int64_contents", "bool_contents", "uint_contents"])
+                field = rng.choice(
+                    ["fp32_contents", "int_contents", "int64_contents", "bool_contents", "uint_contents"]
+                )
                 vals = {
-                    "fp32_contents": [rng.uniform(-1e39, 1e39) if rng.random() < 0.1 else rng.uniform(-2, 2) for _ in range(n)],
+                    "fp32_contents": [
+                        rng.uniform(-1e39, 1e39) if rng.random() < 0.1 else rng.uniform(-2, 2)
+                        for _ in range(n)
+                    ],
                     "int_contents": [rng.randint(-(2**31), 2**31 - 1) for _ in range(n)],
                     "int64_contents": [rng.randint(-(2**63), 2**63 - 1) for _ in range(n)],
                     "bool_contents": [rng.random() < 0.5 for _ in range(n)],
@@ -249,7 +289,9 @@ def grpc_case(rng: random.Random) -> tuple[str, bytes]:
                 }[field]
                 getattr(t.contents, field).extend(vals)
             else:
-                req.raw_input_contents.append(bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 16, 24, 32]))))
+                req.raw_input_contents.append(
+                    bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 16, 24, 32])))
+                )
         if rng.random() < 0.3:
             req.outputs.add().name = rng.choice(["y", "c", "q"])
         if rng.random() < 0.2:
@@ -260,7 +302,9 @@ def grpc_case(rng: random.Random) -> tuple[str, bytes]:
     elif method == "ModelReady":
         payload = m["ModelReadyRequest"](name=name).SerializeToString()
     elif method == "RepositoryModelLoad":
-        payload = m["RepositoryModelLoadRequest"](model_name="nope" if name == "probe" else name).SerializeToString()
+        payload = m["RepositoryModelLoadRequest"](
+            model_name="nope" if name == "probe" else name
+        ).SerializeToString()
     else:
         payload = m["RepositoryIndexRequest"](ready=rng.random() < 0.5).SerializeToString()
     if payload and rng.random() < 0.2:
@@ -273,8 +317,12 @@ def grpc_case(rng: random.Random) -> tuple[str, bytes]:
 
 # ------------------------------------------------------------------------------ running
 def _probe_http() -> bytes:
-    doc = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": _PROBE_X.reshape(-1).tolist()}]}
-    return _http("POST", "/v2/models/probe/infer", json.dumps(doc).encode(), {"Content-Type": "application/json"})
+    doc = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": _PROBE_X.reshape(-1).tolist()}]
+    }
+    return _http(
+        "POST", "/v2/models/probe/infer", json.dumps(doc).encode(), {"Content-Type": "application/json"}
+    )
 
 
 _PROBE_X = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
@@ -298,7 +346,7 @@ def read_responses(sock: socket.socket, deadline: float, want: int) -> list[int]
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             chunk = sock.recv(1 << 16)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             break
         except ConnectionResetError:
             break
@@ -414,7 +462,11 @@ def regression_cases() -> dict[str, dict[str, Any]]:
         return http(_http("POST", path, gzip.compress(body, 9), headers))
 
     def grpc(method: str, msg: Any) -> dict[str, Any]:
-        return {"kind": "grpc", "method": method, "message": base64.b64encode(msg.SerializeToString()).decode()}
+        return {
+            "kind": "grpc",
+            "method": method,
+            "message": base64.b64encode(msg.SerializeToString()).decode(),
+        }
 
     from xpuruntime.serving.grpc_service import messages
 
@@ -431,34 +483,56 @@ def regression_cases() -> dict[str, dict[str, Any]]:
         "encoded-path-etc": http(_http("POST", "/v2/models/%252Fetc/infer", b"{}")),
         "encoded-path-dotdot": http(_http("POST", "/v2/repository/models/..%252F..%252Fetc/load")),
         "grpc-metadata-etc": grpc("ModelMetadata", m["ModelMetadataRequest"](name="/etc")),
-        "grpc-load-dotdot": grpc("RepositoryModelLoad", m["RepositoryModelLoadRequest"](model_name="../../etc")),
+        "grpc-load-dotdot": grpc(
+            "RepositoryModelLoad", m["RepositoryModelLoadRequest"](model_name="../../etc")
+        ),
         "grpc-infer-etc": grpc("ModelInfer", m["ModelInferRequest"](model_name="/etc")),
         "int64-fraction": http(
-            _http("POST", "/v2/models/add_int/infer", b'{"inputs": [{"name": "a", "datatype": "INT64", '
-                  b'"shape": [1], "data": [1.7]}]}')
+            _http(
+                "POST",
+                "/v2/models/add_int/infer",
+                b'{"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [1.7]}]}',
+            )
         ),
-        "fp16-1e6": http(_http("POST", "/v2/models/probe/infer", (one % ("FP16", "[1e6, 0, 0, 0]", "")).encode())),
+        "fp16-1e6": http(
+            _http("POST", "/v2/models/probe/infer", (one % ("FP16", "[1e6, 0, 0, 0]", "")).encode())
+        ),
         "fp32-strings": http(
-            _http("POST", "/v2/models/probe/infer", (one % ("FP32", '["0.5", "0.5", "0.5", "0.5"]', "")).encode())
+            _http(
+                "POST",
+                "/v2/models/probe/infer",
+                (one % ("FP32", '["0.5", "0.5", "0.5", "0.5"]', "")).encode(),
+            )
         ),
         "binary-data-string": http(
             _http(
                 "POST",
                 "/v2/models/probe/infer",
-                (one % ("FP32", "[1, 2, 3, 4]", ', "outputs": [{"name": "y", "parameters": '
-                        '{"binary_data": "false"}}]')).encode(),
+                (
+                    one
+                    % (
+                        "FP32",
+                        "[1, 2, 3, 4]",
+                        ', "outputs": [{"name": "y", "parameters": {"binary_data": "false"}}]',
+                    )
+                ).encode(),
             )
         ),
         "nan-output-json": http(
-            _http("POST", "/v2/models/log/infer", b'{"inputs": [{"name": "x", "datatype": "FP32", '
-                  b'"shape": [4], "data": [-1, 0, 1, 2]}]}')
+            _http(
+                "POST",
+                "/v2/models/log/infer",
+                b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [4], "data": [-1, 0, 1, 2]}]}',
+            )
         ),
         "name-20000": http(_http("POST", "/v2/models/" + "m" * 20000 + "/infer", b"{}")),
         "header-length-superscript": http(
             _http("POST", "/v2/models/probe/infer", b"{}", {"Inference-Header-Content-Length": "\xb2"})
         ),
         "pipelined-two": http(_probe_http() + _probe_http()),
-        "pipelined-unknown-then-probe": http(_http("POST", "/v2/models/nope/infer", b"x" * 70_000) + _probe_http()),
+        "pipelined-unknown-then-probe": http(
+            _http("POST", "/v2/models/nope/infer", b"x" * 70_000) + _probe_http()
+        ),
     }
 
 
@@ -488,7 +562,9 @@ def main(argv: list[str] | None = None) -> int:
     target = Target()
     failures = 0
     try:
-        print(f"server up in {target.start_s:.2f} s (REST {target.server.http_port}, gRPC {target.server.grpc_port})")
+        print(
+            f"server up in {target.start_s:.2f} s (REST {target.server.http_port}, gRPC {target.server.grpc_port})"
+        )
         if args.replay is not None:
             files = sorted(args.replay.glob("*.json"))
             for f in files:
@@ -513,7 +589,9 @@ def main(argv: list[str] | None = None) -> int:
                 where = save(case, CORPUS, "finding") if args.save_findings else None
                 print(f"FAIL case {k}: {why}" + (f" (saved {where})" if where else ""), flush=True)
         if done:
-            print(f"generated {done} cases from seed {args.seed} in {time.monotonic() - t0:.1f} s, {failures} failures")
+            print(
+                f"generated {done} cases from seed {args.seed} in {time.monotonic() - t0:.1f} s, {failures} failures"
+            )
     finally:
         target.close()
     return 1 if failures else 0

@@ -125,7 +125,9 @@ class ModelConfig:
             raise ConfigError(
                 f"{where}: unknown field {unknown[0]!r}; known fields: {', '.join(sorted(_FIELDS))}"
             )
-        mbs = _int(data.get("max_batch_size", 0), "max_batch_size", where, low=0, high=LIMITS["max_batch_size"])
+        mbs = _int(
+            data.get("max_batch_size", 0), "max_batch_size", where, low=0, high=LIMITS["max_batch_size"]
+        )
         if not isinstance(data.get("name", default_name), str):
             raise ConfigError(f"{where}: name must be a string")
         batching = None
@@ -165,7 +167,13 @@ class ModelConfig:
                     low=0,
                     high=LIMITS["max_queue_delay_us"],
                 ),
-                _int(db.get("max_queue_size", 1024), "max_queue_size", where, low=1, high=LIMITS["max_queue_size"]),
+                _int(
+                    db.get("max_queue_size", 1024),
+                    "max_queue_size",
+                    where,
+                    low=1,
+                    high=LIMITS["max_queue_size"],
+                ),
             )
         dims = data.get("dims", {}) or {}
         if not isinstance(dims, Mapping):
@@ -176,8 +184,10 @@ class ModelConfig:
         versions = data.get("versions")
         if versions is not None:
             if not isinstance(versions, list) or not versions or len(versions) > 64:
-                raise ConfigError(f"{where}: versions must be a list of 1 to 64 integers")
-            versions = tuple(sorted({_int(v, "versions", where, low=1, high=LIMITS["versions"]) for v in versions}))
+                raise ConfigError(f"{where}: versions must be a non-empty list of integers (at most 64)")
+            versions = tuple(
+                sorted({_int(v, "versions", where, low=1, high=LIMITS["versions"]) for v in versions})
+            )
         return cls(
             name=str(data.get("name", default_name)),
             engine=_str(data.get("engine", "auto"), "engine", where),
@@ -225,8 +235,13 @@ class ModelConfig:
 
 
 def _int(value: Any, field: str, where: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        want = f">= {low}" if high is None else f"in {low}..{high}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        want = f">= {low}" if high is None else f">= {low} and <= {high}"
         raise ConfigError(f"{where}: {field} must be an integer {want}, got {value!r:.64}")
     return int(value)
 

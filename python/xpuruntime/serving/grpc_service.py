@@ -275,7 +275,7 @@ def _lenient(cls: Any, kind: str) -> Any:
     def parse(payload: bytes) -> Any:
         try:
             return cls.FromString(payload)
-        except Exception as exc:  # google.protobuf.message.DecodeError and kin
+        except Exception as exc:  # noqa: BLE001 - DecodeError and kin: answered INVALID_ARGUMENT
             return _Undecodable(kind, exc)
 
     return parse

@@ -206,9 +206,12 @@ def _first_value(arr: np.ndarray) -> Any:
 
 
 def _kind_name(arr: np.ndarray) -> str:
-    return {"b": "booleans", "U": "strings", "S": "strings", "O": "mixed values or integers beyond 64 bits"}.get(
-        arr.dtype.kind, str(arr.dtype)
-    )
+    return {
+        "b": "booleans",
+        "U": "strings",
+        "S": "strings",
+        "O": "mixed values or integers beyond 64 bits",
+    }.get(arr.dtype.kind, str(arr.dtype))
 
 
 def _short(value: Any, limit: int = 64) -> Any:
@@ -237,7 +240,7 @@ def check_finite_for_json(name: str, arr: np.ndarray) -> None:
 #: carry unencoded. Anything else is refused before any lookup, so the answer never
 #: depends on what exists on the host's disk.
 MAX_NAME_LENGTH = 128
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,%d}" % (MAX_NAME_LENGTH - 1))
+_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.\-]{{0,{MAX_NAME_LENGTH - 1}}}")
 _VERSION = re.compile(r"[0-9]{1,18}")
 
 

@@ -263,7 +263,7 @@ class _InferFastPath:
                 orjson.dumps({"error": str(exc)}),
                 [(b"content-type", _JSON.encode())],
             )
-        except Exception as exc:  # a server fault: answered with what failed, never a bare 500
+        except Exception as exc:  # noqa: BLE001 - a server fault: answered with what failed, never a bare 500
             self.metrics.failures.labels(*label, "rest", "INTERNAL").inc()
             status, payload, extra = 500, _internal(exc), [(b"content-type", _JSON.encode())]
         extra.append((b"content-length", str(len(payload)).encode()))
@@ -323,7 +323,7 @@ def build_app(server: Any) -> Any:
             if body.strip():
                 doc = loads_json(body)
                 if not isinstance(doc, dict):
-                    raise invalid("the repository index request must be a JSON object like {\"ready\": true}")
+                    raise invalid('the repository index request must be a JSON object like {"ready": true}')
                 ready_only = _flag(doc, "ready", False, "repository index request")
         except ServingError as exc:
             return _error(exc)
