@@ -188,7 +188,7 @@ def test_unknown_routes_and_wrong_methods_get_json(server: InferenceServer) -> N
 
     base = f"http://127.0.0.1:{server.http_port}"
     for method, path, status, needle in [
-        ("GET", "/v2/nothing/here", 404, "no route GET /v2/nothing/here"),
+        ("GET", "/v2/nothing/here", 404, "no endpoint of the Open Inference Protocol has this path"),
         ("GET", "/v2/models/demo/infer", 405, "allowed: POST"),
         ("POST", "/v2/models/demo/config", 405, "allowed: GET, HEAD"),
         ("GET", "/v2/models/nobody/config", 404, "nobody"),

@@ -77,7 +77,12 @@ class MemoryManager {
   void set_memory_limit(const Device& d, std::size_t bytes) { allocator(d).set_memory_limit(bytes); }
   // Page-locked host memory for fast, asynchronous host<->device copies.
   void* allocate_pinned(std::size_t bytes);
+  // Frees a block allocate_pinned handed out; any other pointer (or one freed already)
+  // is ignored here, and refused with InvalidArgumentError by free_pinned_checked.
   void free_pinned(void* ptr) noexcept;
+  void free_pinned_checked(void* ptr);
+  // false (and nothing freed) when ptr is not a live block of allocate_pinned.
+  bool release_pinned(void* ptr) noexcept;
 
  private:
   template <typename>

@@ -88,7 +88,8 @@ void bind_memory(py::module_& m) {
             return reinterpret_cast<uintptr_t>(MemoryManager::instance().allocate_pinned(bytes));
           },
           py::arg("nbytes"));
-  mem.def("free_pinned", [](uintptr_t p) { MemoryManager::instance().free_pinned(reinterpret_cast<void*>(p)); },
+  mem.def("free_pinned",
+          [](uintptr_t p) { MemoryManager::instance().free_pinned_checked(reinterpret_cast<void*>(p)); },
           py::arg("ptr"));
 }
 

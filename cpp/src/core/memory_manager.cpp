@@ -1,6 +1,9 @@
+#include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/no_destructor.h"
 #include "xpuruntime/checked.h"
@@ -17,6 +20,17 @@ struct Allocators {
 Allocators& allocators() {
   static NoDestructor<Allocators> a;  // tensors may outlive static destruction
   return a.get();
+}
+// Pinned blocks handed out and not yet freed, with the backend that allocated each:
+// free_pinned takes only these, and frees each with its own backend (the CUDA plugin
+// may load after a block came from the CPU backend).
+struct PinnedBlocks {
+  std::mutex mu;
+  std::unordered_map<void*, DeviceBackend*> live;
+};
+PinnedBlocks& pinned_blocks() {
+  static NoDestructor<PinnedBlocks> p;
+  return p.get();
 }
 }  // namespace
 
@@ -44,17 +58,39 @@ void* MemoryManager::allocate_pinned(std::size_t bytes) {
             kMaxAllocationBytes, " bytes)");
   DeviceManager& dm = DeviceManager::instance();
   DeviceBackend* cuda = dm.backend_or_null(DeviceType::kCUDA);
-  void* p = cuda ? cuda->host_alloc(bytes) : dm.backend(DeviceType::kCPU).host_alloc(bytes);
+  DeviceBackend& backend = cuda ? *cuda : dm.backend(DeviceType::kCPU);
+  void* p = backend.host_alloc(bytes);
   XRT_CHECK(p != nullptr, OutOfMemoryError, "could not allocate ", bytes, " bytes of pinned host memory");
+  auto& blocks = pinned_blocks();
+  std::lock_guard<std::mutex> lock(blocks.mu);
+  blocks.live.emplace(p, &backend);
   return p;
 }
 
-void MemoryManager::free_pinned(void* ptr) noexcept {
-  if (!ptr) return;
-  DeviceManager& dm = DeviceManager::instance();
-  DeviceBackend* cuda = dm.backend_or_null(DeviceType::kCUDA);
-  if (cuda) cuda->host_free(ptr);
-  else dm.backend(DeviceType::kCPU).host_free(ptr);
+bool MemoryManager::release_pinned(void* ptr) noexcept {
+  if (!ptr) return true;
+  DeviceBackend* backend = nullptr;
+  {
+    auto& blocks = pinned_blocks();
+    std::lock_guard<std::mutex> lock(blocks.mu);
+    auto it = blocks.live.find(ptr);
+    if (it == blocks.live.end()) return false;  // not ours, or freed already
+    backend = it->second;
+    blocks.live.erase(it);
+  }
+  backend->host_free(ptr);
+  return true;
+}
+
+void MemoryManager::free_pinned(void* ptr) noexcept { (void)release_pinned(ptr); }
+
+void MemoryManager::free_pinned_checked(void* ptr) {
+  if (release_pinned(ptr)) return;
+  char shown[32];
+  std::snprintf(shown, sizeof(shown), "%#zx", static_cast<std::size_t>(reinterpret_cast<uintptr_t>(ptr)));
+  XRT_THROW(InvalidArgumentError, "free_pinned: ", shown,
+            " is not a pinned block allocate_pinned handed out (or it was freed already); pass the "
+            "exact pointer allocate_pinned returned, once");
 }
 
 }  // namespace xpuruntime

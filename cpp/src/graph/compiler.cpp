@@ -12,6 +12,7 @@
 #include "graph/prepare.h"
 #include "xpuruntime/decision.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/host_threads.h"
 #include "xpuruntime/graph/provider.h"
 #include "xpuruntime/ops/op_schema.h"
 
@@ -118,13 +119,18 @@ Decision threads_decision(int threads, const ExecutionProvider& provider) {
   d.op = "engine.policy";
   d.node = "native:threads";
   d.device = provider.device().str();
-  d.chosen = "threads=" + (threads > 0 ? std::to_string(threads) : std::string("default"));
-  d.rule = threads > 0 ? "policy.threads" : "default";
+  const int used = clamp_host_threads(threads);
+  d.chosen = "threads=" + (threads > 0 ? std::to_string(used) : std::string("default"));
+  d.rule = threads > 0 ? (used < threads ? "policy.threads clamped" : "policy.threads") : "default";
   d.detail = threads > 0 ? "ExecutionPolicy.threads=" + std::to_string(threads) +
                                ": each run uses at most that many host threads (the calling "
                                "thread included) in the native kernels and GEMMs"
                          : "ExecutionPolicy.threads=0: the provider's default (CPU: "
                            "XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's threads)";
+  if (used < threads)
+    d.detail += "; clamped to " + std::to_string(used) +
+                ", the most this process runs its loops on: " + host_threads_reason() +
+                " (more threads than the process may start would end it in the OpenMP runtime)";
   Candidate c;
   c.kernel = d.chosen;
   c.verdict = verdict::kSupported;

@@ -2,6 +2,11 @@
 
 JSON text is the canonical form (the C++ structs parse it); YAML files are read into
 the same mapping and handed over as JSON, so both formats mean exactly the same thing.
+
+YAML is read by :func:`load_yaml`: PyYAML's safe loader without aliases. Anchors and
+``*alias`` references are refused at the first alias, so a few hundred bytes cannot
+expand into a document of billions of nodes (the "billion laughs" alias bomb); a policy
+or a model config never needs them. Nesting is bounded too.
 """
 
 from __future__ import annotations
@@ -26,6 +31,55 @@ def _yaml() -> Any:
             "YAML policy files need PyYAML: pip install xpuruntime[yaml] (or pyyaml); JSON files need nothing"
         ) from e
     return yaml
+
+
+class YamlRefused(ValueError):
+    """YAML text :func:`load_yaml` refuses: not valid YAML, an alias, or too deep."""
+
+
+#: Deepest nesting of YAML collections accepted (a policy or config needs a few levels).
+MAX_YAML_DEPTH = 64
+
+
+def load_yaml(text: str) -> Any:
+    """The document of YAML ``text``, safe-loaded with no aliases and bounded nesting.
+
+    Raises:
+        YamlRefused: with what is wrong and where (line and column).
+        PolicyError: PyYAML is not installed.
+    """
+    yaml = _yaml()
+
+    class _Loader(yaml.SafeLoader):  # type: ignore[misc,name-defined]
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise YamlRefused(
+                    f"YAML aliases (*{self.peek_event().anchor}) are not accepted (line {mark.line + 1}, "
+                    f"column {mark.column + 1}); write the values out instead of anchors and aliases"
+                )
+            self.depth += 1
+            try:
+                if self.depth > MAX_YAML_DEPTH:
+                    mark = self.peek_event().start_mark
+                    raise YamlRefused(
+                        f"YAML nests more than {MAX_YAML_DEPTH} levels deep (line {mark.line + 1})"
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise YamlRefused(f"not valid YAML: {_checks.describe(str(e))}") from None
+    except RecursionError:
+        raise YamlRefused(f"YAML nests more than {MAX_YAML_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
 
 
 def format_of(path: Path, fmt: str | None) -> str:
@@ -90,15 +144,10 @@ def read(path: str | Path, fmt: str | None) -> str:
         ) from None
     if kind == "json":
         return text
-    yaml = _yaml()
     try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise _core.PolicyError(
-            f"cannot parse YAML policy file {shown}: {_checks.describe(str(e))}"
-        ) from None
-    except RecursionError:
-        raise _core.PolicyError(f"YAML policy file {shown} nests too deeply to be a policy") from None
+        loaded = load_yaml(text)
+    except YamlRefused as e:
+        raise _core.PolicyError(f"cannot read YAML policy file {shown}: {e}") from None
     if not isinstance(loaded, dict):
         raise _core.PolicyError(f"policy file {shown} must hold a mapping, got {type(loaded).__name__}")
     return to_json(loaded, f"policy file {shown}")

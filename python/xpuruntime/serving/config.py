@@ -33,6 +33,11 @@ The shape buckets of a model are its batch sizes: the preferred batch sizes plus
 plus ``max_batch_size`` itself (without). A plan is built and run once for each bucket
 when the model loads; a request or a batch is padded to the smallest bucket that
 holds it, so no request ever waits for a compilation.
+
+Every number has a bound (``LIMITS``): a config asking for more instances, batch sizes,
+buckets or queue than a server can hold is refused with a ConfigError at load, before
+anything is started. YAML configs are read without aliases (anchors and ``*refs``), so
+a small file cannot expand into an exponentially large document.
 """
 
 from __future__ import annotations
@@ -63,6 +68,18 @@ _FIELDS = {
     "instances",
 }
 _BATCH_FIELDS = {"preferred_batch_sizes", "max_queue_delay_us", "max_queue_size"}
+
+#: Upper bounds of the config's numbers (each refused above, with the bound in the message).
+LIMITS = {
+    "instances": 64,  # batcher threads per model version
+    "max_batch_size": 65536,  # buckets: powers of two up to it, 17 at most
+    "preferred_batch_sizes": 64,  # how many (each a bucket, each a plan built at load)
+    "max_queue_delay_us": 60_000_000,  # one minute
+    "max_queue_size": 1_000_000,
+    "dims": 2**31 - 1,
+    "versions": 2**31 - 1,
+    "config_bytes": 1 << 20,  # config file size
+}
 
 
 class ConfigError(ServingError):
@@ -121,7 +138,11 @@ class ModelConfig:
             raise ConfigError(
                 f"{where}: unknown field {unknown[0]!r}; known fields: {', '.join(sorted(_FIELDS))}"
             )
-        mbs = _int(data.get("max_batch_size", 0), "max_batch_size", where, low=0)
+        mbs = _int(
+            data.get("max_batch_size", 0), "max_batch_size", where, low=0, high=LIMITS["max_batch_size"]
+        )
+        if not isinstance(data.get("name", default_name), str):
+            raise ConfigError(f"{where}: name must be a string")
         batching = None
         if data.get("dynamic_batching") is not None:
             db = data["dynamic_batching"]
@@ -139,6 +160,11 @@ class ModelConfig:
             pref = db.get("preferred_batch_sizes", [])
             if not isinstance(pref, list):
                 raise ConfigError(f"{where}: preferred_batch_sizes must be a list of integers")
+            if len(pref) > LIMITS["preferred_batch_sizes"]:
+                raise ConfigError(
+                    f"{where}: {len(pref)} preferred_batch_sizes; at most {LIMITS['preferred_batch_sizes']} "
+                    "(each is a plan built at load)"
+                )
             sizes = tuple(sorted({_int(p, "preferred_batch_sizes", where, low=1) for p in pref}))
             if sizes and sizes[-1] > mbs:
                 raise ConfigError(
@@ -147,62 +173,91 @@ class ModelConfig:
                 )
             batching = BatchingConfig(
                 sizes,
-                _int(db.get("max_queue_delay_us", 500), "max_queue_delay_us", where, low=0),
-                _int(db.get("max_queue_size", 1024), "max_queue_size", where, low=1),
+                _int(
+                    db.get("max_queue_delay_us", 500),
+                    "max_queue_delay_us",
+                    where,
+                    low=0,
+                    high=LIMITS["max_queue_delay_us"],
+                ),
+                _int(
+                    db.get("max_queue_size", 1024),
+                    "max_queue_size",
+                    where,
+                    low=1,
+                    high=LIMITS["max_queue_size"],
+                ),
             )
         dims = data.get("dims", {}) or {}
         if not isinstance(dims, Mapping):
             raise ConfigError(f"{where}: dims must map a dimension name to an integer")
-        dims = {str(k): _int(v, f"dims.{k}", where, low=1) for k, v in dims.items()}
+        if len(dims) > 64:
+            raise ConfigError(f"{where}: dims names {len(dims)} dimensions; at most 64")
+        dims = {str(k): _int(v, f"dims.{k}", where, low=1, high=LIMITS["dims"]) for k, v in dims.items()}
         versions = data.get("versions")
         if versions is not None:
-            if not isinstance(versions, list) or not versions:
-                raise ConfigError(f"{where}: versions must be a non-empty list of integers")
-            versions = tuple(sorted({_int(v, "versions", where, low=1) for v in versions}))
+            if not isinstance(versions, list) or not versions or len(versions) > 64:
+                raise ConfigError(f"{where}: versions must be a non-empty list of integers (at most 64)")
+            versions = tuple(
+                sorted({_int(v, "versions", where, low=1, high=LIMITS["versions"]) for v in versions})
+            )
         return cls(
             name=str(data.get("name", default_name)),
             engine=_str(data.get("engine", "auto"), "engine", where),
             device=_str(data.get("device", "cpu"), "device", where),
-            kernel_policy=_opt_str(data.get("kernel_policy"), "kernel_policy", where),
-            exec_policy=_opt_str(data.get("exec_policy"), "exec_policy", where),
+            kernel_policy=_file(data.get("kernel_policy"), "kernel_policy", where),
+            exec_policy=_file(data.get("exec_policy"), "exec_policy", where),
             max_batch_size=mbs,
             dims=dims,
             dynamic_batching=batching,
             versions=versions,
-            model_file=_opt_str(data.get("model_file"), "model_file", where),
-            instances=_int(data.get("instances", 1), "instances", where, low=1),
+            model_file=_file(data.get("model_file"), "model_file", where),
+            instances=_int(data.get("instances", 1), "instances", where, low=1, high=LIMITS["instances"]),
             given=frozenset(data),
             source=where,
         )
 
     @classmethod
     def load(cls, folder: Path) -> ModelConfig:
-        """The config of the model in ``folder`` (defaults when it has no config file)."""
+        """The config of the model in ``folder`` (defaults when it has no config file).
+
+        Messages name the file relative to the repository (``model/config.yaml``): they
+        reach clients through the repository index and the load endpoint.
+        """
         for name in CONFIG_NAMES:
             path = folder / name
             if path.is_file():
+                shown = f"{folder.name}/{name}"
+                if path.stat().st_size > LIMITS["config_bytes"]:
+                    raise ConfigError(f"{shown}: {path.stat().st_size} bytes; a config holds at most 1 MiB")
                 text = path.read_text(encoding="utf-8", errors="replace")
                 if name.endswith(".json"):
                     try:
                         data = json.loads(text)
                     except ValueError as exc:
-                        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+                        raise ConfigError(f"{shown}: not valid JSON ({exc})") from None
+                    except RecursionError:
+                        raise ConfigError(f"{shown}: nests too deeply to be a config") from None
                 else:
+                    from ..policies._io import YamlRefused, load_yaml
+
                     try:
-                        import yaml
-                    except ImportError:
-                        raise ConfigError(f"{path}: YAML configs need pyyaml (pip install pyyaml)") from None
-                    try:
-                        data = yaml.safe_load(text)
-                    except yaml.YAMLError as exc:
-                        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-                return cls.from_dict(data or {}, folder.name, str(path))
+                        data = load_yaml(text)
+                    except YamlRefused as exc:
+                        raise ConfigError(f"{shown}: {exc}") from None
+                return cls.from_dict(data or {}, folder.name, shown)
         return cls(name=folder.name)
 
 
-def _int(value: Any, field: str, where: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{where}: {field} must be an integer >= {low}, got {value!r}")
+def _int(value: Any, field: str, where: str, low: int, high: int | None = None) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        want = f">= {low}" if high is None else f">= {low} and <= {high}"
+        raise ConfigError(f"{where}: {field} must be an integer {want}, got {value!r:.64}")
     return int(value)
 
 
@@ -214,3 +269,16 @@ def _str(value: Any, field: str, where: str) -> str:
 
 def _opt_str(value: Any, field: str, where: str) -> str | None:
     return None if value is None else _str(value, field, where)
+
+
+def _file(value: Any, field: str, where: str) -> str | None:
+    """A file the config names: a relative path inside the model's folder."""
+    name = _opt_str(value, field, where)
+    if name is not None:
+        parts = name.replace("\\", "/").split("/")
+        if name.startswith(("/", "\\")) or ":" in name or ".." in parts or "\0" in name:
+            raise ConfigError(
+                f"{where}: {field} {name!r:.80} must name a file inside the model's folder "
+                "(a relative path without '..')"
+            )
+    return name

@@ -262,13 +262,41 @@ def _as_is(payload: bytes) -> bytes:
     return payload
 
 
+class _Undecodable:
+    """A request that is not a valid message of its type (the handler answers INVALID_ARGUMENT)."""
+
+    def __init__(self, kind: str, error: Exception) -> None:
+        self.message = f"the request is not a valid {kind} protobuf message: {str(error)[:200]}"
+
+
+def _lenient(cls: Any, kind: str) -> Any:
+    """A deserializer that never raises: grpcio answers INTERNAL for one that does."""
+
+    def parse(payload: bytes) -> Any:
+        try:
+            return cls.FromString(payload)
+        except Exception as exc:  # noqa: BLE001 - DecodeError and kin: answered INVALID_ARGUMENT
+            return _Undecodable(kind, exc)
+
+    return parse
+
+
+def _checked(fn: Any) -> Any:
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return fn(request, context)
+
+    return call
+
+
 def handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     """The generic handler that routes /inference.GRPCInferenceService/* to ``servicer``."""
     msgs = messages()
     table = {
         method: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, method),
-            request_deserializer=msgs[req].FromString,
+            _checked(getattr(servicer, method)),
+            request_deserializer=_lenient(msgs[req], req),
             # ModelInfer's handler answers serialized bytes (see render_infer).
             response_serializer=_as_is if method == "ModelInfer" else msgs[resp].SerializeToString,
         )

@@ -10,6 +10,7 @@ and a message that says what was wrong and how to fix it.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -142,17 +143,197 @@ def raw_bytes(arr: np.ndarray) -> bytes:
 
 
 def array_from_list(data: Any, dt: np.dtype, shape: tuple[int, ...], where: str) -> np.ndarray:
-    """A tensor from JSON/gRPC typed contents (flat or nested, row-major)."""
+    """A tensor from JSON/gRPC typed contents (flat or nested, row-major), strictly typed.
+
+    The Open Inference Protocol's rules, without silent conversions: numbers for the
+    numeric datatypes (never strings), integers within range for the integer ones
+    (``1.7`` for INT64 is refused, not truncated), ``true``/``false`` for BOOL, and
+    floats within the datatype's range (``1e6`` for FP16 is refused, not made inf).
+    """
     try:
-        arr = np.asarray(data, dtype=dt)
+        arr = np.asarray(data)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise invalid(f"{where}: 'data' does not convert to {datatype_of(dt)}: {exc}") from None
+        raise invalid(f"{where}: 'data' is not a list of {datatype_of(dt)} values: {exc}") from None
     if arr.size != element_count(shape):
         raise invalid(
             f"{where}: {arr.size} elements of data for shape {list(shape)} "
             f"({element_count(shape)} elements); the data must fill the shape exactly"
         )
-    return arr.reshape(shape)
+    name = datatype_of(dt)
+    kind = arr.dtype.kind
+    if arr.size == 0:
+        return np.zeros(shape, dt)
+    if dt.kind == "b":
+        if kind != "b":
+            raise invalid(f"{where}: BOOL data must be JSON true/false, got {_first_value(arr)!r}")
+        return arr.astype(dt).reshape(shape)
+    if kind not in "iuf":
+        # "b": booleans, "U": strings, "O": mixed values or integers beyond 64 bits.
+        raise invalid(
+            f"{where}: {name} data must be JSON numbers, got {_first_value(arr)!r} "
+            f"({_kind_name(arr)}); send the values as numbers"
+        )
+    if dt.kind in "iu":
+        if kind == "f":
+            bad = arr[arr != np.trunc(arr)] if np.isfinite(arr).all() else arr[~np.isfinite(arr)]
+            shown = (bad.reshape(-1)[0] if bad.size else arr.reshape(-1)[0]).item()
+            raise invalid(f"{where}: {name} data must be integers, got {shown!r}; send whole numbers")
+        info = np.iinfo(dt)
+        lo, hi = arr.min(), arr.max()
+        if lo < info.min or hi > info.max:
+            shown = lo if lo < info.min else hi
+            raise invalid(f"{where}: {name} value {int(shown)} is outside {info.min}..{info.max}")
+        return arr.astype(dt).reshape(shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(dt)
+    overflow = np.isinf(out) & np.isfinite(arr)
+    if overflow.any():
+        shown = arr[overflow].reshape(-1)[0].item()
+        raise invalid(
+            f"{where}: {name} value {float(shown)!r} is beyond the datatype's range "
+            f"(+-{float(np.finfo(dt).max)!r}); send it in a wider datatype"
+        )
+    return out.reshape(shape)
+
+
+def _first_value(arr: np.ndarray) -> Any:
+    flat = arr.reshape(-1)
+    if arr.dtype.kind == "O":
+        for v in flat:
+            if isinstance(v, (str, bool)) or not isinstance(v, (int, float)):
+                return _short(v)
+    return _short(flat[0].item() if hasattr(flat[0], "item") else flat[0])
+
+
+def _kind_name(arr: np.ndarray) -> str:
+    return {
+        "b": "booleans",
+        "U": "strings",
+        "S": "strings",
+        "O": "mixed values or integers beyond 64 bits",
+    }.get(arr.dtype.kind, str(arr.dtype))
+
+
+def _short(value: Any, limit: int = 64) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + f"... ({len(value)} characters)"
+    return value
+
+
+def check_finite_for_json(name: str, arr: np.ndarray) -> None:
+    """Refuse an output JSON cannot carry: NaN and +-inf have no JSON number.
+
+    Rather than writing ``null`` (which reads back as a missing value) or a non-JSON token,
+    the request is refused with the fix: the binary tensor extension carries every float.
+    """
+    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+        bad = arr[~np.isfinite(arr)].reshape(-1)[0]
+        raise invalid(
+            f"output '{name}' holds {float(bad)!r}, which JSON cannot represent; request it as "
+            'binary data (output parameters {"binary_data": true}, or "binary_data_output": true '
+            "for every output) to receive NaN and infinities exactly"
+        )
+
+
+# ---------------------------------------------------------------------------- names
+#: Model names: what a folder of the repository may be called and a URL segment can
+#: carry unencoded. Anything else is refused before any lookup, so the answer never
+#: depends on what exists on the host's disk.
+MAX_NAME_LENGTH = 128
+_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.\-]{{0,{MAX_NAME_LENGTH - 1}}}")
+_VERSION = re.compile(r"[0-9]{1,18}")
+
+
+def is_model_name(name: Any) -> bool:
+    """Whether ``name`` is a valid model name (letters, digits, ``_ . -``; no leading dot)."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def check_model_name(name: Any) -> str:
+    """``name`` when it is a valid model name, else ServingError 400 (the same for any invalid name)."""
+    if not is_model_name(name):
+        raise invalid(
+            f"{_shown(name)} is not a valid model name: a model name is 1 to {MAX_NAME_LENGTH} letters, "
+            "digits, '_', '.' or '-', not starting with '.'; see the repository index for the models"
+        )
+    return name
+
+
+def check_version(version: Any) -> str:
+    """``version`` when it is empty (the newest) or a decimal version number, else ServingError 400."""
+    if version == "" or (isinstance(version, str) and _VERSION.fullmatch(version)):
+        return version
+    raise invalid(f"model version must be a decimal integer, got {_shown(version)}")
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    if len(text) > 64:
+        return repr(text[:64]) + f"... ({len(text)} characters)"
+    return repr(text)
+
+
+# ---------------------------------------------------------------------------- JSON
+#: Deepest nesting of arrays and objects a request body may have. An infer body nests
+#: its tensors' data by their rank (a handful of levels); anything deeper is refused
+#: before parsing, whatever the JSON parser's own limit.
+MAX_JSON_DEPTH = 64
+_JSON_SPECIAL = np.zeros(256, np.bool_)
+_JSON_SPECIAL[[ord(c) for c in '"\\[]{}']] = True
+
+
+def json_depth(buf: bytes | memoryview, limit: int = MAX_JSON_DEPTH) -> int:
+    """The nesting depth of JSON text ``buf`` (or a bound above ``limit`` when deeper).
+
+    Linear and allocation-light: when the text has no more than ``limit`` opening brackets
+    it cannot nest deeper and is not scanned; otherwise brackets inside strings (with
+    their escapes) are told apart from structural ones by a vectorized scan. On invalid
+    JSON the result is exact up to the first error, which is as far as a parser reads.
+    """
+    raw = bytes(buf) if isinstance(buf, memoryview) else buf
+    opens = raw.count(b"[") + raw.count(b"{")
+    if opens <= limit:
+        return opens
+    a = np.frombuffer(raw, np.uint8)
+    pos = np.flatnonzero(_JSON_SPECIAL[a])
+    ch = a[pos]
+    if b'"' not in raw:  # no strings: every bracket is structural
+        outside = np.ones(pos.size, np.bool_)
+    else:
+        escaped = np.zeros(pos.size, np.bool_)
+        if b"\\" in raw:
+            idx = np.arange(pos.size)
+            is_bs = ch == 0x5C
+            adjacent = np.zeros(pos.size, np.bool_)
+            adjacent[1:] = pos[1:] - pos[:-1] == 1
+            cont = np.zeros(pos.size, np.bool_)
+            cont[1:] = is_bs[1:] & is_bs[:-1] & adjacent[1:]
+            latest = np.maximum.accumulate(np.where(is_bs & ~cont, idx, -1))
+            run = np.where(is_bs, idx - latest + 1, 0)  # backslashes in a row ending here
+            escaped[1:] = is_bs[:-1] & adjacent[1:] & (run[:-1] % 2 == 1)
+        quote = (ch == 0x22) & ~escaped
+        outside = (np.cumsum(quote, dtype=np.int64) & 1) == 0
+    delta = (outside & ((ch == 0x5B) | (ch == 0x7B))).astype(np.int32)
+    delta -= outside & ((ch == 0x5D) | (ch == 0x7D))
+    return int(np.cumsum(delta, dtype=np.int64).max(initial=0))
+
+
+def loads_json(buf: bytes | memoryview, what: str = "the request body") -> Any:
+    """Parse JSON text with a nesting limit (ServingError 400 when too deep or invalid)."""
+    import orjson
+
+    depth = json_depth(buf)
+    if depth > MAX_JSON_DEPTH:
+        raise invalid(
+            f"{what} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep; "
+            "the protocol's documents need only a few levels (send tensor data flat)"
+        )
+    try:
+        return orjson.loads(buf)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise invalid(f"{what} nests too deeply to be parsed") from None
 
 
 @dataclasses.dataclass

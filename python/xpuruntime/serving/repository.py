@@ -10,8 +10,16 @@
         model.onnx                  # no version folders: served as version 1
 
 A model that fails to load is reported (index state ``UNAVAILABLE`` with the reason)
-and does not stop the others. Thread safety: every method may be called from any
-thread; loads and unloads are serialized, lookups never wait for a load.
+and does not stop the others.
+
+Names are names, not paths: a model name is 1 to 128 letters, digits, ``_ . -`` not
+starting with a dot (:func:`protocol.check_model_name`). Every lookup, load and unload
+checks the name before anything else, so a request never reaches a path outside the
+repository and the answer to an invalid name is the same whatever exists on the
+host's disk; folders of the repository with other names are not served.
+
+Thread safety: every method may be called from any thread; loads and unloads are
+serialized, lookups never wait for a load.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any
 from .config import MODEL_FILES, ConfigError, ModelConfig
 from .metrics import ServerMetrics
 from .model import ServedModel
-from .protocol import ServingError, invalid, not_found, unavailable
+from .protocol import ServingError, check_model_name, check_version, is_model_name, not_found, unavailable
 from .scheduler import ModelScheduler
 
 log = logging.getLogger("xpuruntime.serving")
@@ -66,7 +74,7 @@ class ModelRepository:
     # ------------------------------------------------------------------ discovery
     def model_names(self) -> list[str]:
         """Every model folder of the repository (loaded or not)."""
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return sorted(p.name for p in self.root.iterdir() if is_model_name(p.name) and p.is_dir())
 
     def load_all(self) -> None:
         """Load every model; failures are recorded, never raised."""
@@ -77,9 +85,9 @@ class ModelRepository:
     # ------------------------------------------------------------------ load / unload
     def load(self, name: str) -> None:
         """(Re)load every version of model ``name``; ServingError with the reason on failure."""
-        folder = self.root / name
-        if "/" in name or "\\" in name or name.startswith(".") or not folder.is_dir():
-            raise not_found(f"model '{name}' is not in the repository {self.root}")
+        folder = self.root / check_model_name(name)
+        if not folder.is_dir():
+            raise not_found(f"model '{name}' is not in the repository")
         with self._load_lock:
             log.info("model %s: loading from %s", name, folder)
             t0 = time.perf_counter()
@@ -109,6 +117,7 @@ class ModelRepository:
 
     def unload(self, name: str) -> None:
         """Stop serving ``name``: queued requests finish, new ones get UNAVAILABLE."""
+        check_model_name(name)
         with self._load_lock:
             if name not in self._entries:
                 raise not_found(f"model '{name}' is not loaded")
@@ -165,7 +174,10 @@ class ModelRepository:
         """The scheduler of a ready model version (the newest when ``version`` is empty)."""
         entry = self._entries.get(name)
         if entry is None:
-            if (self.root / name).is_dir() and not name.startswith("."):
+            check_model_name(name)
+            check_version(version)
+            # A folder of the repository (listed by the index) that is not loaded.
+            if (self.root / name).is_dir():
                 raise unavailable(f"model '{name}' is not loaded; load it with the repository load endpoint")
             raise not_found(
                 f"model '{name}' is not in the repository; see the repository index for the models"
@@ -175,8 +187,7 @@ class ModelRepository:
         v = version or entry.default_version
         sched = entry.versions.get(v)
         if sched is None:
-            if not v.isdigit():
-                raise invalid(f"model version must be an integer, got {version!r}")
+            check_version(version)
             raise not_found(f"model '{name}' has no version {v}; versions: {', '.join(entry.versions)}")
         return sched
 

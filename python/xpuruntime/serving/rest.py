@@ -26,7 +26,6 @@ import concurrent.futures
 import re
 import zlib
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 import orjson
@@ -43,16 +42,20 @@ from .protocol import (
     ServingError,
     array_from_bytes,
     array_from_list,
+    check_finite_for_json,
     check_shape,
     datatype_of,
     dtype_of,
     invalid,
+    loads_json,
     raw_bytes,
     too_large,
 )
 
 HEADER_LENGTH = "inference-header-content-length"
 _JSON = "application/json"
+# Header values that are lengths: ASCII digits only (str.isdigit() also takes "²" and "٣").
+_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 def _error(exc: ServingError) -> Response:
@@ -68,7 +71,7 @@ def _json(obj: Any, status: int = 200) -> Response:
 async def _body(headers: dict[bytes, bytes], receive: Any, limit: int) -> bytes:
     """The request body (ASGI ``receive``), refused with 413 as soon as it exceeds ``limit``."""
     declared = headers.get(b"content-length", b"").decode("latin-1")
-    if declared.isdigit() and int(declared) > limit:
+    if _DIGITS.fullmatch(declared) and int(declared) > limit:
         raise too_large(f"request body of {declared} bytes exceeds the server's limit of {limit} bytes")
     chunks = []
     size = 0
@@ -101,19 +104,16 @@ async def _body(headers: dict[bytes, bytes], receive: Any, limit: int) -> bytes:
 def parse_infer(body: bytes, header_length: str | None, model: str, version: str) -> InferRequest:
     """An InferRequest from a REST body (JSON, optionally followed by binary tensor data)."""
     if header_length is not None:
-        if not header_length.isdigit() or int(header_length) > len(body):
+        if not _DIGITS.fullmatch(header_length) or int(header_length) > len(body):
             raise invalid(
-                f"Inference-Header-Content-Length {header_length!r} is not a length within the "
-                f"{len(body)}-byte body"
+                f"Inference-Header-Content-Length {header_length[:32]!r} is not a length within the "
+                f"{len(body)}-byte body; send the JSON header's size in bytes as ASCII digits"
             )
         n = int(header_length)
         head, binary = body[:n], memoryview(body)[n:]
     else:
         head, binary = body, memoryview(b"")
-    try:
-        doc = orjson.loads(head)
-    except orjson.JSONDecodeError as exc:
-        raise invalid(f"the request body is not valid JSON: {exc}") from None
+    doc = loads_json(head)
     if not isinstance(doc, dict):
         raise invalid("the request body must be a JSON object with an 'inputs' list")
     tensors = doc.get("inputs")
@@ -151,7 +151,7 @@ def parse_infer(body: bytes, header_length: str | None, model: str, version: str
     top = doc.get("parameters") or {}
     if not isinstance(top, dict):
         raise invalid("'parameters' must be an object")
-    all_binary = bool(top.get("binary_data_output", False))
+    all_binary = _flag(top, "binary_data_output", False, "'parameters'")
     outputs = None
     if doc.get("outputs") is not None:
         if not isinstance(doc["outputs"], list):
@@ -161,9 +161,22 @@ def parse_infer(body: bytes, header_length: str | None, model: str, version: str
             if not isinstance(o, dict) or not isinstance(o.get("name"), str):
                 raise invalid(f"outputs[{k}] must be an object with a 'name'")
             op = o.get("parameters") or {}
-            binary_out = bool(op.get("binary_data", all_binary)) if isinstance(op, dict) else all_binary
+            if not isinstance(op, dict):
+                raise invalid(f"outputs[{k}]: 'parameters' must be an object")
+            binary_out = _flag(op, "binary_data", all_binary, f"output '{o['name']}'")
             outputs.append(RequestedOutput(o["name"], binary_out))
-    return InferRequest(model, version, inputs, outputs, str(doc.get("id", "")), top, all_binary)
+    rid = doc.get("id", "")
+    if not isinstance(rid, str):
+        raise invalid(f"'id' must be a string, got a JSON {type(rid).__name__}")
+    return InferRequest(model, version, inputs, outputs, rid, top, all_binary)
+
+
+def _flag(params: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    """A boolean parameter: JSON true/false only (the string "false" is not false)."""
+    value = params.get(key, default)
+    if not isinstance(value, bool):
+        raise invalid(f"{where}: parameter '{key}' must be true or false, got {value!r:.64}")
+    return value
 
 
 def render_infer(resp: InferResponse, req: InferRequest) -> tuple[bytes, list[tuple[bytes, bytes]]]:
@@ -181,6 +194,7 @@ def render_infer(resp: InferResponse, req: InferRequest) -> tuple[bytes, list[tu
             t["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
+            check_finite_for_json(name, arr)
             # orjson writes float16 arrays not at all, float32 as the shortest text that
             # reads back to the same float32; float16 widens to float32 exactly.
             t["data"] = (arr.astype(np.float32) if arr.dtype == np.float16 else arr).reshape(-1)
@@ -223,7 +237,8 @@ class _InferFastPath:
         if scope["type"] == "http" and scope["method"] == "POST":
             m = _INFER_PATH.fullmatch(scope["path"])
             if m is not None:
-                await self._infer(scope, receive, send, unquote(m["name"]), unquote(m["version"] or ""))
+                # The server decoded the path once (scope["path"]); a name is never decoded again.
+                await self._infer(scope, receive, send, m["name"], m["version"] or "")
                 return
         await self.app(scope, receive, send)
 
@@ -250,6 +265,9 @@ class _InferFastPath:
                 orjson.dumps({"error": str(exc)}),
                 [(b"content-type", _JSON.encode())],
             )
+        except Exception as exc:  # noqa: BLE001 - a server fault: answered with what failed, never a bare 500
+            self.metrics.failures.labels(*label, "rest", "INTERNAL").inc()
+            status, payload, extra = 500, _internal(exc), [(b"content-type", _JSON.encode())]
         extra.append((b"content-length", str(len(payload)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": extra})
         await send({"type": "http.response.body", "body": payload})
@@ -302,13 +320,15 @@ def build_app(server: Any) -> Any:
 
     async def repo_index(request: Request) -> Response:
         ready_only = False
-        body = await request.body()
-        if body.strip():
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                return _error(invalid(f"the request body is not valid JSON: {exc}"))
-            ready_only = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
+        try:
+            body = await _body(dict(request.scope["headers"]), request.receive, server.max_request_bytes)
+            if body.strip():
+                doc = loads_json(body)
+                if not isinstance(doc, dict):
+                    raise invalid('the repository index request must be a JSON object like {"ready": true}')
+                ready_only = _flag(doc, "ready", False, "repository index request")
+        except ServingError as exc:
+            return _error(exc)
         return _json(repo.index(ready_only))
 
     async def repo_load(request: Request) -> Response:
@@ -348,9 +368,32 @@ def build_app(server: Any) -> Any:
     from .access_log import AccessLogMiddleware
     from .triton import rest_exception_handlers, rest_routes
 
+    # 405 names the allowed methods (rest_exception_handlers); 404 does not echo the
+    # path; a fault of the server itself is a 500 saying what failed.
+    handlers = {**rest_exception_handlers(), 404: _no_route, Exception: _server_fault}
     # The extensions' routes first: /v2/models/stats is not a model named "stats".
-    app = Starlette(routes=rest_routes(server) + routes, exception_handlers=rest_exception_handlers())
+    app = Starlette(routes=rest_routes(server) + routes, exception_handlers=handlers)
     return AccessLogMiddleware(_InferFastPath(app, server))
+
+
+def _internal(exc: BaseException) -> bytes:
+    return orjson.dumps({"error": f"internal server error: {type(exc).__name__}: {str(exc)[:512]}"})
+
+
+async def _no_route(request: Request, exc: Exception) -> Response:
+    """No route for the method and path: the protocol's JSON error, the path not echoed."""
+    status = getattr(exc, "status_code", 404)
+    what = "method" if status == 405 else "path"
+    return Response(
+        orjson.dumps({"error": f"no endpoint of the Open Inference Protocol has this {what}; see GET /v2"}),
+        status_code=status,
+        media_type=_JSON,
+    )
+
+
+async def _server_fault(request: Request, exc: Exception) -> Response:
+    """A fault of the server itself (a client's mistake is a ServingError): 500 with what failed."""
+    return Response(_internal(exc), status_code=500, media_type=_JSON)
 
 
 async def _in_thread(executor: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:

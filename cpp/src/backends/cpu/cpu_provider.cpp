@@ -10,6 +10,7 @@
 
 #include "backends/cpu/kernels/parallel.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/host_threads.h"
 #include "xpuruntime/memory.h"
 
 #ifdef _OPENMP
@@ -115,7 +116,8 @@ class CpuProvider final : public graph::ExecutionProvider {
 #ifdef _OPENMP
     // The team size is an ICV of the calling thread: each run sets its own.
     const char* env = std::getenv("XRT_NUM_THREADS");
-    if (env && std::atoi(env) > 0) omp_set_num_threads(std::atoi(env));
+    const long long n = env ? std::strtoll(env, nullptr, 10) : 0;
+    if (n > 0) omp_set_num_threads(clamp_host_threads(n));
 #endif
     return std::make_unique<CpuRun>(MemoryManager::instance().allocator(Device::cpu()), arena_bytes,
                                     workspace_bytes);

@@ -260,11 +260,35 @@ int xrt_nccl_comm_split(void* comm, int color, int key, void** out) {
     return fail(kXrtNcclError, "ncclCommSplit failed on " + k->where() + ": " + nccl_text(n, rc, k->comm));
   }
   if (rc == ncclInProgress) {
-    if (int st = settle(*k, "Communicator.split", k->timeout_s)) return st;
+    if (int st = settle(*k, "Communicator.split", k->timeout_s)) {
+      // NCCL may still store the child's handle into child->comm from its init
+      // thread: the Comm is leaked on purpose rather than freed under that write.
+      (void)child.release();
+      return st;
+    }
   }
-  if (child->comm == nullptr) {  // not a member (color < 0)
+  if (color < 0) {  // not a member: NCCL creates no communicator for NCCL_SPLIT_NOCOLOR
     *out = nullptr;
     return ok();
+  }
+  // Non-blocking split: NCCL keeps *newcomm NULL "until comm split fully complete" and
+  // stores the handle from its own init thread (init.cc, ncclCommInitChildComm), which
+  // can be after the parent reports success. Reading child->comm once here returned
+  // None for a member (world size 1 on the H200), and freeing `child` then let that
+  // late store write into freed heap (malloc(): unaligned tcache chunk at exit).
+  // Wait for the store, bounded by the timeout.
+  {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(k->timeout_s);
+    while (__atomic_load_n(&child->comm, __ATOMIC_ACQUIRE) == nullptr) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        (void)child.release();  // NCCL may still write child->comm: leaked, never freed under it
+        return fail(kXrtNcclTimeout, "Communicator.split on " + k->where() + " did not produce the new "
+                                     "communicator within " + std::to_string(k->timeout_s) +
+                                     " s: a rank of the same color did not join; raise timeout= or check "
+                                     "every rank calls split");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
   if (int st = settle(*child, "Communicator.split", k->timeout_s)) return st;
   // The child's rank and size come from NCCL: split orders ranks by (key, old rank).

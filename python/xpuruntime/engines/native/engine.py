@@ -109,13 +109,18 @@ def plan_device(model: Any) -> str | None:
             with open(Path(model), "rb") as f:
                 data = f.read(144)
                 if len(data) == 144 and data[:7] == PLAN_MAGIC:
-                    data += f.read(int.from_bytes(data[8:16], "little"))
+                    # The header-length field is checked against the file before any read:
+                    # a corrupt length (up to 2^64-1) is left to the plan loader's message.
+                    size = int.from_bytes(data[8:16], "little")
+                    if size > os.fstat(f.fileno()).st_size - _PLAN_HEADER_AT.get(data[7:8], 144):
+                        return None
+                    data += f.read(size)
         at = _PLAN_HEADER_AT.get(data[7:8])
         if data[:7] != PLAN_MAGIC or at is None or len(data) < at:
             return None
         size = int.from_bytes(data[8:16], "little")
         device = json.loads(data[at : at + size]).get("device")
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError, OverflowError, RecursionError):
         return None
     return device if isinstance(device, str) else None
 

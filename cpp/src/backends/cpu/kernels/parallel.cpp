@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/cpu_op.h"
+#include "xpuruntime/host_threads.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -23,8 +24,6 @@ namespace {
 thread_local bool t_in_job = false;
 // The calling thread's ThreadCap (0: none).
 thread_local int t_cap = 0;
-// A cap above this is a typo, not a machine (the pool would spawn that many threads).
-constexpr int kMaxThreads = 1024;
 
 constexpr auto kSpin = std::chrono::microseconds(200);
 
@@ -68,7 +67,8 @@ struct Job {
 int env_threads() {
   for (const char* name : {"XRT_NUM_THREADS", "OMP_NUM_THREADS"}) {
     const char* v = std::getenv(name);
-    if (v && std::atoi(v) > 0) return std::atoi(v);
+    const long long n = v ? std::strtoll(v, nullptr, 10) : 0;  // saturates, never overflows
+    if (n > 0) return clamp_host_threads(n);
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }
@@ -197,7 +197,7 @@ class Pool {
 }  // namespace
 
 int default_threads() {
-  static const int n = std::min(env_threads(), kMaxThreads);
+  static const int n = std::min(env_threads(), max_host_threads());
   return n;
 }
 
@@ -206,7 +206,8 @@ int parallel_threads() { return t_cap > 0 ? t_cap : default_threads(); }
 
 ThreadCap::ThreadCap(int threads) : previous_(t_cap) {
   if (threads <= 0) return;
-  t_cap = std::min(threads, kMaxThreads);
+  // Clamped to what the process may start (host_threads.h): libgomp exit(1)s otherwise.
+  t_cap = clamp_host_threads(threads);
   Pool::instance().grow(t_cap);
 }
 
