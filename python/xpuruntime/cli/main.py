@@ -5,6 +5,7 @@
     xpuruntime explain MODEL                the plan and every decision behind it
     xpuruntime bench MODEL                  warm-up, p50/p90/p99 latency, throughput
     xpuruntime policy validate FILE         check a KernelPolicy/ExecutionPolicy file
+    xpuruntime policy check MODEL POLICY    a partition against the policy's budgets (exit 1 on violation)
     xpuruntime compare MODEL --engines ...  the same inputs through several engines
     xpuruntime serve --model-repository DIR the Open Inference Protocol over REST and gRPC
 
@@ -341,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="xpuruntime", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    from . import orchestrate
     p = sub.add_parser("devices", help="devices and engines on this machine")
     p.set_defaults(func=cmd_devices)
     p = sub.add_parser("run", help="run a model once and show outputs, latency and decisions")
@@ -350,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="show the compiled plan and every decision")
     _common(p, model_required=True)
     p.set_defaults(func=cmd_explain)
+    orchestrate.add_explain_options(p)
     p = sub.add_parser("bench", help="latency percentiles and throughput")
     _common(p, model_required=True)
     p.add_argument("--warmup", type=int, default=5)
@@ -362,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("file")
     v.add_argument("--kind", choices=["auto", "kernel", "exec"], default="auto")
     v.set_defaults(func=cmd_policy_validate)
+    orchestrate.add_policy_check(psub)
     from . import compare
 
     compare.add_parser(sub)
