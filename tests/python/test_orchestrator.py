@@ -142,6 +142,7 @@ def test_engines_in_the_policy_partition_too(feeds):
     assert rel_err(sess.run(feeds)["y"], ref) <= RTOL
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the TorchScript exporter's notice
 def test_torch_export_with_an_op_the_native_engine_lacks(tmp_path):
     torch = pytest.importorskip("torch", reason="the model is a torch export")
 

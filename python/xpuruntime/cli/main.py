@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="show the compiled plan and every decision")
     _common(p, model_required=True)
     p.set_defaults(func=cmd_explain)
-    orchestrate.add_explain_options(p)
+    orchestrate.add_explain_options(p, print_table)
     p = sub.add_parser("bench", help="latency percentiles and throughput")
     _common(p, model_required=True)
     p.add_argument("--warmup", type=int, default=5)

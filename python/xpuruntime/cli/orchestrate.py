@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -40,12 +41,11 @@ def _exec_policy(path: str | None) -> Any:
     return ExecutionPolicy.load(path)
 
 
-def _print_tables(result: dict[str, Any]) -> None:
-    from .main import print_table
+def _print_tables(args: argparse.Namespace, result: dict[str, Any]) -> None:
     from ..orchestrator.preview import format_text
 
     for title, cols, rows in format_text(result):
-        print_table(title, cols, rows)
+        args.print_table(title, cols, rows)
 
 
 def _kind(device: str | None) -> str:
@@ -53,8 +53,9 @@ def _kind(device: str | None) -> str:
 
 
 # ------------------------------------------------------------------ explain
-def add_explain_options(p: argparse.ArgumentParser) -> None:
-    """Add --engines, --dry-run and --format to the ``explain`` parser, routing them here."""
+def add_explain_options(p: argparse.ArgumentParser, print_table: Callable[..., None]) -> None:
+    """Add --engines, --dry-run and --format to the ``explain`` parser, routing them here
+    (``print_table(title, columns, rows)`` draws the tables)."""
     known = set(p._option_string_actions)
     p.add_argument("--engines", default=None, metavar="E1,E2",
                    help="partition across these engines, in order of preference (the orchestrator)")
@@ -69,7 +70,7 @@ def add_explain_options(p: argparse.ArgumentParser) -> None:
             return cmd_explain_engines(args)
         return int(original(args) or 0)
 
-    p.set_defaults(func=dispatch)
+    p.set_defaults(func=dispatch, print_table=print_table)
 
 
 def cmd_explain_engines(args: argparse.Namespace) -> int:
@@ -86,7 +87,7 @@ def cmd_explain_engines(args: argparse.Namespace) -> int:
         if getattr(args, "format", "text") == "json":
             print(json.dumps(result, indent=1, sort_keys=True))
         else:
-            _print_tables(result)
+            _print_tables(args, result)
         return 0
     from ..inference import InferenceSession
 
@@ -95,7 +96,7 @@ def cmd_explain_engines(args: argparse.Namespace) -> int:
         print(sess.explain().to_json())
     else:
         part = sess._engine.partition
-        _print_tables({"places": [], "coverage": [], "partition": part.to_dict(),
+        _print_tables(args, {"places": [], "coverage": [], "partition": part.to_dict(),
                        "violations": part.violations, "error": None})
         print(sess.explain())
     return 0

@@ -233,6 +233,9 @@ def _onnxruntime(graph: ModelGraph, device: str, place: str) -> list[NodeCapabil
     import onnxruntime as ort
 
     provider = _ORT_PROVIDERS.get(device)
+    av = registry.availability("onnxruntime")
+    if device == "cuda" and "cuda" not in av.devices:
+        return _all(graph, place, False, _core.reason.BACKEND_UNAVAILABLE, f"ONNX Runtime here: {av.reason}")
     if provider is None or provider not in ort.get_available_providers():
         return _all(graph, place, False, _core.reason.BACKEND_UNAVAILABLE,
                     f"ONNX Runtime {ort.__version__} here has no execution provider for {device!r} "
@@ -268,7 +271,7 @@ def _openvino(graph: ModelGraph, device: str, place: str) -> list[NodeCapability
 
     def ask(model: bytes) -> tuple[bool, str, str]:
         try:
-            m = core.read_model(model, b"")
+            m = core.read_model(model)
             got = core.query_model(m, target)
         except Exception as exc:  # noqa: BLE001 - OpenVINO's refusal is the answer, recorded
             return False, _core.reason.OP_UNSUPPORTED, f"OpenVINO: {_first_line(exc)}"

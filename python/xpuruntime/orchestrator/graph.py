@@ -77,18 +77,23 @@ class ModelGraph:
             raise InvalidModelError("the ONNX model has no graph (corrupt model?)")
         from ..engines.native.frontend import _without_large_weights
 
+        light = _without_large_weights(proto)
         try:
             # On a copy without the large weights: milliseconds instead of seconds.
-            inferred = onnx.shape_inference.infer_shapes(_without_large_weights(proto), strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
         except Exception as exc:
             raise InvalidModelError(f"ONNX shape inference failed on the model: {exc}") from exc
-        g = inferred.graph
         values: dict[str, ValueInfo] = {}
-        for vi in [*g.input, *g.value_info, *g.output]:
+        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
             values[vi.name] = _value_info(vi)
         inits = {t.name: t for t in proto.graph.initializer}
         for t in proto.graph.initializer:
             values[t.name] = ValueInfo(int(t.data_type), [int(d) for d in t.dims])
+        untyped = [o for n in proto.graph.node for o in n.output if o and values.get(o, ValueInfo()).elem_type == 0]
+        if untyped:
+            # Outputs of ops ONNX has no schema for (com.microsoft's), and what follows
+            # them: ONNX Runtime knows its own ops.
+            _ort_node_types(proto, values)
         names: list[str] = []
         seen: set[str] = set()
         for i, n in enumerate(proto.graph.node):
@@ -195,6 +200,43 @@ class ModelGraph:
             return vi
         shape = None if v.shape is None else [d if d is not None else None for d in v.shape]
         return helper.make_tensor_value_info(name, v.elem_type, shape)
+
+
+def _ort_node_types(proto: Any, values: dict[str, ValueInfo]) -> None:
+    """Where whole-model inference left values untyped (an op it does not know upstream
+    of them), ask ONNX Runtime node by node, in graph order: a one-node session over
+    typed inputs reports its outputs' types. Nodes it cannot build stay untyped."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    from onnx import helper
+
+    from ..engines.onnx_model import ORT_TYPE_NAMES
+
+    codes = {name: code for code, name in ONNX_DTYPES.items()}
+    small = {t.name: t for t in proto.graph.initializer if t.ByteSize() <= 1 << 12}
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    for n in proto.graph.node:
+        outs = [o for o in n.output if o and values.get(o, ValueInfo()).elem_type == 0]
+        ins = [v for v in dict.fromkeys(n.input) if v]
+        if not outs or any(values.get(v, ValueInfo()).elem_type == 0 for v in ins):
+            continue
+        inputs = [helper.make_tensor_value_info(v, values[v].elem_type, values[v].shape)
+                  for v in ins if v not in small]
+        g = helper.make_graph([n], "types", inputs, [helper.make_empty_tensor_value_info(o) for o in n.output if o],
+                              [small[v] for v in ins if v in small])
+        m = helper.make_model(g, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+        try:
+            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        except Exception:  # noqa: BLE001 - ORT cannot build it either: the outputs stay untyped
+            continue
+        for o in sess.get_outputs():
+            code = codes.get(ORT_TYPE_NAMES.get(o.type, ""))
+            if code is not None and values.get(o.name, ValueInfo()).elem_type == 0:
+                shape = [d if isinstance(d, (int, str)) else None for d in (o.shape or [])]
+                values[o.name] = ValueInfo(code, shape)
 
 
 def _value_info(vi: Any) -> ValueInfo:

@@ -244,22 +244,47 @@ def partition(
 
 
 def _islands(graph: ModelGraph, place_of: dict[int, str]) -> list[Island]:
-    """Topological order that stays on the current engine@device while it can."""
-    done = set(graph.inputs) | set(graph.initializers) | {""}
-    pending = set(range(len(graph.nodes)))
+    """Topological order that stays on the current engine@device while it can (Kahn's
+    algorithm; among ready nodes, the earliest in graph order)."""
+    import heapq
+
+    deps = [{graph.producer[v] for v in n.inputs if v in graph.producer} for n in graph.nodes]
+    children: list[list[int]] = [[] for _ in graph.nodes]
+    for i, d in enumerate(deps):
+        for j in d:
+            children[j].append(i)
+    indeg = [len(d) for d in deps]
+    by_place: dict[str, list[int]] = {}
+    anywhere: list[int] = []
+
+    def push(i: int) -> None:
+        heapq.heappush(by_place.setdefault(place_of[i], []), i)
+        heapq.heappush(anywhere, i)
+
+    for i, d in enumerate(indeg):
+        if d == 0:
+            push(i)
+    taken: set[int] = set()
     order: list[int] = []
     current = None
-    while pending:
-        ready = sorted(i for i in pending if all(v in done for v in graph.nodes[i].inputs))
-        if not ready:
-            graph.topo_order()  # raises naming the nodes
-        same = [i for i in ready if place_of[i] == current]
-        # Stay where we are; else go where most ready nodes are (ties: graph order).
-        pick = same[0] if same else ready[0]
-        current = place_of[pick]
+    while len(order) < len(graph.nodes):
+        pick = None
+        for heap in (by_place.get(current, []) if current else [], anywhere):
+            while heap and heap[0] in taken:
+                heapq.heappop(heap)
+            if heap:
+                pick = heapq.heappop(heap)
+                break
+        if pick is None:
+            graph.topo_order()  # raises naming the nodes of the cycle
+            raise AssertionError("no ready node")  # pragma: no cover - topo_order raised
+        taken.add(pick)
         order.append(pick)
-        pending.discard(pick)
-        done.update(graph.nodes[pick].outputs)
+        current = place_of[pick]
+        for c in children[pick]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                push(c)
     runs: list[list[int]] = []
     for i in order:
         if runs and place_of[runs[-1][0]] == place_of[i]:
@@ -324,6 +349,9 @@ def _violations(part: Partition, policy: Any) -> list[str]:
             f"{len(fb)} node(s) fall back from {part.candidates[0]}, more than max_fallback_nodes={max_fb}: "
             + _names(fb)
         )
+    has_strict = getattr(policy, "has_strict", None)
+    if fb and callable(has_strict) and has_strict("no_fallback"):
+        out.append(f"strict 'no_fallback': {len(fb)} node(s) fall back from {part.candidates[0]}: " + _names(fb))
     max_copy = _field(policy, "max_copy_bytes", None)
     if max_copy is not None and part.copy_bytes > max_copy:
         out.append(

@@ -108,7 +108,10 @@ class PartitionedEngine(Engine):
         for isl in self.partition.islands:
             sub = graph.submodel(isl.nodes, isl.inputs, isl.outputs, name=f"island{isl.index}")
             data = sub.SerializeToString()
-            self._islands.append((isl, self._build(isl, data), data))
+            eng = self._build(isl, data)
+            self._islands.append((isl, eng, data))
+            _learn_types(graph, eng)
+        self._outputs_info = [_tensor_info(graph, v) for v in graph.outputs]
         self._init_stats()
 
     # ------------------------------------------------------------------ building
@@ -311,6 +314,20 @@ class PartitionedEngine(Engine):
             self.partition.islands.append(isl)
             self._islands.append((isl, self._build(isl, blob), blob))
         self._init_stats()
+
+
+def _learn_types(graph: ModelGraph, eng: Engine) -> None:
+    """Types no shape inference knew, from the engine that built the values (the next
+    islands declare them as typed inputs)."""
+    from ..engines.onnx_model import ONNX_DTYPES
+    from .graph import ValueInfo
+
+    codes = {name: code for code, name in ONNX_DTYPES.items()}
+    for info in eng.outputs():
+        v = graph.values.get(info.name)
+        if (v is None or v.elem_type == 0) and info.dtype in codes:
+            shape = [d if isinstance(d, (int, str)) else None for d in info.shape]
+            graph.values[info.name] = ValueInfo(codes[info.dtype], shape)
 
 
 def _tensor_info(graph: ModelGraph, name: str) -> TensorInfo:

@@ -78,6 +78,8 @@ def _check_place(value: Any, what: str, allow_device: bool = False) -> str:
     from ..engines.registry import DEVICE_KINDS
 
     text = _checks.text(value, f"ExecutionPolicy {what}").strip().lower()
+    if not text:
+        raise _error(f"ExecutionPolicy {what} is empty; name an engine, 'engine@device' or a device kind")
     if allow_device and text in DEVICE_KINDS:
         return text
     engine, at, device = text.partition("@")
@@ -237,7 +239,8 @@ class ExecutionPolicy:
             }
         elif name in _BUDGETS:
             low = _BUDGETS[name]
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**63):
+            high = 2**31 - 1 if name == "max_islands" else 2**63 - 1
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
                 raise _error(
                     f"ExecutionPolicy {name} must be None (no limit) or an integer >= {low}, "
                     f"got {_checks.describe(value)}"

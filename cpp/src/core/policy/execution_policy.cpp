@@ -137,9 +137,12 @@ void ExecutionPolicy::validate() const {
     XRT_CHECK(valid_placement(place), PolicyError, "ExecutionPolicy pins['", key, "'] = '", place,
               "' is not 'engine' or 'engine@device' (e.g. 'onnxruntime@cpu')");
   }
-  for (const auto& f : forbid)
+  for (const auto& f : forbid) {
     XRT_CHECK(valid_placement(f), PolicyError, "ExecutionPolicy forbid entry '", f,
               "' is not a device kind, an engine or 'engine@device' (e.g. 'cpu', 'onnxruntime@cpu')");
+    XRT_CHECK(!(allow_fallback && f == to_string(*allow_fallback)), PolicyError,
+              "ExecutionPolicy allows fallback to '", f, "' but also forbids it; drop one of them");
+  }
   XRT_CHECK(!max_islands || *max_islands >= 1, PolicyError,
             "ExecutionPolicy max_islands must be >= 1 (or None: no limit), got ", max_islands.value_or(0));
   XRT_CHECK(!max_fallback_nodes || *max_fallback_nodes >= 0, PolicyError,
