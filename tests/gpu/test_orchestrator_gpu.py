@@ -27,7 +27,10 @@ torch = pytest.importorskip("torch", reason="the model is exported from torch")
 torchvision = pytest.importorskip("torchvision", reason="MaxViT comes from torchvision")
 
 _WHY = native_engine.unavailable_reason("cuda")
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_WHY), reason=f"no CUDA for the native engine: {_WHY}")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(bool(_WHY), reason=f"no CUDA for the native engine: {_WHY}"),
+]
 
 RTOL = 1e-4  # fp32, TF32 off, against torch on the CPU (float32)
 MAX_OVERHEAD_US = 20.0
@@ -43,8 +46,15 @@ def maxvit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     torch.manual_seed(0)
     net = torchvision.models.maxvit_t(weights=None).eval()
     path = tmp_path_factory.mktemp("maxvit") / "maxvit_t.onnx"
-    torch.onnx.export(net, (torch.randn(1, 3, 224, 224),), str(path), input_names=["input"],
-                      output_names=["logits"], opset_version=17, dynamo=False)
+    torch.onnx.export(
+        net,
+        (torch.randn(1, 3, 224, 224),),
+        str(path),
+        input_names=["input"],
+        output_names=["logits"],
+        opset_version=17,
+        dynamo=False,
+    )
     return path, net
 
 
@@ -95,6 +105,8 @@ def test_maxvit_native_cuda_plus_onnxruntime(maxvit):
     t_alone = sum(_median_s(lambda e=e, f=f, o=o: e.run(f, o)) for e, f, o in runs)
     boundaries = len(part.boundaries)
     per_us = (t_part - t_alone) / max(boundaries, 1) * 1e6
-    print(f"partitioned {t_part * 1e3:.3f} ms, islands alone {t_alone * 1e3:.3f} ms, "
-          f"{boundaries} boundaries: {per_us:.2f} us per boundary")
+    print(
+        f"partitioned {t_part * 1e3:.3f} ms, islands alone {t_alone * 1e3:.3f} ms, "
+        f"{boundaries} boundaries: {per_us:.2f} us per boundary"
+    )
     assert per_us <= MAX_OVERHEAD_US

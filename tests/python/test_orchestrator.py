@@ -158,8 +158,15 @@ def test_torch_export_with_an_op_the_native_engine_lacks(tmp_path):
     torch.manual_seed(0)
     net = Net().eval()
     path = tmp_path / "atan.onnx"
-    torch.onnx.export(net, (torch.randn(3, 12),), str(path), input_names=["x"], output_names=["p"],
-                      opset_version=17, dynamo=False)
+    torch.onnx.export(
+        net,
+        (torch.randn(3, 12),),
+        str(path),
+        input_names=["x"],
+        output_names=["p"],
+        opset_version=17,
+        dynamo=False,
+    )
     model = onnx.load(str(path))
     assert "Atan" in {n.op_type for n in model.graph.node}
     sess = xrt.InferenceSession(str(path), device="cpu", engine=["native", "onnxruntime"])
@@ -181,7 +188,9 @@ def test_max_islands_fails_at_build_time_naming_the_nodes():
 
 def test_forbid_cpu_fails_naming_why():
     ep = xrt.ExecutionPolicy(forbid=["cpu"])
-    with pytest.raises(PolicyError, match=r"forbid=\['cpu'\].*'fc1' \(MatMul\): native@cpu: forbidden by forbid entry 'cpu'"):
+    with pytest.raises(
+        PolicyError, match=r"forbid=\['cpu'\].*'fc1' \(MatMul\): native@cpu: forbidden by forbid entry 'cpu'"
+    ):
         xrt.InferenceSession(gelu_model(), device="cpu", engine=["native", "onnxruntime"], exec_policy=ep)
     # Forbidding one engine leaves the nodes only it runs without a place.
     ep = xrt.ExecutionPolicy(forbid=["onnxruntime"])
@@ -191,11 +200,19 @@ def test_forbid_cpu_fails_naming_why():
 
 def test_fallback_nodes_and_copy_bytes_budgets():
     graph = orchestrator.ModelGraph.load(gelu_model())
-    ok = orchestrator.partition(graph, "cpu", ["native", "onnxruntime"],
-                                xrt.ExecutionPolicy(max_fallback_nodes=1, max_copy_bytes=1024))
+    ok = orchestrator.partition(
+        graph,
+        "cpu",
+        ["native", "onnxruntime"],
+        xrt.ExecutionPolicy(max_fallback_nodes=1, max_copy_bytes=1024),
+    )
     assert ok.violations == [] and ok.fallback_nodes == ["ms_gelu"] and ok.copy_bytes == 1024
-    bad = orchestrator.partition(graph, "cpu", ["native", "onnxruntime"],
-                                 xrt.ExecutionPolicy(max_fallback_nodes=0, max_copy_bytes=1023))
+    bad = orchestrator.partition(
+        graph,
+        "cpu",
+        ["native", "onnxruntime"],
+        xrt.ExecutionPolicy(max_fallback_nodes=0, max_copy_bytes=1023),
+    )
     assert len(bad.violations) == 2
     assert "max_fallback_nodes=0: 'ms_gelu'" in bad.violations[0]
     assert "max_copy_bytes=1023" in bad.violations[1] and "'h' 512 B" in bad.violations[1]
@@ -206,7 +223,10 @@ def test_fallback_nodes_and_copy_bytes_budgets():
 def test_pins_place_nodes_and_fail_when_the_engine_cannot(feeds):
     ep = xrt.ExecutionPolicy(pins={"MatMul": "onnxruntime@cpu"})
     sess = xrt.InferenceSession(gelu_model(), device="cpu", engine=["native", "onnxruntime"], exec_policy=ep)
-    assert [i.node_names for i in sess._engine.partition.islands] == [["fc1", "ms_gelu", "fc2"], ["bias2", "tanh"]]
+    assert [i.node_names for i in sess._engine.partition.islands] == [
+        ["fc1", "ms_gelu", "fc2"],
+        ["bias2", "tanh"],
+    ]
     placed = {d.node: d for d in sess.explain() if d.op == "engine.partition"}
     assert placed["fc2"].rule == "pinned"
     (ref,) = ort_alone(gelu_model(), feeds)
@@ -229,7 +249,10 @@ def test_partitioned_session_saves_and_loads_bit_identically(tmp_path, feeds):
         assert np.array_equal(loaded.run(x)["y"], sess.run(x)["y"])
     assert np.array_equal(loaded.run(feeds)["y"], before)
     assert [d.chosen for d in loaded.explain() if d.op == "engine.island"] == [
-        "native@cpu", "onnxruntime@cpu", "native@cpu"]
+        "native@cpu",
+        "onnxruntime@cpu",
+        "native@cpu",
+    ]
     # A damaged island is refused, naming it.
     import zipfile
 
@@ -244,8 +267,14 @@ def test_partitioned_session_saves_and_loads_bit_identically(tmp_path, feeds):
 
 # ------------------------------------------------------------------ policy fields
 def test_execution_policy_orchestrator_fields_round_trip():
-    ep = xrt.ExecutionPolicy(engines=["native", "ort"], pins={"Einsum": "onnxrt@cpu", "n1": "native"},
-                             max_islands=2, max_fallback_nodes=0, max_copy_bytes=1 << 20, forbid=["cpu", "ov"])
+    ep = xrt.ExecutionPolicy(
+        engines=["native", "ort"],
+        pins={"Einsum": "onnxrt@cpu", "n1": "native"},
+        max_islands=2,
+        max_fallback_nodes=0,
+        max_copy_bytes=1 << 20,
+        forbid=["cpu", "ov"],
+    )
     assert ep.engines == ["native", "onnxruntime"]
     assert ep.pins == {"Einsum": "onnxruntime@cpu", "n1": "native"}
     assert ep.forbid == ["cpu", "openvino"]
@@ -255,7 +284,9 @@ def test_execution_policy_orchestrator_fields_round_trip():
     assert doc["engines"] == ["native", "onnxruntime"] and doc["max_islands"] == 2
     # Unset, they are not written: a policy without them keeps its old fingerprint.
     plain = json.loads(xrt.ExecutionPolicy(target="cpu").canonical_json())
-    assert not {"engines", "pins", "max_islands", "max_fallback_nodes", "max_copy_bytes", "forbid"} & set(plain)
+    assert not {"engines", "pins", "max_islands", "max_fallback_nodes", "max_copy_bytes", "forbid"} & set(
+        plain
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from xpuruntime import orchestrator
 from xpuruntime.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_orchestrator import gelu_model  # noqa: E402
+from test_orchestrator import gelu_model
 
 pytest.importorskip("onnxruntime", reason="ONNX Runtime is one of the engines previewed")
 
@@ -66,18 +66,38 @@ def test_policy_check_without_engines_is_a_usage_error(model_path, tmp_path, cap
 
 
 def test_explain_dry_run_prints_coverage_partition_and_bytes(model_path, capsys):
-    assert main(["explain", model_path, "--engines", "native,onnxruntime", "--device", "cpu", "--dry-run"]) == 0
+    assert (
+        main(["explain", model_path, "--engines", "native,onnxruntime", "--device", "cpu", "--dry-run"]) == 0
+    )
     out = capsys.readouterr().out
     assert "coverage" in out and "no: op_unsupported" in out
     assert "island boundaries (estimated bytes per run)" in out
-    assert main(["explain", model_path, "--engines", "native,onnxruntime", "--dry-run", "--format", "json",
-                 "--dim", "n=2"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                model_path,
+                "--engines",
+                "native,onnxruntime",
+                "--dry-run",
+                "--format",
+                "json",
+                "--dim",
+                "n=2",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     row = next(r for r in doc["coverage"] if r["node"] == "ms_gelu")
     assert row["engines"]["native@cpu"]["reason_code"] == "op_unsupported"
     assert row["engines"]["onnxruntime@cpu"]["supported"]
     assert [b["bytes"] for b in doc["partition"]["boundaries"]] == [2 * 32 * 4, 2 * 32 * 4]
-    assert [i["place"] for i in doc["partition"]["islands"]] == ["native@cpu", "onnxruntime@cpu", "native@cpu"]
+    assert [i["place"] for i in doc["partition"]["islands"]] == [
+        "native@cpu",
+        "onnxruntime@cpu",
+        "native@cpu",
+    ]
 
 
 def test_explain_with_engines_builds_and_shows_islands(model_path, capsys):
@@ -107,7 +127,9 @@ def _zoo_summary() -> dict:
     pytest.importorskip("torch", reason="the zoo is exported from torch")
     out = {}
     for name in model_zoo.MODELS:
-        result = orchestrator.preview(str(model_zoo.export(name)), ["native", "onnxruntime", "openvino"], "cpu")
+        result = orchestrator.preview(
+            str(model_zoo.export(name)), ["native", "onnxruntime", "openvino"], "cpu"
+        )
         out[name] = orchestrator.coverage_summary(result)
     return out
 
@@ -127,7 +149,9 @@ def test_zoo_coverage_matrix_golden():
     # Independent of the golden text: the native engine runs every node of the zoo on the
     # CPU, so each model is one native island.
     for name, s in got.items():
-        assert s["islands"] == [{"place": "native@cpu", "nodes": sum(o["nodes"] for o in s["ops"].values())}], name
+        assert s["islands"] == [
+            {"place": "native@cpu", "nodes": sum(o["nodes"] for o in s["ops"].values())}
+        ], name
 
 
 def test_coverage_reads_every_node():

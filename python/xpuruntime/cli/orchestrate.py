@@ -1,13 +1,13 @@
 """The orchestrator's commands (DESIGN.md §6):
 
-    xpuruntime explain MODEL --engines native,onnxruntime,openvino --device cuda --dry-run [--format json]
-        the coverage matrix, the partition the policy would produce and the bytes
-        crossing each island boundary, before anything is built;
-    xpuruntime explain MODEL --engines native,onnxruntime
-        builds the partitioned session and shows its islands, placements and copies;
-    xpuruntime policy check MODEL POLICY [--device D] [--engines ...]
-        the policy's budgets against the partition, for CI: exit 0 when it holds, 1
-        when it breaks (each violation named), 2 on an unusable model or policy file.
+xpuruntime explain MODEL --engines native,onnxruntime,openvino --device cuda --dry-run [--format json]
+    the coverage matrix, the partition the policy would produce and the bytes
+    crossing each island boundary, before anything is built;
+xpuruntime explain MODEL --engines native,onnxruntime
+    builds the partitioned session and shows its islands, placements and copies;
+xpuruntime policy check MODEL POLICY [--device D] [--engines ...]
+    the policy's budgets against the partition, for CI: exit 0 when it holds, 1
+    when it breaks (each violation named), 2 on an unusable model or policy file.
 """
 
 from __future__ import annotations
@@ -57,10 +57,17 @@ def add_explain_options(p: argparse.ArgumentParser, print_table: Callable[..., N
     """Add --engines, --dry-run and --format to the ``explain`` parser, routing them here
     (``print_table(title, columns, rows)`` draws the tables)."""
     known = set(p._option_string_actions)
-    p.add_argument("--engines", default=None, metavar="E1,E2",
-                   help="partition across these engines, in order of preference (the orchestrator)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="with --engines: show coverage, partition and boundary bytes without building")
+    p.add_argument(
+        "--engines",
+        default=None,
+        metavar="E1,E2",
+        help="partition across these engines, in order of preference (the orchestrator)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --engines: show coverage, partition and boundary bytes without building",
+    )
     if "--format" not in known:
         p.add_argument("--format", choices=["text", "json"], default="text", help="output format")
     original = p.get_default("func")
@@ -90,14 +97,32 @@ def cmd_explain_engines(args: argparse.Namespace) -> int:
             _print_tables(args, result)
         return 0
     from ..inference import InferenceSession
+    from .compare import make_inputs
 
     sess = InferenceSession(args.model, device=device, engine=engines, exec_policy=ep)
+    # One run on random inputs: the copies are then measured, not only estimated.
+    sess.run(
+        make_inputs(
+            sess.get_inputs(),
+            _dims(getattr(args, "dim", [])),
+            getattr(args, "seed", 0),
+            getattr(args, "int_high", 10),
+        )
+    )
     if getattr(args, "format", "text") == "json":
         print(sess.explain().to_json())
     else:
         part = sess._engine.partition
-        _print_tables(args, {"places": [], "coverage": [], "partition": part.to_dict(),
-                       "violations": part.violations, "error": None})
+        _print_tables(
+            args,
+            {
+                "places": [],
+                "coverage": [],
+                "partition": part.to_dict(),
+                "violations": part.violations,
+                "error": None,
+            },
+        )
         print(sess.explain())
     return 0
 
@@ -105,14 +130,21 @@ def cmd_explain_engines(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ policy check
 def add_policy_check(psub: Any) -> None:
     """Add ``policy check MODEL POLICY`` to the ``policy`` subcommands."""
-    c = psub.add_parser("check", help="check a model's partition against an ExecutionPolicy's budgets "
-                                      "(exit 1 naming each violation)")
+    c = psub.add_parser(
+        "check",
+        help="check a model's partition against an ExecutionPolicy's budgets (exit 1 naming each violation)",
+    )
     c.add_argument("model", help="path to an .onnx model")
     c.add_argument("policy", help="ExecutionPolicy file (JSON or YAML)")
     c.add_argument("--device", default="cpu", help="device kind the session would run on (default cpu)")
     c.add_argument("--engines", default=None, metavar="E1,E2", help="engines (default: the policy's engines)")
-    c.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="value of a symbolic dimension for the byte estimates (default 1)")
+    c.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="value of a symbolic dimension for the byte estimates (default 1)",
+    )
     c.add_argument("--format", choices=["text", "json"], default="text")
     c.set_defaults(func=cmd_policy_check)
 
@@ -123,20 +155,29 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
     ep = _exec_policy(args.policy)
     engines = _engines(args.engines) or list(ep.engines) or ([ep.engine] if ep.engine else [])
     if not engines:
-        print(f"error: {args.policy} lists no engines; add \"engines\": [...] to it or pass --engines",
-              file=sys.stderr)
+        print(
+            f'error: {args.policy} lists no engines; add "engines": [...] to it or pass --engines',
+            file=sys.stderr,
+        )
         return 2
     result = preview(args.model, engines, _kind(args.device), ep, dims=_dims(args.dim))
     problems = ([result["error"]] if result["error"] else []) + list(result["violations"])
     if args.format == "json":
-        print(json.dumps({"ok": not problems, "problems": problems, "partition": result["partition"]},
-                         indent=1, sort_keys=True))
+        print(
+            json.dumps(
+                {"ok": not problems, "problems": problems, "partition": result["partition"]},
+                indent=1,
+                sort_keys=True,
+            )
+        )
     else:
         part = result["partition"]
         if part is not None:
             islands = ", ".join(f"{i['place']} ({len(i['nodes'])} nodes)" for i in part["islands"])
-            print(f"partition: {len(part['islands'])} island(s): {islands}; "
-                  f"{len(part['fallback_nodes'])} fallback node(s); {part['copy_bytes']} bytes across boundaries")
+            print(
+                f"partition: {len(part['islands'])} island(s): {islands}; "
+                f"{len(part['fallback_nodes'])} fallback node(s); {part['copy_bytes']} bytes across boundaries"
+            )
         for p in problems:
             print(f"violation: {p}")
         print(f"{'FAIL' if problems else 'ok'}: {args.model} under {args.policy} on {_kind(args.device)}")

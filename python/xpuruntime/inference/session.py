@@ -123,7 +123,6 @@ class InferenceSession:
         """
         from .._core import BackendUnavailableError
         from ..engines.native.engine import _DRIVEN, plan_device
-
         from ..orchestrator import is_artifact
 
         if is_artifact(path):  # a partitioned session's artifact: every island's own

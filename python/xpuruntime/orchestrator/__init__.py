@@ -61,18 +61,28 @@ def build(
     from ..engines.base import EngineOptions
     from ..engines.registry import canonical_name
 
-    engines: Sequence[str] = engine if isinstance(engine, (list, tuple)) else (
-        getattr(exec_policy, "engines", None) or [])
+    engines: Sequence[str] = (
+        engine if isinstance(engine, (list, tuple)) else (getattr(exec_policy, "engines", None) or [])
+    )
     if isinstance(engine, (list, tuple)) and not engine and not is_artifact(model):
-        raise InvalidArgumentError("engine=[] lists no engine; name at least one, e.g. ['native', 'onnxruntime']")
+        raise InvalidArgumentError(
+            "engine=[] lists no engine; name at least one, e.g. ['native', 'onnxruntime']"
+        )
     names = [canonical_name(e) for e in engines]
     dev = _device(model, device, exec_policy)
     eng = PartitionedEngine(model, EngineOptions(dev, kernel_policy, exec_policy, dict(extra)), names)
     used = eng.engine_names
     d = Decision(
-        op="engine", device=dev, dtypes=[], shapes=[],
-        candidates=[Candidate(p, "supported", "", "") for p in dict.fromkeys(i.place for i in eng.partition.islands)],
-        chosen="+".join(used), rule="partition", node="session",
+        op="engine",
+        device=dev,
+        dtypes=[],
+        shapes=[],
+        candidates=[
+            Candidate(p, "supported", "", "") for p in dict.fromkeys(i.place for i in eng.partition.islands)
+        ],
+        chosen="+".join(used),
+        rule="partition",
+        node="session",
         detail=f"{len(eng.partition.islands)} island(s) over {', '.join(used)} (engines in order: "
         f"{', '.join(names) or 'from the artifact'})",
     )

@@ -76,11 +76,20 @@ def engine_capability(graph: ModelGraph, engine: str, device: str) -> list[NodeC
     av = registry.availability(engine)
     if not av.available:
         hint = f" (install: {av.install_hint})" if av.install_hint else ""
-        return _all(graph, place, False, _core.reason.BACKEND_UNAVAILABLE, f"{engine} is not installed here: {av.reason}{hint}")
+        return _all(
+            graph,
+            place,
+            False,
+            _core.reason.BACKEND_UNAVAILABLE,
+            f"{engine} is not installed here: {av.reason}{hint}",
+        )
     fn = _ENGINES.get(engine)
     if fn is None:
         return _all(
-            graph, place, False, _core.reason.BACKEND_UNAVAILABLE,
+            graph,
+            place,
+            False,
+            _core.reason.BACKEND_UNAVAILABLE,
             f"engine {engine!r} does not answer capability queries (no probe registered)",
         )
     return fn(graph, device, place)
@@ -95,8 +104,13 @@ def _native(graph: ModelGraph, device: str, place: str) -> list[NodeCapability]:
     from ..engines.native.frontend import NATIVE_ONNX_TYPES
 
     if device not in ("cpu", "cuda"):
-        return _all(graph, place, False, _core.reason.DEVICE_MISMATCH,
-                    f"the native engine runs on cpu and cuda, not on {device!r}")
+        return _all(
+            graph,
+            place,
+            False,
+            _core.reason.DEVICE_MISMATCH,
+            f"the native engine runs on cpu and cuda, not on {device!r}",
+        )
     desc, refused = _native_desc(graph)
     try:
         rows = _core.graph.node_support(desc, device=device)
@@ -106,17 +120,42 @@ def _native(graph: ModelGraph, device: str, place: str) -> list[NodeCapability]:
     out = []
     for n in graph.nodes:
         r = by_name[n.name]
-        bad = [v for v in (*n.inputs, *n.outputs) if v and graph.values.get(v) is not None
-               and graph.values[v].elem_type not in (0, *NATIVE_ONNX_TYPES)]
+        bad = [
+            v
+            for v in (*n.inputs, *n.outputs)
+            if v
+            and graph.values.get(v) is not None
+            and graph.values[v].elem_type not in (0, *NATIVE_ONNX_TYPES)
+        ]
         if r["supported"] and bad:
-            out.append(NodeCapability(n.name, n.op, place, False, _core.reason.DTYPE_UNSUPPORTED,
-                                      f"value '{bad[0]}' has an element type the native engine does not run"))
+            out.append(
+                NodeCapability(
+                    n.name,
+                    n.op,
+                    place,
+                    False,
+                    _core.reason.DTYPE_UNSUPPORTED,
+                    f"value '{bad[0]}' has an element type the native engine does not run",
+                )
+            )
         elif n.name in refused:
-            out.append(NodeCapability(n.name, n.op, place, False, _core.reason.ATTRIBUTE_UNSUPPORTED,
-                                      refused[n.name]))
+            out.append(
+                NodeCapability(
+                    n.name, n.op, place, False, _core.reason.ATTRIBUTE_UNSUPPORTED, refused[n.name]
+                )
+            )
         else:
-            out.append(NodeCapability(n.name, n.op, place, bool(r["supported"]), r["reason_code"],
-                                      r["detail"], tuple(r["kernels"])))
+            out.append(
+                NodeCapability(
+                    n.name,
+                    n.op,
+                    place,
+                    bool(r["supported"]),
+                    r["reason_code"],
+                    r["detail"],
+                    tuple(r["kernels"]),
+                )
+            )
     return out
 
 
@@ -135,6 +174,7 @@ def _native_desc(graph: ModelGraph) -> tuple[dict[str, Any], dict[str, str]]:
             inits.append((name, frontend._tensor(t, "initializer")))
         except _core.XpuRuntimeError:
             inputs.append((name, "float32", [int(d) for d in t.dims]))
+
     def shape(name: str) -> list[int | str | None]:
         v = graph.values.get(name)
         return [d if isinstance(d, (int, str)) else None for d in (v.shape or [])] if v else []
@@ -142,7 +182,13 @@ def _native_desc(graph: ModelGraph) -> tuple[dict[str, Any], dict[str, str]]:
     for name in graph.inputs:
         v = graph.values.get(name)
         dtype = ONNX_DTYPES.get(v.elem_type, "float32") if v else "float32"
-        inputs.append((name, dtype if dtype in {ONNX_DTYPES[c] for c in frontend.NATIVE_ONNX_TYPES} else "float32", shape(name)))
+        inputs.append(
+            (
+                name,
+                dtype if dtype in {ONNX_DTYPES[c] for c in frontend.NATIVE_ONNX_TYPES} else "float32",
+                shape(name),
+            )
+        )
     nodes = []
     for n, proto in zip(graph.nodes, graph.proto.graph.node):
         attrs = {}
@@ -186,7 +232,9 @@ def _probes(graph: ModelGraph) -> list[_Probe]:
                 sig.append(hashlib.sha256(t.SerializeToString()).hexdigest())
             elif v not in {i.name for i in inputs}:
                 inputs.append(graph.value_info(v))
-                sig.append(f"{info.elem_type if info else 0}/{len(info.shape) if info and info.shape is not None else '?'}")
+                sig.append(
+                    f"{info.elem_type if info else 0}/{len(info.shape) if info and info.shape is not None else '?'}"
+                )
         node = onnx.NodeProto()
         node.CopyFrom(proto)
         node.name = "probe"
@@ -226,7 +274,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 # ----------------------------------------------------------------------- onnxruntime
-_ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "npu": "QNNExecutionProvider"}
+_ORT_PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "npu": "QNNExecutionProvider",
+}
 
 
 def _onnxruntime(graph: ModelGraph, device: str, place: str) -> list[NodeCapability]:
@@ -237,9 +289,14 @@ def _onnxruntime(graph: ModelGraph, device: str, place: str) -> list[NodeCapabil
     if device == "cuda" and "cuda" not in av.devices:
         return _all(graph, place, False, _core.reason.BACKEND_UNAVAILABLE, f"ONNX Runtime here: {av.reason}")
     if provider is None or provider not in ort.get_available_providers():
-        return _all(graph, place, False, _core.reason.BACKEND_UNAVAILABLE,
-                    f"ONNX Runtime {ort.__version__} here has no execution provider for {device!r} "
-                    f"(available: {', '.join(ort.get_available_providers())})")
+        return _all(
+            graph,
+            place,
+            False,
+            _core.reason.BACKEND_UNAVAILABLE,
+            f"ONNX Runtime {ort.__version__} here has no execution provider for {device!r} "
+            f"(available: {', '.join(ort.get_available_providers())})",
+        )
 
     def ask(model: bytes) -> tuple[bool, str, str]:
         so = ort.SessionOptions()
@@ -266,8 +323,13 @@ def _openvino(graph: ModelGraph, device: str, place: str) -> list[NodeCapability
     core = ov.Core()
     target = _OV_DEVICES.get(device)
     if target is None or target not in core.available_devices:
-        return _all(graph, place, False, _core.reason.BACKEND_UNAVAILABLE,
-                    f"OpenVINO here has no {device!r} device (available: {', '.join(core.available_devices)})")
+        return _all(
+            graph,
+            place,
+            False,
+            _core.reason.BACKEND_UNAVAILABLE,
+            f"OpenVINO here has no {device!r} device (available: {', '.join(core.available_devices)})",
+        )
 
     def ask(model: bytes) -> tuple[bool, str, str]:
         try:
@@ -275,11 +337,18 @@ def _openvino(graph: ModelGraph, device: str, place: str) -> list[NodeCapability
             got = core.query_model(m, target)
         except Exception as exc:  # noqa: BLE001 - OpenVINO's refusal is the answer, recorded
             return False, _core.reason.OP_UNSUPPORTED, f"OpenVINO: {_first_line(exc)}"
-        ops = [op.get_friendly_name() for op in m.get_ops()
-               if op.get_type_name() not in ("Parameter", "Result", "Constant")]
+        ops = [
+            op.get_friendly_name()
+            for op in m.get_ops()
+            if op.get_type_name() not in ("Parameter", "Result", "Constant")
+        ]
         missing = [o for o in ops if o not in got]
         if missing:
-            return False, _core.reason.OP_UNSUPPORTED, f"OpenVINO {target}.query_model leaves out {missing[0]}"
+            return (
+                False,
+                _core.reason.OP_UNSUPPORTED,
+                f"OpenVINO {target}.query_model leaves out {missing[0]}",
+            )
         return True, "", f"OpenVINO {target} takes it"
 
     return _probe_all(graph, place, ask)
@@ -302,7 +371,11 @@ def _tensorrt(graph: ModelGraph, device: str, place: str) -> list[NodeCapability
         if ok:
             return True, "", "TensorRT's ONNX parser supports it"
         errs = [str(parser.get_error(i).desc()) for i in range(parser.num_errors)]
-        return False, _core.reason.OP_UNSUPPORTED, "TensorRT's ONNX parser: " + (errs[0] if errs else "unsupported")
+        return (
+            False,
+            _core.reason.OP_UNSUPPORTED,
+            "TensorRT's ONNX parser: " + (errs[0] if errs else "unsupported"),
+        )
 
     return _probe_all(graph, place, ask)
 
@@ -312,7 +385,9 @@ _ENGINES = {
     "onnxruntime": _onnxruntime,
     "openvino": _openvino,
     "tensorrt": _tensorrt,
-    "qnn": lambda graph, device, place: _onnxruntime(graph, "npu" if device == "npu" else device, place)
-    if device == "npu"
-    else _all(graph, place, False, _core.reason.DEVICE_MISMATCH, "QNN runs on npu only"),
+    "qnn": lambda graph, device, place: (
+        _onnxruntime(graph, "npu" if device == "npu" else device, place)
+        if device == "npu"
+        else _all(graph, place, False, _core.reason.DEVICE_MISMATCH, "QNN runs on npu only")
+    ),
 }

@@ -89,7 +89,9 @@ class ModelGraph:
         inits = {t.name: t for t in proto.graph.initializer}
         for t in proto.graph.initializer:
             values[t.name] = ValueInfo(int(t.data_type), [int(d) for d in t.dims])
-        untyped = [o for n in proto.graph.node for o in n.output if o and values.get(o, ValueInfo()).elem_type == 0]
+        untyped = [
+            o for n in proto.graph.node for o in n.output if o and values.get(o, ValueInfo()).elem_type == 0
+        ]
         if untyped:
             # Outputs of ops ONNX has no schema for (com.microsoft's), and what follows
             # them: ONNX Runtime knows its own ops.
@@ -159,9 +161,7 @@ class ModelGraph:
         return order
 
     # ------------------------------------------------------------------ sub-models
-    def submodel(
-        self, node_ids: list[int], inputs: list[str], outputs: list[str], *, name: str
-    ) -> Any:
+    def submodel(self, node_ids: list[int], inputs: list[str], outputs: list[str], *, name: str) -> Any:
         """An ONNX model of ``node_ids`` (in the given order) reading ``inputs`` (graph
         inputs of the sub-model) and the initializers it uses, producing ``outputs``."""
         onnx = import_onnx()
@@ -223,14 +223,22 @@ def _ort_node_types(proto: Any, values: dict[str, ValueInfo]) -> None:
         ins = [v for v in dict.fromkeys(n.input) if v]
         if not outs or any(values.get(v, ValueInfo()).elem_type == 0 for v in ins):
             continue
-        inputs = [helper.make_tensor_value_info(v, values[v].elem_type, values[v].shape)
-                  for v in ins if v not in small]
-        g = helper.make_graph([n], "types", inputs, [helper.make_empty_tensor_value_info(o) for o in n.output if o],
-                              [small[v] for v in ins if v in small])
+        inputs = [
+            helper.make_tensor_value_info(v, values[v].elem_type, values[v].shape)
+            for v in ins
+            if v not in small
+        ]
+        g = helper.make_graph(
+            [n],
+            "types",
+            inputs,
+            [helper.make_empty_tensor_value_info(o) for o in n.output if o],
+            [small[v] for v in ins if v in small],
+        )
         m = helper.make_model(g, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
         try:
             sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        except Exception:  # noqa: BLE001 - ORT cannot build it either: the outputs stay untyped
+        except Exception:  # noqa: BLE001, S112 - ORT cannot build it either: the outputs stay untyped
             continue
         for o in sess.get_outputs():
             code = codes.get(ORT_TYPE_NAMES.get(o.type, ""))

@@ -101,20 +101,34 @@ class Partition:
     def check(self) -> None:
         """Raise PolicyError naming every budget violation (and the nodes behind it)."""
         if self.violations:
-            raise PolicyError("the partition breaks the ExecutionPolicy's budgets: " + "; ".join(self.violations))
+            raise PolicyError(
+                "the partition breaks the ExecutionPolicy's budgets: " + "; ".join(self.violations)
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,
             "candidates": list(self.candidates),
             "islands": [
-                {"index": i.index, "place": i.place, "nodes": list(i.node_names),
-                 "inputs": list(i.inputs), "outputs": list(i.outputs)}
+                {
+                    "index": i.index,
+                    "place": i.place,
+                    "nodes": list(i.node_names),
+                    "inputs": list(i.inputs),
+                    "outputs": list(i.outputs),
+                }
                 for i in self.islands
             ],
             "boundaries": [
-                {"value": b.value, "from": b.src, "to": b.dst, "direction": b.direction,
-                 "bytes": b.bytes, "dtype": b.dtype, "shape": list(b.shape)}
+                {
+                    "value": b.value,
+                    "from": b.src,
+                    "to": b.dst,
+                    "direction": b.direction,
+                    "bytes": b.bytes,
+                    "dtype": b.dtype,
+                    "shape": list(b.shape),
+                }
                 for b in self.boundaries
             ],
             "placements": [
@@ -210,8 +224,12 @@ def partition(
                 break
         if chosen is None:
             reasons = "; ".join(
-                f"{c}: " + (f"forbidden by forbid entry '{_forbidden(c, forbid)}'" if a.supported and
-                            _forbidden(c, forbid) else f"{a.reason_code} ({a.detail})")
+                f"{c}: "
+                + (
+                    f"forbidden by forbid entry '{_forbidden(c, forbid)}'"
+                    if a.supported and _forbidden(c, forbid)
+                    else f"{a.reason_code} ({a.detail})"
+                )
                 for c, a in zip(cands, answers)
             )
             line = f"'{n.name}' ({n.op}): {reasons}"
@@ -225,14 +243,16 @@ def partition(
     if forbidden_only:
         raise PolicyError(
             f"{len(forbidden_only)} node(s) could run only where the ExecutionPolicy forbids "
-            f"(forbid={forbid}): " + " | ".join(forbidden_only[:8])
+            f"(forbid={forbid}): "
+            + " | ".join(forbidden_only[:8])
             + (f" | and {len(forbidden_only) - 8} more" if len(forbidden_only) > 8 else "")
             + ". Allow that device or engine, or add an engine that runs these nodes elsewhere"
         )
     if missing:
         raise UnsupportedOperationError(
             f"{len(missing)} node(s) no candidate engine runs (candidates: {', '.join(cands)}): "
-            + " | ".join(missing[:8]) + (f" | and {len(missing) - 8} more" if len(missing) > 8 else "")
+            + " | ".join(missing[:8])
+            + (f" | and {len(missing) - 8} more" if len(missing) > 8 else "")
             + ". Add an engine that runs them (engines=[...]) or allow_fallback"
         )
     place_of = {graph.nodes[i].index: p.place for i, p in enumerate(placements)}
@@ -296,12 +316,17 @@ def _islands(graph: ModelGraph, place_of: dict[int, str]) -> list[Island]:
     out = []
     for k, run in enumerate(runs):
         inside = {v for i in run for v in graph.nodes[i].outputs if v}
-        ins = list(dict.fromkeys(
-            v for i in run for v in graph.nodes[i].inputs
-            if v and v not in inside and v not in graph.initializers
-        ))
+        ins = list(
+            dict.fromkeys(
+                v
+                for i in run
+                for v in graph.nodes[i].inputs
+                if v and v not in inside and v not in graph.initializers
+            )
+        )
         outs = [
-            v for v in dict.fromkeys(v for i in run for v in graph.nodes[i].outputs if v)
+            v
+            for v in dict.fromkeys(v for i in run for v in graph.nodes[i].outputs if v)
             if v in graph.outputs or any(island_of[c] != k for c in consumers.get(v, []))
         ]
         out.append(Island(k, place_of[run[0]], run, [graph.nodes[i].name for i in run], ins, outs))
@@ -321,12 +346,17 @@ def _boundaries(graph: ModelGraph, islands: list[Island], dims: Mapping[str, int
                 continue  # a graph input: the caller's tensor
             info = graph.values.get(v)
             src = islands[src_of[v]]
-            out.append(Boundary(
-                v, src.index, isl.index, f"{src.place} -> {isl.place}",
-                info.nbytes(sized) if info else None,
-                ONNX_DTYPES.get(info.elem_type, "?") if info else "?",
-                list(info.shape or []) if info else [],
-            ))
+            out.append(
+                Boundary(
+                    v,
+                    src.index,
+                    isl.index,
+                    f"{src.place} -> {isl.place}",
+                    info.nbytes(sized) if info else None,
+                    ONNX_DTYPES.get(info.elem_type, "?") if info else "?",
+                    list(info.shape or []) if info else [],
+                )
+            )
     return out
 
 
@@ -337,10 +367,11 @@ def _violations(part: Partition, policy: Any) -> list[str]:
         first = part.islands[0].place
         others = [n for isl in part.islands if isl.place != first for n in isl.node_names]
         out.append(
-            f"{len(part.islands)} islands (" + ", ".join(
-                f"{i.place}: {len(i.nodes)} node(s)" for i in part.islands
-            ) + f") exceed max_islands={max_islands}; the nodes that split the model: "
-            + _names(others) + " (pin them, or raise max_islands)"
+            f"{len(part.islands)} islands ("
+            + ", ".join(f"{i.place}: {len(i.nodes)} node(s)" for i in part.islands)
+            + f") exceed max_islands={max_islands}; the nodes that split the model: "
+            + _names(others)
+            + " (pin them, or raise max_islands)"
         )
     max_fb = _field(policy, "max_fallback_nodes", None)
     fb = part.fallback_nodes
@@ -351,7 +382,9 @@ def _violations(part: Partition, policy: Any) -> list[str]:
         )
     has_strict = getattr(policy, "has_strict", None)
     if fb and callable(has_strict) and has_strict("no_fallback"):
-        out.append(f"strict 'no_fallback': {len(fb)} node(s) fall back from {part.candidates[0]}: " + _names(fb))
+        out.append(
+            f"strict 'no_fallback': {len(fb)} node(s) fall back from {part.candidates[0]}: " + _names(fb)
+        )
     max_copy = _field(policy, "max_copy_bytes", None)
     if max_copy is not None and part.copy_bytes > max_copy:
         out.append(

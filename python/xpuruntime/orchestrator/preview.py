@@ -87,14 +87,14 @@ def coverage_summary(result: Mapping[str, Any]) -> dict[str, Any]:
         "device": result["device"],
         "places": list(result["places"]),
         "ops": {k: ops[k] for k in sorted(ops)},
-        "islands": None if part is None else [
-            {"place": i["place"], "nodes": len(i["nodes"])} for i in part["islands"]
-        ],
+        "islands": None
+        if part is None
+        else [{"place": i["place"], "nodes": len(i["nodes"])} for i in part["islands"]],
         "error": None if result.get("error") is None else result["error"].split(":")[0],
     }
 
 
-def format_text(result: Mapping[str, Any], *, table: Any = None) -> list[tuple[str, list[str], list[list[str]]]]:
+def format_text(result: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """The preview as (title, columns, rows) tables: coverage, islands, boundaries, budgets."""
     places = list(result["places"])
     cov_rows = []
@@ -108,21 +108,51 @@ def format_text(result: Mapping[str, Any], *, table: Any = None) -> list[tuple[s
             else:
                 cells.append(f"no: {a['reason_code']}")
         cov_rows.append([row["node"], row["op"], *cells])
-    tables = [("coverage (per node: which engines could run it, and why not)", ["node", "op", *places], cov_rows)]
+    tables = []
+    if places:
+        tables.append(
+            (
+                "coverage (per node: which engines could run it, and why not)",
+                ["node", "op", *places],
+                cov_rows,
+            )
+        )
     part = result.get("partition")
     if part is not None:
-        tables.append((
-            "partition",
-            ["island", "engine@device", "nodes", "inputs", "outputs"],
-            [[str(i["index"]), i["place"], _short(i["nodes"]), _short(i["inputs"]), _short(i["outputs"])]
-             for i in part["islands"]],
-        ))
-        tables.append((
-            "island boundaries (estimated bytes per run)",
-            ["value", "from", "to", "direction", "dtype", "shape", "bytes"],
-            [[b["value"], str(b["from"]), str(b["to"]), b["direction"], b["dtype"], str(b["shape"]),
-              "?" if b["bytes"] is None else str(b["bytes"])] for b in part["boundaries"]],
-        ))
+        tables.append(
+            (
+                "partition",
+                ["island", "engine@device", "nodes", "inputs", "outputs"],
+                [
+                    [
+                        str(i["index"]),
+                        i["place"],
+                        _short(i["nodes"]),
+                        _short(i["inputs"]),
+                        _short(i["outputs"]),
+                    ]
+                    for i in part["islands"]
+                ],
+            )
+        )
+        tables.append(
+            (
+                "island boundaries (estimated bytes per run)",
+                ["value", "from", "to", "direction", "dtype", "shape", "bytes"],
+                [
+                    [
+                        b["value"],
+                        str(b["from"]),
+                        str(b["to"]),
+                        b["direction"],
+                        b["dtype"],
+                        str(b["shape"]),
+                        "?" if b["bytes"] is None else str(b["bytes"]),
+                    ]
+                    for b in part["boundaries"]
+                ],
+            )
+        )
     status = result.get("error") or ("; ".join(result["violations"]) if result["violations"] else "ok")
     tables.append(("budgets", ["result"], [[status]]))
     return tables

@@ -99,7 +99,9 @@ class PartitionedEngine(Engine):
         self._engines = [registry.canonical_name(e) for e in engines]
         graph = ModelGraph.load(model)
         dims = dict((options.extra or {}).get("dims", {}))
-        self.partition: Partition = partition(graph, self._kind, self._engines, options.exec_policy, dims=dims)
+        self.partition: Partition = partition(
+            graph, self._kind, self._engines, options.exec_policy, dims=dims
+        )
         self.partition.check()
         self._model_hash = graph.model_hash
         self._inputs_info = [_tensor_info(graph, v) for v in graph.inputs]
@@ -141,7 +143,9 @@ class PartitionedEngine(Engine):
         known = {o.name for o in self._outputs_info}
         for n in names:
             if n not in known:
-                raise InvalidArgumentError(f"unknown output '{n}'; the model's outputs: {', '.join(sorted(known))}")
+                raise InvalidArgumentError(
+                    f"unknown output '{n}'; the model's outputs: {', '.join(sorted(known))}"
+                )
         env: dict[str, Any] = dict(inputs)
         times: list[float] = []
         copies: list[tuple[tuple[str, int], int, float, bool]] = []
@@ -180,12 +184,19 @@ class PartitionedEngine(Engine):
         with self._lock:
             for b in self.partition.boundaries:
                 st = self._copies[(b.value, b.dst)]
-                out.append({
-                    "value": b.value, "from_island": b.src, "to_island": b.dst, "direction": b.direction,
-                    "bytes": st.bytes if st.count else b.bytes, "estimated": st.count == 0,
-                    "zero_copy": st.zero_copy if st.count else None, "runs": st.count,
-                    "mean_us": (st.total_s / st.count * 1e6) if st.count else None,
-                })
+                out.append(
+                    {
+                        "value": b.value,
+                        "from_island": b.src,
+                        "to_island": b.dst,
+                        "direction": b.direction,
+                        "bytes": st.bytes if st.count else b.bytes,
+                        "estimated": st.count == 0,
+                        "zero_copy": st.zero_copy if st.count else None,
+                        "runs": st.count,
+                        "mean_us": (st.total_s / st.count * 1e6) if st.count else None,
+                    }
+                )
         return out
 
     def island_times_ms(self) -> list[float]:
@@ -197,31 +208,58 @@ class PartitionedEngine(Engine):
         dev = str(self._options.device)
         out: list[Any] = []
         for p in self.partition.placements:
-            cands = [Candidate(c.place, "supported" if c.supported else "rejected", c.reason_code, c.detail)
-                     for c in p.candidates]
-            out.append(Decision(op="engine.partition", device=p.place.split("@")[1], dtypes=[], shapes=[],
-                                candidates=cands, chosen=p.place, rule=p.rule, node=p.node,
-                                detail=f"{p.op} on {p.place}"))
+            cands = [
+                Candidate(c.place, "supported" if c.supported else "rejected", c.reason_code, c.detail)
+                for c in p.candidates
+            ]
+            out.append(
+                Decision(
+                    op="engine.partition",
+                    device=p.place.split("@")[1],
+                    dtypes=[],
+                    shapes=[],
+                    candidates=cands,
+                    chosen=p.place,
+                    rule=p.rule,
+                    node=p.node,
+                    detail=f"{p.op} on {p.place}",
+                )
+            )
         times = self.island_times_ms()
         for isl, _, _ in self._islands:
-            out.append(Decision(
-                op="engine.island", device=isl.device, dtypes=[], shapes=[],
-                candidates=[Candidate(isl.place, "supported", "", "")], chosen=isl.place, rule="partition",
-                node=f"island{isl.index}",
-                detail=f"{len(isl.nodes)} node(s) {', '.join(isl.node_names[:6])}"
-                + (" ..." if len(isl.node_names) > 6 else "")
-                + f"; in: {', '.join(isl.inputs) or '-'}; out: {', '.join(isl.outputs) or '-'}"
-                + (f"; mean {times[isl.index]:.3f} ms per run" if self._runs else ""),
-            ))
+            out.append(
+                Decision(
+                    op="engine.island",
+                    device=isl.device,
+                    dtypes=[],
+                    shapes=[],
+                    candidates=[Candidate(isl.place, "supported", "", "")],
+                    chosen=isl.place,
+                    rule="partition",
+                    node=f"island{isl.index}",
+                    detail=f"{len(isl.nodes)} node(s) {', '.join(isl.node_names[:6])}"
+                    + (" ..." if len(isl.node_names) > 6 else "")
+                    + f"; in: {', '.join(isl.inputs) or '-'}; out: {', '.join(isl.outputs) or '-'}"
+                    + (f"; mean {times[isl.index]:.3f} ms per run" if self._runs else ""),
+                )
+            )
         for c in self.copies():
             size = "?" if c["bytes"] is None else str(c["bytes"])
             how = "estimated" if c["estimated"] else ("zero-copy" if c["zero_copy"] else "copied")
             when = f", mean {c['mean_us']:.1f} us over {c['runs']} run(s)" if c["runs"] else ""
-            out.append(Decision(
-                op="engine.copy", device=dev, dtypes=[], shapes=[], candidates=[], chosen=c["direction"],
-                rule="partition", node=c["value"],
-                detail=f"{size} bytes {c['direction']} (island {c['from_island']} -> {c['to_island']}, {how}{when})",
-            ))
+            out.append(
+                Decision(
+                    op="engine.copy",
+                    device=dev,
+                    dtypes=[],
+                    shapes=[],
+                    candidates=[],
+                    chosen=c["direction"],
+                    rule="partition",
+                    node=c["value"],
+                    detail=f"{size} bytes {c['direction']} (island {c['from_island']} -> {c['to_island']}, {how}{when})",
+                )
+            )
         for isl, eng, _ in self._islands:
             out.extend(eng.decisions())
         return out
@@ -245,19 +283,31 @@ class PartitionedEngine(Engine):
             else:
                 blob, name = data, f"island{isl.index}.onnx"
             files.append((name, blob))
-            islands.append({
-                "index": isl.index, "place": isl.place, "file": name, "sha256": hashlib.sha256(blob).hexdigest(),
-                "nodes": list(isl.node_names), "node_ids": list(isl.nodes),
-                "inputs": list(isl.inputs), "outputs": list(isl.outputs),
-            })
+            islands.append(
+                {
+                    "index": isl.index,
+                    "place": isl.place,
+                    "file": name,
+                    "sha256": hashlib.sha256(blob).hexdigest(),
+                    "nodes": list(isl.node_names),
+                    "node_ids": list(isl.nodes),
+                    "inputs": list(isl.inputs),
+                    "outputs": list(isl.outputs),
+                }
+            )
         manifest = {
-            "format": ARTIFACT_FORMAT, "version": ARTIFACT_VERSION, "device": self._kind,
-            "model_hash": self._model_hash, "engines": self._engines,
-            "exec_policy": None if self._options.exec_policy is None else json.loads(
-                self._options.exec_policy.to_json()),
+            "format": ARTIFACT_FORMAT,
+            "version": ARTIFACT_VERSION,
+            "device": self._kind,
+            "model_hash": self._model_hash,
+            "engines": self._engines,
+            "exec_policy": None
+            if self._options.exec_policy is None
+            else json.loads(self._options.exec_policy.to_json()),
             "inputs": [_info_dict(i) for i in self._inputs_info],
             "outputs": [_info_dict(i) for i in self._outputs_info],
-            "partition": self.partition.to_dict(), "islands": islands,
+            "partition": self.partition.to_dict(),
+            "islands": islands,
         }
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
             z.writestr(_MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
@@ -293,23 +343,36 @@ class PartitionedEngine(Engine):
         self._inputs_info = [_info_from(d) for d in manifest["inputs"]]
         self._outputs_info = [_info_from(d) for d in manifest["outputs"]]
         part = manifest["partition"]
-        self.partition = Partition(part["device"], part["candidates"], [], [], [
-            Boundary(b["value"], b["from"], b["to"], b["direction"], b["bytes"], b["dtype"], b["shape"])
-            for b in part["boundaries"]
-        ])
+        self.partition = Partition(
+            part["device"],
+            part["candidates"],
+            [],
+            [],
+            [
+                Boundary(b["value"], b["from"], b["to"], b["direction"], b["bytes"], b["dtype"], b["shape"])
+                for b in part["boundaries"]
+            ],
+        )
         from .capability import NodeCapability
         from .partition import Placement
 
         self.partition.placements = [
-            Placement(p["node"], p["op"], p["place"], p["rule"],
-                      [NodeCapability(p["node"], p["op"], p["place"], True, "", "loaded from the artifact")])
+            Placement(
+                p["node"],
+                p["op"],
+                p["place"],
+                p["rule"],
+                [NodeCapability(p["node"], p["op"], p["place"], True, "", "loaded from the artifact")],
+            )
             for p in part["placements"]
         ]
         self._islands = []
         for d in manifest["islands"]:
             blob = blobs[d["file"]]
             if hashlib.sha256(blob).hexdigest() != d["sha256"]:
-                raise InvalidModelError(f"island {d['index']} ({d['file']}) of the artifact is damaged (SHA-256 differs)")
+                raise InvalidModelError(
+                    f"island {d['index']} ({d['file']}) of the artifact is damaged (SHA-256 differs)"
+                )
             isl = Island(d["index"], d["place"], d["node_ids"], d["nodes"], d["inputs"], d["outputs"])
             self.partition.islands.append(isl)
             self._islands.append((isl, self._build(isl, blob), blob))
