@@ -133,6 +133,10 @@ def test_native_plus_onnxruntime_matches_onnxruntime_alone(feeds):
     assert stats[0]["bytes"] == 4 * 32 * 4 and stats[0]["runs"] == 3 and stats[0]["mean_us"] >= 0
     # The islands' own decisions follow (the native engine's kernels).
     assert any(d.op == "matmul" for d in log)
+    # The profiler shows each island as a range.
+    with xrt.profile() as prof:
+        sess.run(feeds)
+    assert "island1 onnxruntime@cpu" in prof.summary() and "island2 native@cpu" in prof.summary()
 
 
 def test_engines_in_the_policy_partition_too(feeds):
