@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .. import _core
 from ..engines import registry
 from ..engines.onnx_model import import_onnx
@@ -219,13 +221,14 @@ def _probes(graph: ModelGraph) -> list[_Probe]:
     from onnx import helper
 
     onnx = import_onnx()
+    consts = _constant_outputs(graph)
     out = []
     for n, proto in zip(graph.nodes, graph.proto.graph.node):
         inputs, inits, sig = [], [], []
         for v in n.inputs:
             if not v:
                 continue
-            t = graph.initializers.get(v)
+            t = graph.initializers.get(v, consts.get(v))
             info = graph.values.get(v)
             if t is not None and t.ByteSize() <= _CONST_LIMIT:
                 inits.append(t)
@@ -267,10 +270,36 @@ def _probe_all(graph: ModelGraph, place: str, ask: Any) -> list[NodeCapability]:
     return out
 
 
+def _constant_outputs(graph: ModelGraph) -> dict[str, Any]:
+    """Outputs of Constant nodes as tensors: a probe holds them as initializers, as the
+    engine sees them in the whole model (an Unsqueeze's axes, a Reshape's shape)."""
+    from onnx import helper, numpy_helper
+
+    out = {}
+    for n in graph.proto.graph.node:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or len(n.attribute) != 1:
+            continue
+        a = n.attribute[0]
+        try:
+            if a.name == "value":
+                t = type(a.t)()
+                t.CopyFrom(a.t)
+            elif a.name in ("value_int", "value_ints", "value_float", "value_floats"):
+                dtype = np.int64 if "int" in a.name else np.float32
+                t = numpy_helper.from_array(np.asarray(helper.get_attribute_value(a), dtype=dtype))
+            else:
+                continue
+        except (ValueError, TypeError):
+            continue
+        t.name = n.output[0]
+        out[n.output[0]] = t
+    return out
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line[:300]
+    """The informative line of a vendor's multi-line error (the last non-empty one)."""
+    lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 # ----------------------------------------------------------------------- onnxruntime
@@ -344,14 +373,33 @@ def _openvino(graph: ModelGraph, device: str, place: str) -> list[NodeCapability
         ]
         missing = [o for o in ops if o not in got]
         if missing:
-            return (
-                False,
-                _core.reason.OP_UNSUPPORTED,
-                f"OpenVINO {target}.query_model leaves out {missing[0]}",
-            )
+            # query_model also leaves out ops its transformations fused away (an
+            # Unsqueeze folded into a Reshape): compiling the node settles it.
+            try:
+                core.compile_model(m, target)
+            except Exception as exc:  # noqa: BLE001 - OpenVINO's refusal is the answer, recorded
+                return (
+                    False,
+                    _core.reason.OP_UNSUPPORTED,
+                    f"OpenVINO {target}.query_model leaves out {missing[0]} and compiling it fails: "
+                    f"{_first_line(exc)}",
+                )
         return True, "", f"OpenVINO {target} takes it"
 
-    return _probe_all(graph, place, ask)
+    # query_model on the whole model first: OpenVINO names each op after the ONNX node
+    # (after its output when unnamed), and knows shapes a one-node probe cannot (ranks computed at run time).
+    # Nodes it leaves out (folded, fused, or refused) are then probed one by one.
+    try:
+        whole = core.query_model(core.read_model(graph.proto.SerializeToString()), target)
+    except Exception:  # noqa: BLE001 - a model it cannot read as a whole is probed node by node
+        whole = {}
+    probed = _probe_all(graph, place, ask)
+    return [
+        NodeCapability(n.name, n.op, place, True, "", f"OpenVINO {target}.query_model on the model takes it")
+        if (proto.name and proto.name in whole) or any(o in whole for o in n.outputs if o)
+        else p
+        for n, proto, p in zip(graph.nodes, graph.proto.graph.node, probed)
+    ]
 
 
 # ------------------------------------------------------------------------- tensorrt
