@@ -381,8 +381,7 @@ def _openvino(graph: ModelGraph, device: str, place: str) -> list[NodeCapability
                 return (
                     False,
                     _core.reason.OP_UNSUPPORTED,
-                    f"OpenVINO {target}.query_model leaves out {missing[0]} and compiling it fails: "
-                    f"{_first_line(exc)}",
+                    f"OpenVINO {target}.query_model leaves out {missing[0]}, and compiling it fails: {_first_line(exc)}",
                 )
         return True, "", f"OpenVINO {target} takes it"
 
