@@ -240,6 +240,27 @@ def test_pins_place_nodes_and_fail_when_the_engine_cannot(feeds):
         xrt.InferenceSession(gelu_model(), device="cpu", engine=["native", "onnxruntime"], exec_policy=ep)
 
 
+def test_allow_fallback_cpu_means_islands_may_run_on_the_cpu(feeds):
+    from xpuruntime.engines.native import engine as native_engine
+
+    if "cuda" in native_engine.devices():
+        pytest.skip("CUDA is usable here: the islands would run there")
+    # No engine runs on CUDA here: without allow_fallback nothing may go elsewhere...
+    with pytest.raises(UnsupportedOperationError, match=r"native@cuda: backend_unavailable"):
+        xrt.InferenceSession(gelu_model(), device="cuda", engine=["native", "onnxruntime"])
+    # ...with allow_fallback="cpu" the islands run on the CPU, recorded as fallbacks.
+    ep = xrt.ExecutionPolicy(allow_fallback="cpu")
+    sess = xrt.InferenceSession(gelu_model(), device="cuda", engine=["native", "onnxruntime"], exec_policy=ep)
+    assert [i.place for i in sess._engine.partition.islands] == [
+        "native@cpu",
+        "onnxruntime@cpu",
+        "native@cpu",
+    ]
+    assert {d.rule for d in sess.explain() if d.op == "engine.partition"} == {"fallback"}
+    (ref,) = ort_alone(gelu_model(), feeds)
+    assert rel_err(sess.run(feeds)["y"], ref) <= RTOL
+
+
 # ------------------------------------------------------------------ save / load
 def test_partitioned_session_saves_and_loads_bit_identically(tmp_path, feeds):
     sess = xrt.InferenceSession(gelu_model(), device="cpu", engine=["native", "onnxruntime"])

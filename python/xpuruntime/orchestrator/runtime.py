@@ -101,7 +101,7 @@ class PartitionedEngine(Engine):
         graph = ModelGraph.load(model)
         dims = dict((options.extra or {}).get("dims", {}))
         self.partition: Partition = partition(
-            graph, self._kind, self._engines, options.exec_policy, dims=dims
+            graph, self._kind, self._engines, options.exec_policy, dims=dims, capability=_usable_here
         )
         self.partition.check()
         self._model_hash = graph.model_hash
@@ -379,6 +379,22 @@ class PartitionedEngine(Engine):
             self.partition.islands.append(isl)
             self._islands.append((isl, self._build(isl, blob), blob))
         self._init_stats()
+
+
+def _usable_here(graph: ModelGraph, engine: str, device: str) -> list[Any]:
+    """Capability for a session built now: an engine that cannot run on ``device`` on this
+    machine (no GPU, no such provider) takes no node there; the dry run, by contrast,
+    answers for a device that is not here."""
+    from .capability import NodeCapability, engine_capability
+
+    av = registry.availability(engine)
+    if av.available and device not in av.devices:
+        why = f"{engine} cannot run on {device} here" + (f": {av.reason}" if av.reason else "")
+        return [
+            NodeCapability(n.name, n.op, f"{engine}@{device}", False, _core.reason.BACKEND_UNAVAILABLE, why)
+            for n in graph.nodes
+        ]
+    return engine_capability(graph, engine, device)
 
 
 def _learn_types(graph: ModelGraph, eng: Engine) -> None:
