@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -111,6 +112,34 @@ TEST(Graph, MissingValueAndUnknownOpAreNamed) {
     EXPECT_NE(m.find("mystery"), std::string::npos);
     EXPECT_NE(m.find("Frobnicate"), std::string::npos);
   }
+}
+
+TEST(Graph, NodeSupportAnswersPerNodeWithReasonCodes) {
+  // The orchestrator's native capability: every node, in order, with a reason code.
+  Graph g;
+  input(g, "x", {2});
+  constant(g, "two", tensor({2}, 3));
+  node(g, "Add", {"two", "two"}, {"four"}, "folded");
+  node(g, "Relu", {"x"}, {"r"}, "relu");
+  node(g, "Frobnicate", {"r"}, {"f"}, "mystery");
+  Node ms;
+  ms.name = "ms_gelu";
+  ms.op_type = "Gelu";
+  ms.domain = "com.microsoft";
+  ms.inputs = {g.find("f")};
+  ms.outputs = {g.value_id("y")};
+  g.add_node(std::move(ms));
+  g.outputs = {g.find("y"), g.find("four")};
+  const std::vector<NodeSupport> s = node_support(g, "cpu");
+  ASSERT_EQ(s.size(), 4u);
+  std::map<std::string, NodeSupport> by;
+  for (const NodeSupport& x : s) by[x.node] = x;
+  EXPECT_TRUE(by["folded"].supported && by["folded"].folds);
+  EXPECT_TRUE(by["relu"].supported && !by["relu"].kernels.empty() && by["relu"].reason_code.empty());
+  EXPECT_FALSE(by["mystery"].supported);
+  EXPECT_EQ(by["mystery"].reason_code, "op_unsupported");
+  EXPECT_EQ(by["ms_gelu"].reason_code, "op_unsupported");
+  EXPECT_NE(by["ms_gelu"].detail.find("com.microsoft"), std::string::npos) << by["ms_gelu"].detail;
 }
 
 TEST(Graph, MemoryPlanReusesAndNeverOverlapsLiveBuffers) {

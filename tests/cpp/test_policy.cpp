@@ -236,6 +236,36 @@ TEST(ExecutionPolicy, Errors) {
   EXPECT_TRUE(contains(m, "newer")) << m;
 }
 
+TEST(ExecutionPolicy, OrchestratorFieldsRoundTripAndStayOutOfOldFingerprints) {
+  ExecutionPolicy p;
+  p.engines = {"native", "onnxruntime"};
+  p.pins = {{"Einsum", "onnxruntime@cpu"}, {"fc1", "native"}};
+  p.max_islands = 2;
+  p.max_fallback_nodes = 0;
+  p.max_copy_bytes = 1 << 20;
+  p.forbid = {"cpu"};
+  ExecutionPolicy q = ExecutionPolicy::from_json(p.to_json());
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(p.fingerprint(), q.fingerprint());
+  EXPECT_NE(p.fingerprint(), ExecutionPolicy{}.fingerprint());
+  EXPECT_TRUE(contains(p.canonical_json(), R"("engines":["native","onnxruntime"])")) << p.canonical_json();
+  EXPECT_TRUE(contains(p.repr(), "max_islands=2, max_fallback_nodes=0, max_copy_bytes=1048576, forbid=['cpu']"))
+      << p.repr();
+  // Unset: not written, so a policy without them keeps the fingerprint it had before.
+  EXPECT_FALSE(contains(ExecutionPolicy{}.canonical_json(), "engines"));
+  EXPECT_FALSE(contains(ExecutionPolicy{}.canonical_json(), "max_islands"));
+  std::string m = policy_error([] { ExecutionPolicy::from_json(R"({"max_islands": 0})"); });
+  EXPECT_TRUE(contains(m, "max_islands")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"engines": ["native", "native"]})"); });
+  EXPECT_TRUE(contains(m, "twice")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"pins": {"MatMul": "ort@"}})"); });
+  EXPECT_TRUE(contains(m, "engine@device")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"forbid": "cpu"})"); });
+  EXPECT_TRUE(contains(m, "list of names")) << m;
+  m = policy_error([] { ExecutionPolicy::from_json(R"({"max_copy_bytes": -1})"); });
+  EXPECT_TRUE(contains(m, "max_copy_bytes")) << m;
+}
+
 // ---- hardening (issue 19): messages, integer ranges, hostile keys ----------------
 
 namespace {

@@ -50,6 +50,10 @@ inline constexpr const char* kPythonSupportsError = "python_supports_error";
 inline constexpr const char* kPinMismatch = "pin_mismatch";
 inline constexpr const char* kSupportsError = "supports_error";  // supports() threw
 inline constexpr const char* kRunFailed = "run_failed";          // failed while being tuned
+// Engine capability (the orchestrator, graph::node_support): the op has no schema in
+// the engine (or comes from a domain it does not implement), or no kernel on the device.
+inline constexpr const char* kOpUnsupported = "op_unsupported";
+inline constexpr const char* kNoKernel = "no_kernel";
 }  // namespace reason
 
 // dtype, shape and strides (in elements; empty = contiguous) of one operand.

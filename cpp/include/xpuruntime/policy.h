@@ -6,7 +6,9 @@
 //
 // Canonical form: JSON with sorted keys and no whitespace. The fingerprint is the
 // SHA-256 of that text, so equal policies have equal fingerprints in every process
-// and on every machine.
+// and on every machine. ExecutionPolicy's orchestrator fields (engines, pins, budgets,
+// forbid) are written only when set, so policies that leave them unset keep the
+// fingerprint they had before those fields existed (saved plans stay valid).
 #pragma once
 
 #include <cstddef>
@@ -97,6 +99,20 @@ struct ExecutionPolicy {
   int threads = 0;  // CPU threads; 0 = library default
   // Assertions that turn a silent degradation into an error; see strict_assertions().
   std::vector<std::string> strict;
+
+  // ---- the orchestrator (DESIGN.md §6): one model across engines and devices ----
+  // Engines in order of preference: each node goes to the first that can take it
+  // (empty = one engine, as chosen by `engine` or the registry).
+  std::vector<std::string> engines;
+  // Node name or op type -> "engine" or "engine@device" (a node name wins over its op type).
+  std::map<std::string, std::string> pins;
+  // Budgets, asserted at build time (nullopt = no limit): islands; nodes placed on an
+  // engine other than the first of `engines`; bytes crossing island boundaries per run.
+  std::optional<int> max_islands;
+  std::optional<long long> max_fallback_nodes;
+  std::optional<long long> max_copy_bytes;
+  // Device kinds ("cpu"), engines ("onnxruntime") or "engine@device" no island may use.
+  std::vector<std::string> forbid;
 
   bool has_strict(std::string_view assertion) const;
   // Throws PolicyError on an unknown strict assertion or an inconsistent combination

@@ -348,7 +348,8 @@ void bind_dispatch(py::module_& m) {
       reason::kCapabilityTooLow, reason::kCapabilityTooHigh, reason::kWorkspaceExceeded,
       reason::kBackendUnavailable, reason::kDeviceMismatch, reason::kNotInPolicy,
       reason::kNondeterministic, reason::kAttributeUnsupported, reason::kPythonSupportsFalse,
-      reason::kPythonSupportsError, reason::kPinMismatch, reason::kSupportsError, reason::kRunFailed);
+      reason::kPythonSupportsError, reason::kPinMismatch, reason::kSupportsError, reason::kRunFailed,
+      reason::kOpUnsupported, reason::kNoKernel);
   m.attr("AUTO_KERNEL") = std::string(kAutoKernel);  // the policy's "any kernel" entry
   // The same names as attributes (`_core.reason.SHAPE_UNSUPPORTED`, `_core.rule.FALLBACK`),
   // so Python code spells a code through C++'s declaration instead of a literal.

@@ -430,6 +430,35 @@ void bind_graph(py::module_& m) {
       "Raises UnsupportedOperationError listing every op of the graph the native engine "
       "cannot run on `device`, all at once (what compile() checks first).");
   g.def(
+      "node_support",
+      [](const py::dict& desc, const std::string& device) {
+        graph::Graph gr = graph_from_py(desc);
+        std::vector<graph::NodeSupport> rows;
+        {
+          py::gil_scoped_release nogil;
+          rows = graph::node_support(gr, device);
+        }
+        py::list l;
+        for (const graph::NodeSupport& s : rows) {
+          py::dict d;
+          d["node"] = s.node;
+          d["op_type"] = s.op_type;
+          d["domain"] = s.domain;
+          d["op_key"] = s.op_key;
+          d["supported"] = s.supported;
+          d["folds"] = s.folds;
+          d["reason_code"] = s.reason_code;
+          d["detail"] = s.detail;
+          d["kernels"] = s.kernels;
+          l.append(d);
+        }
+        return l;
+      },
+      py::arg("graph"), py::arg("device") = "cpu",
+      "Per node, in topological order: whether the native engine can run it on `device` "
+      "(dict: node, op_type, domain, op_key, supported, folds, reason_code, detail, kernels). "
+      "The registry check of check_supported(), without kernel preparation or a device.");
+  g.def(
       "scratch_peak_bytes",
       [] {
         // The CPU plugin's entry (the CPU kernels' scratch lives there).

@@ -14,6 +14,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/host_threads.h"
 #include "xpuruntime/graph/provider.h"
+#include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::graph {
@@ -182,6 +183,49 @@ void check_supported(const Graph& g, const std::string& device) {
   g.validate();
   throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/true),
                     provider.get());
+}
+
+std::vector<NodeSupport> node_support(const Graph& g, const std::string& device) {
+  const ProviderPtr provider = ProviderRegistry::instance().get(device);
+  g.validate();
+  const KernelRegistry& registry = KernelRegistry::instance();
+  std::vector<char> constant(g.values.size(), 0);
+  for (std::size_t v = 0; v < g.values.size(); ++v) constant[v] = g.values[v].constant.defined();
+  std::vector<NodeSupport> out;
+  for (int k : g.topo_order()) {
+    const Node& n = g.nodes[k];
+    NodeSupport s;
+    s.node = n.name;
+    s.op_type = n.op_type;
+    s.domain = n.domain;
+    const ops::OpSchema* schema = known_domain(n) ? ops::find_schema(n.op_type) : nullptr;
+    if (schema == nullptr) {
+      s.reason_code = reason::kOpUnsupported;
+      s.detail = known_domain(n) ? "op '" + n.op_type + "' has no schema in the native engine (docs/ops.md)"
+                                 : "domain '" + n.domain + "' is not implemented by the native engine";
+      out.push_back(std::move(s));
+      continue;
+    }
+    s.op_key = schema->key;
+    for (const KernelDef& d : registry.list(schema->key, provider->kernel_device()))
+      if (!d.requested_only && !d.allocates_outputs) s.kernels.push_back(d.name);
+    if (schema->foldable &&
+        std::all_of(n.inputs.begin(), n.inputs.end(), [&](int i) { return i < 0 || constant[i]; })) {
+      for (int o : n.outputs)
+        if (o >= 0) constant[o] = 1;
+      s.supported = true;
+      s.folds = true;
+      s.detail = "computed from constants only: folded at compile time";
+    } else if (s.kernels.empty()) {
+      s.reason_code = reason::kNoKernel;
+      s.detail = "no kernel for op '" + schema->key + "' on device '" + provider->name() + "'";
+    } else {
+      s.supported = true;
+      s.detail = "kernels on '" + provider->name() + "'";
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep) {

@@ -6,6 +6,7 @@
     xpuruntime bench [MODEL]                build/first-run time, latency statistics, throughput
     xpuruntime policy validate FILE         check a KernelPolicy/ExecutionPolicy file
     xpuruntime compare [MODEL] --engines .. the same inputs through several engines
+    xpuruntime policy check MODEL POLICY    a partition against the policy's budgets (exit 1 on violation)
     xpuruntime serve --model-repository DIR the Open Inference Protocol over REST and gRPC
 
 MODEL defaults to the bundled demo model (input 'image' [batch, 3, 32, 32]). Inputs are
@@ -376,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the traceback of an error (anywhere on the line)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from . import orchestrate
     p = sub.add_parser("devices", help="devices and engines on this machine")
     p.set_defaults(func=cmd_devices)
     p = sub.add_parser("run", help="run a model once: outputs, latency and decisions")
@@ -396,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision", choices=["fp32", "fp16", "bf16"], default=None, help="ExecutionPolicy.precision"
     )
     p.set_defaults(func=cmd_explain)
+    orchestrate.add_explain_options(p, print_table)
     p = sub.add_parser("bench", help="build/first-run time, latency statistics and throughput")
     _common(p)
     p.add_argument(
@@ -423,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     from . import policy_cmd
 
-    policy_cmd.add_parser(sub)
+    orchestrate.add_policy_check(policy_cmd.add_parser(sub))
     _compare_parser(sub)
     from . import lock_cache
 

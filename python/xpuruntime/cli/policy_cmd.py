@@ -125,8 +125,9 @@ def cmd_policy_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``policy validate`` on the top-level subparsers."""
+def add_parser(sub: Any) -> Any:
+    """Register ``policy validate`` on the top-level subparsers; returns the ``policy``
+    subcommands (``policy check`` joins them from cli/orchestrate.py)."""
     p = sub.add_parser("policy", help="policy files", description="Policy files.")
     psub = p.add_subparsers(dest="policy_command", required=True)
     v = psub.add_parser(
@@ -142,3 +143,4 @@ def add_parser(sub: Any) -> None:
         help='kernel (KernelPolicy), exec (ExecutionPolicy) or auto: the file\'s "kind", else its fields',
     )
     v.set_defaults(func=cmd_policy_validate)
+    return psub

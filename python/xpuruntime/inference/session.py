@@ -29,7 +29,8 @@ class InferenceSession:
             saved by :meth:`save_plan` (path or bytes; native engine).
         device: ``"cpu"``, ``"cuda[:N]"``, ``"npu"``, ``"gpu"`` or ``"auto"``.
         engine: ``"native"``, ``"onnxruntime"``/``"onnxrt"``, ``"openvino"``, ``"tensorrt"``,
-            ``"qnn"`` or ``"auto"``. ``backend`` is an alias.
+            ``"qnn"`` or ``"auto"``. ``backend`` is an alias. A list (``["native",
+            "onnxruntime"]``) partitions the model across them (:mod:`xpuruntime.orchestrator`).
         kernel_policy: a :class:`xpuruntime.KernelPolicy` (op -> kernel).
         exec_policy: a :class:`xpuruntime.ExecutionPolicy` (target, precision, ...).
         fp16: shorthand for ``precision="fp16"``.
@@ -44,7 +45,7 @@ class InferenceSession:
         self,
         model: Any,
         device: str | None = None,
-        engine: str | None = None,
+        engine: str | Sequence[str] | None = None,
         *,
         backend: str | None = None,
         kernel_policy: Any = None,
@@ -58,6 +59,8 @@ class InferenceSession:
         from ..engines.registry import canonical_name, select_engine
         from ..policies import coerce
 
+        if isinstance(engine, (list, tuple)) and backend is not None:
+            raise InvalidArgumentError("pass the engine list as engine=[...], without backend=")
         if backend is not None and engine is not None and canonical_name(backend) != canonical_name(engine):
             raise InvalidArgumentError(
                 f"engine={engine!r} and backend={backend!r} disagree; backend is an alias of engine, pass one"
@@ -80,6 +83,16 @@ class InferenceSession:
             self._lock_guard = LockGuard.open(lock, frozen)
             engine, device = self._lock_guard.resolve(engine, device)
             kernel_policy = self._lock_guard.prepare(model, device, kernel_policy, exec_policy)
+        from .. import orchestrator
+
+        if orchestrator.requested(model, engine, exec_policy):
+            # One model across engines and devices: islands, each built by its engine.
+            part, self._device, self._decisions = orchestrator.build(
+                model, device, engine, kernel_policy, exec_policy, dict(engine_options)
+            )
+            self._engine, self._engine_name = part, "+".join(part.engine_names)
+            self._kernel_policy, self._exec_policy = kernel_policy, exec_policy
+            return
         cls, dev, decisions = select_engine(engine, device, exec_policy)
         self._decisions: list[Any] = list(decisions)
         self._device = dev
@@ -126,7 +139,10 @@ class InferenceSession:
         """
         from .._core import BackendUnavailableError
         from ..engines.native.engine import _DRIVEN, plan_device
+        from ..orchestrator import is_artifact
 
+        if is_artifact(path):  # a partitioned session's artifact: every island's own
+            return cls(path, kernel_policy=kernel_policy, exec_policy=exec_policy)
         kind = plan_device(path)
         # A header naming no device the engine drives is refused by the plan loader
         # (on the CPU session), which names the plan's device.

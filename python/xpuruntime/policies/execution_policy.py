@@ -33,7 +33,15 @@ _FIELDS = (
     "allow_tf32",
     "threads",
     "strict",
+    "engines",
+    "pins",
+    "max_islands",
+    "max_fallback_nodes",
+    "max_copy_bytes",
+    "forbid",
 )
+# The orchestrator's budgets (None = no limit) and their smallest values.
+_BUDGETS = {"max_islands": 1, "max_fallback_nodes": 0, "max_copy_bytes": 0}
 _BOOL_FIELDS = ("static_shape", "deterministic", "cuda_graph", "allow_tf32")
 # The C++ field widths: larger values would be truncated or refused by the binding.
 _INT_LIMITS = {"workspace_limit_bytes": 2**63 - 1, "threads": 2**31 - 1}
@@ -55,6 +63,34 @@ def _check_engine(name: str) -> str:
         raise _error(_checks.unknown_choice("engine", name, "ExecutionPolicy", choices)) from None
 
 
+def _names(value: Any, field: str) -> list[str]:
+    """A list of names from a string or an iterable of strings (PolicyError otherwise)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, Iterable) or isinstance(value, (bytes, bytearray, Mapping)):
+        raise _error(f"ExecutionPolicy {field} must list names, got {_checks.describe(value)}")
+    return [_checks.text(s, f"each ExecutionPolicy {field} entry") for s in value]
+
+
+def _check_place(value: Any, what: str, allow_device: bool = False) -> str:
+    """``engine`` or ``engine@device`` with a canonical engine name (a bare device kind
+    too where ``allow_device``); PolicyError naming the valid forms otherwise."""
+    from ..engines.registry import DEVICE_KINDS
+
+    text = _checks.text(value, f"ExecutionPolicy {what}").strip().lower()
+    if not text:
+        raise _error(f"ExecutionPolicy {what} is empty; name an engine, 'engine@device' or a device kind")
+    if allow_device and text in DEVICE_KINDS:
+        return text
+    engine, at, device = text.partition("@")
+    if at and device.split(":")[0] not in DEVICE_KINDS:
+        raise _error(
+            f"ExecutionPolicy {what} '{text}' names device '{device}'; valid devices: "
+            f"{', '.join(DEVICE_KINDS)} (form: 'engine@device', e.g. 'onnxruntime@cpu')"
+        )
+    return _check_engine(engine) + (f"@{device}" if at else "")
+
+
 class ExecutionPolicy:
     """How a model runs: where, at which precision, with which shapes and fallback.
 
@@ -73,6 +109,14 @@ class ExecutionPolicy:
         threads: CPU threads; 0 = the library default.
         strict: assertions that turn a silent degradation into an error:
             ``"no_fallback"``, ``"no_cpu_fallback"``, ``"pinned_only"``.
+        engines: engines in order of preference; a session partitions the model into
+            islands, each node on the first engine that can take it
+            (:mod:`xpuruntime.orchestrator`).
+        pins: node name or op type -> ``"engine"`` or ``"engine@device"``.
+        max_islands, max_fallback_nodes, max_copy_bytes: budgets asserted at build time
+            (None = no limit): islands; nodes not on the first of ``engines``; bytes
+            crossing island boundaries per run.
+        forbid: device kinds (``"cpu"``), engines or ``"engine@device"`` no island may use.
 
     Raises:
         PolicyError: an unknown field or value (with the valid choices and the closest),
@@ -95,6 +139,12 @@ class ExecutionPolicy:
         allow_tf32: bool = False,
         threads: int = 0,
         strict: Iterable[str] = (),
+        engines: Iterable[str] = (),
+        pins: Mapping[str, str] | None = None,
+        max_islands: int | None = None,
+        max_fallback_nodes: int | None = None,
+        max_copy_bytes: int | None = None,
+        forbid: Iterable[str] = (),
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -114,6 +164,12 @@ class ExecutionPolicy:
             "allow_tf32": allow_tf32,
             "threads": threads,
             "strict": strict,
+            "engines": engines,
+            "pins": pins,
+            "max_islands": max_islands,
+            "max_fallback_nodes": max_fallback_nodes,
+            "max_copy_bytes": max_copy_bytes,
+            "forbid": forbid,
         }
         for name, value in values.items():
             self._assign(p, name, value)
@@ -163,6 +219,33 @@ class ExecutionPolicy:
                 )
             items = [_checks.text(s, "each ExecutionPolicy strict assertion") for s in value]
             p.strict = sorted(set(items))  # a set: order never changes the fingerprint
+        elif name in ("engines", "forbid"):
+            items = _names(value, name)
+            if name == "engines":
+                p.engines = [_check_engine(e) for e in items]  # an order: kept as given
+            else:
+                p.forbid = sorted({_check_place(f, "forbid entry", allow_device=True) for f in items})
+        elif name == "pins":
+            if value is None:
+                value = {}
+            if not isinstance(value, Mapping):
+                raise _error(
+                    "ExecutionPolicy pins must map node names or op types to 'engine@device', got "
+                    f"{_checks.describe(value)}"
+                )
+            p.pins = {
+                _checks.text(k, "an ExecutionPolicy pins key"): _check_place(v, f"pins[{k!r}]")
+                for k, v in value.items()
+            }
+        elif name in _BUDGETS:
+            low = _BUDGETS[name]
+            high = 2**31 - 1 if name == "max_islands" else 2**63 - 1
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+                raise _error(
+                    f"ExecutionPolicy {name} must be None (no limit) or an integer >= {low}, "
+                    f"got {_checks.describe(value)}"
+                )
+            setattr(p, name, value)
         else:
             raise _error(_checks.unknown_choice("field", name, "ExecutionPolicy", sorted(_FIELDS)))
 
@@ -183,7 +266,9 @@ class ExecutionPolicy:
             raise AttributeError(name)
         if name in _FIELDS:
             value = getattr(self._policy, name)
-            return list(value) if name == "strict" else value
+            if name in ("strict", "engines", "forbid"):
+                return list(value)
+            return dict(value) if name == "pins" else value
         raise AttributeError(_checks.unknown_choice("field", name, "ExecutionPolicy", sorted(_FIELDS)))
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -251,6 +336,10 @@ class ExecutionPolicy:
         if p.engine is not None:
             p.engine = _check_engine(p.engine)
         p.strict = sorted(set(p.strict))
+        # Engine names and placements canonical, as the keyword form stores them.
+        cls._assign(p, "engines", list(p.engines))
+        cls._assign(p, "forbid", list(p.forbid))
+        cls._assign(p, "pins", dict(p.pins))
         return cls._wrap(p)
 
     def to_dict(self) -> dict[str, Any]:

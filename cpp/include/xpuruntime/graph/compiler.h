@@ -50,6 +50,26 @@ std::string policy_fingerprint(const KernelPolicy& kp, const ExecutionPolicy& ep
 // check compile() starts with, for callers that compile later (dynamic shapes).
 void check_supported(const Graph& graph, const std::string& device);
 
+// What the native engine answers for one node on one device (the orchestrator's
+// capability, DESIGN.md §6). The per-op registry check check_supported() makes, node
+// by node: no kernel preparation and no device needed (the CUDA plugin registers its
+// kernels on a machine without a GPU), so it previews a build for another device.
+struct NodeSupport {
+  std::string node;
+  std::string op_type;
+  std::string domain;
+  std::string op_key;        // the schema's canonical op key ("" without a schema)
+  bool supported = false;
+  bool folds = false;        // computed only from constants: folded at compile time, no kernel needed
+  std::string reason_code;   // "" when supported; reason::kOpUnsupported or reason::kNoKernel
+  std::string detail;        // why not, or how it runs
+  std::vector<std::string> kernels;  // kernels a plan step can hold for the op on the device
+};
+
+// One NodeSupport per node, in topological order. Throws like check_supported() for a
+// device without an execution provider or a malformed graph.
+std::vector<NodeSupport> node_support(const Graph& graph, const std::string& device);
+
 // Compiles a graph (consumed). With options.dry_run the result is a preview plan
 // (PlanHeader.preview): steps, kernels and decisions only. Throws UnsupportedOperationError for a device without
 // an execution provider (naming the registered ones) and naming node and op for ops

@@ -18,10 +18,33 @@ constexpr std::string_view kKind = "execution_policy";
 
 const std::vector<std::string>& fields() {
   static const std::vector<std::string> f = {
-      "allow_fallback", "allow_tf32", "cuda_graph",     "deterministic", "engine",
-      "kind",           "precision",  "schema_version", "static_shape",  "strict",
-      "target",         "threads",    "workspace_limit_bytes"};
+      "allow_fallback",     "allow_tf32",     "cuda_graph",  "deterministic",
+      "engine",             "engines",        "forbid",      "kind",
+      "max_copy_bytes",     "max_fallback_nodes", "max_islands", "pins",
+      "precision",          "schema_version", "static_shape", "strict",
+      "target",             "threads",        "workspace_limit_bytes"};
   return f;
+}
+
+// A list of names: each a non-empty string (PolicyError naming the field otherwise).
+std::vector<std::string> get_names(const nlohmann::json& j, const char* field) {
+  std::vector<std::string> out;
+  if (!j.contains(field) || j[field].is_null()) return out;
+  XRT_CHECK(j[field].is_array(), PolicyError, "ExecutionPolicy field '", field,
+            "' must be a list of names, got ", policy_json::quoted_json(j[field]));
+  for (const auto& s : j[field]) {
+    XRT_CHECK(s.is_string(), PolicyError, "ExecutionPolicy field '", field,
+              "' holds names, got ", policy_json::quoted_json(s));
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+// "engine" or "engine@device": both parts non-empty, at most one '@'.
+bool valid_placement(std::string_view s) {
+  const auto at = s.find('@');
+  if (at == std::string_view::npos) return !s.empty();
+  return at > 0 && at + 1 < s.size() && s.find('@', at + 1) == std::string_view::npos;
 }
 
 }  // namespace
@@ -101,6 +124,33 @@ void ExecutionPolicy::validate() const {
             "' equals the target; a fallback must be another target (or None)");
   XRT_CHECK(!engine || !engine->empty(), PolicyError,
             "ExecutionPolicy engine must be a name or None, not an empty string");
+  std::set<std::string> seen;
+  for (const auto& e : engines) {
+    XRT_CHECK(!e.empty() && e.find('@') == std::string::npos, PolicyError,
+              "ExecutionPolicy engines lists engine names (e.g. ['native', 'onnxruntime']), got '", e,
+              "'; place single nodes with pins={'node or op type': 'engine@device'}");
+    XRT_CHECK(seen.insert(e).second, PolicyError, "ExecutionPolicy engines names '", e,
+              "' twice; list each engine once, in order of preference");
+  }
+  for (const auto& [key, place] : pins) {
+    XRT_CHECK(!key.empty(), PolicyError, "ExecutionPolicy pins: a key is empty; a key is a node name or an op type");
+    XRT_CHECK(valid_placement(place), PolicyError, "ExecutionPolicy pins['", key, "'] = '", place,
+              "' is not 'engine' or 'engine@device' (e.g. 'onnxruntime@cpu')");
+  }
+  for (const auto& f : forbid) {
+    XRT_CHECK(valid_placement(f), PolicyError, "ExecutionPolicy forbid entry '", f,
+              "' is not a device kind, an engine or 'engine@device' (e.g. 'cpu', 'onnxruntime@cpu')");
+    XRT_CHECK(!(allow_fallback && f == to_string(*allow_fallback)), PolicyError,
+              "ExecutionPolicy allows fallback to '", f, "' but also forbids it; drop one of them");
+  }
+  XRT_CHECK(!max_islands || *max_islands >= 1, PolicyError,
+            "ExecutionPolicy max_islands must be >= 1 (or None: no limit), got ", max_islands.value_or(0));
+  XRT_CHECK(!max_fallback_nodes || *max_fallback_nodes >= 0, PolicyError,
+            "ExecutionPolicy max_fallback_nodes must be >= 0 (or None: no limit), got ",
+            max_fallback_nodes.value_or(0));
+  XRT_CHECK(!max_copy_bytes || *max_copy_bytes >= 0, PolicyError,
+            "ExecutionPolicy max_copy_bytes must be >= 0 (or None: no limit), got ",
+            max_copy_bytes.value_or(0));
 }
 
 std::string ExecutionPolicy::to_json(int indent) const {
@@ -121,6 +171,16 @@ std::string ExecutionPolicy::to_json(int indent) const {
   // Assertions are a set: the canonical form sorts them so order never changes a fingerprint.
   std::set<std::string> sorted(strict.begin(), strict.end());
   j["strict"] = std::vector<std::string>(sorted.begin(), sorted.end());
+  // The orchestrator's fields only when set (see policy.h: unchanged fingerprints).
+  if (!engines.empty()) j["engines"] = engines;  // an order: kept as given
+  if (!pins.empty()) j["pins"] = pins;
+  if (max_islands) j["max_islands"] = *max_islands;
+  if (max_fallback_nodes) j["max_fallback_nodes"] = *max_fallback_nodes;
+  if (max_copy_bytes) j["max_copy_bytes"] = *max_copy_bytes;
+  if (!forbid.empty()) {
+    std::set<std::string> f(forbid.begin(), forbid.end());
+    j["forbid"] = std::vector<std::string>(f.begin(), f.end());
+  }
   return j.dump(indent < 0 ? -1 : indent);
 }
 
@@ -157,6 +217,27 @@ ExecutionPolicy ExecutionPolicy::from_json(std::string_view text) {
     std::sort(p.strict.begin(), p.strict.end());
     p.strict.erase(std::unique(p.strict.begin(), p.strict.end()), p.strict.end());
   }
+  p.engines = get_names(j, "engines");
+  p.forbid = get_names(j, "forbid");
+  std::sort(p.forbid.begin(), p.forbid.end());
+  p.forbid.erase(std::unique(p.forbid.begin(), p.forbid.end()), p.forbid.end());
+  if (j.contains("pins") && !j["pins"].is_null()) {
+    XRT_CHECK(j["pins"].is_object(), PolicyError,
+              "ExecutionPolicy field 'pins' must map node names or op types to 'engine@device', got ",
+              policy_json::quoted_json(j["pins"]));
+    for (const auto& [key, place] : j["pins"].items()) {
+      XRT_CHECK(place.is_string(), PolicyError, "ExecutionPolicy pins['", key,
+                "'] must be 'engine' or 'engine@device', got ", policy_json::quoted_json(place));
+      p.pins[key] = place.get<std::string>();
+    }
+  }
+  auto limit = [&](const char* field, long long lo, long long hi) -> std::optional<long long> {
+    if (!j.contains(field) || j[field].is_null()) return std::nullopt;
+    return policy_json::get_int(j, field, kWhat, 0, lo, hi);
+  };
+  if (auto v = limit("max_islands", 1, INT_MAX)) p.max_islands = static_cast<int>(*v);
+  p.max_fallback_nodes = limit("max_fallback_nodes", 0, LLONG_MAX);
+  p.max_copy_bytes = limit("max_copy_bytes", 0, LLONG_MAX);
   p.validate();
   return p;
 }
@@ -185,6 +266,27 @@ std::string ExecutionPolicy::repr() const {
     }
     os << "]";
   }
+  auto names = [&](const char* field, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    os << ", " << field << "=[";
+    for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", '" : "'") << v[i] << "'";
+    os << "]";
+  };
+  names("engines", engines);
+  if (!pins.empty()) {
+    os << ", pins={";
+    bool first = true;
+    for (const auto& [k, v] : pins) {
+      os << (first ? "'" : ", '") << k << "': '" << v << "'";
+      first = false;
+    }
+    os << "}";
+  }
+  if (max_islands) os << ", max_islands=" << *max_islands;
+  if (max_fallback_nodes) os << ", max_fallback_nodes=" << *max_fallback_nodes;
+  if (max_copy_bytes) os << ", max_copy_bytes=" << *max_copy_bytes;
+  const std::set<std::string> forbidden(forbid.begin(), forbid.end());
+  names("forbid", std::vector<std::string>(forbidden.begin(), forbidden.end()));
   os << ")";
   return os.str();
 }
