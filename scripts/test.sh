@@ -30,7 +30,7 @@ declare -A TITLE=(
   [asan-ctest]="C++ tests under ASan + UBSan (CTest)"
   [pytest]="Python tests (pytest)"
   [fuzz]="fuzzers: the committed corpora replayed under ASan + UBSan (scripts/run_fuzzers.sh)"
-  [pyfuzz]="Python session fuzzer (atheris, fixed seed)"
+  [pyfuzz]="Python session fuzzer (atheris, fixed seed) and the server request corpus"
 )
 declare -A RESULT=() TIME=() DETAIL=()
 CURRENT=""
@@ -193,7 +193,10 @@ stage_pyfuzz() {
   rc=$?
   tail -n 4 "$LOGS/pyfuzz.log"
   rm -rf "$tmp"
-  return $rc
+  [ $rc -eq 0 ] || return $rc
+  # The server request fuzzer's committed corpus and 300 fixed-seed cases, replayed
+  # against a live server on 127.0.0.1 (fuzz/server_request_fuzzer.py explores).
+  PYTHONHASHSEED=0 "$PY" "$ROOT/fuzz/replay_server_corpus.py"
 }
 
 # --- the run ---------------------------------------------------------------------
