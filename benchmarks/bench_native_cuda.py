@@ -22,7 +22,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import platform
 import statistics
 import sys
@@ -30,8 +29,9 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,10 +39,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 
-import torch  # noqa: E402  (torch first: its cuDNN is newer than the system's)
-
-import native_cuda_models as zoo  # noqa: E402
-import xpuruntime as xrt  # noqa: E402
+import native_cuda_models as zoo
+import torch
+import xpuruntime as xrt
 
 
 def export(model: zoo.CudaModel, out: Path) -> tuple[Path, Any, dict[str, np.ndarray]]:
@@ -58,11 +57,26 @@ def export(model: zoo.CudaModel, out: Path) -> tuple[Path, Any, dict[str, np.nda
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            torch.onnx.export(module, args, str(path), dynamo=False, opset_version=17,
-                              input_names=list(feeds), output_names=["output"])
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                dynamo=False,
+                opset_version=17,
+                input_names=list(feeds),
+                output_names=["output"],
+            )
         except Exception:  # noqa: BLE001  (the TorchScript exporter refuses some models)
-            torch.onnx.export(module, args, str(path), dynamo=True, opset_version=18,
-                              input_names=list(feeds), output_names=["output"], external_data=False)
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                dynamo=True,
+                opset_version=18,
+                input_names=list(feeds),
+                output_names=["output"],
+                external_data=False,
+            )
     return path, module, feeds
 
 
@@ -73,7 +87,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / max(float(b.norm()), 1e-30))
 
 
-def time_columns(cols: dict[str, Callable[[], Any]], rounds: int = 7, min_ms: float = 40.0) -> dict[str, float]:
+def time_columns(
+    cols: dict[str, Callable[[], Any]], rounds: int = 7, min_ms: float = 40.0
+) -> dict[str, float]:
     """Median per-iteration milliseconds of each column, interleaved round by round."""
     iters: dict[str, int] = {}
     for name, fn in cols.items():  # warm-up and size each column's batch of launches
@@ -131,8 +147,12 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
     xrt.memory.reset_peak_stats("cuda:0")
     base_native = xrt.memory.memory_stats("cuda:0").allocated_bytes
     t0 = time.perf_counter()
-    sess = xrt.InferenceSession(str(path), device="cuda", engine="native",
-                                exec_policy=xrt.ExecutionPolicy(precision="fp16", cuda_graph=True))
+    sess = xrt.InferenceSession(
+        str(path),
+        device="cuda",
+        engine="native",
+        exec_policy=xrt.ExecutionPolicy(precision="fp16", cuda_graph=True),
+    )
     names = [i.name for i in sess.get_inputs()]
     inputs = dict(zip(names, x32))
     got = sess.run(inputs)["output"]
@@ -152,8 +172,9 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
     sess.save_plan(str(plan_file)) if hasattr(sess, "save_plan") else None
     if plan_file.is_file():
         t0 = time.perf_counter()
-        s2 = xrt.InferenceSession.load_plan(str(plan_file),
-                                            exec_policy=xrt.ExecutionPolicy(precision="fp16", cuda_graph=True))
+        s2 = xrt.InferenceSession.load_plan(
+            str(plan_file), exec_policy=xrt.ExecutionPolicy(precision="fp16", cuda_graph=True)
+        )
         s2.run(inputs)
         torch.cuda.synchronize()
         row["native_load_s"] = round(time.perf_counter() - t0, 3)
@@ -172,8 +193,11 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
     with torch.no_grad():
         m16(*x16)
     torch.cuda.synchronize()
-    row["torch_eager_peak_bytes"] = torch.cuda.max_memory_allocated() - base_torch + sum(
-        p.numel() * p.element_size() for p in m16.parameters())
+    row["torch_eager_peak_bytes"] = (
+        torch.cuda.max_memory_allocated()
+        - base_torch
+        + sum(p.numel() * p.element_size() for p in m16.parameters())
+    )
     row["native_peak_bytes"] = int(row["native_peak_bytes"])
     del ref_mod
 
@@ -204,7 +228,7 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
             torch.cuda.synchronize()
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=15)
         (out_profile / f"{model.name}_native_profile.txt").write_text(table)
-    del sess
+    sess = None  # the plan's device memory goes before the next model
     return row
 
 
@@ -221,21 +245,48 @@ def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     loads = [r["native_load_s"] for r in ok if "native_load_s" in r]
     mem = [r for r in ok if r["native_peak_bytes"] <= r["torch_eager_peak_bytes"]]
     return [
-        {"name": f"native / torch.compile+CUDA graph, geometric mean over {len(vs_compile)} models",
-         "figure": round(g, 3), "target": "<= 1.0 (moonshot 0.8)", "met": bool(g <= 1.0)},
-        {"name": "native / torch.compile+CUDA graph, worst model", "figure": round(worst, 3),
-         "target": "<= 1.5", "met": bool(worst <= 1.5)},
-        {"name": "native / ONNX Runtime CUDA EP", "figure": "not measured (wheel not carried)",
-         "target": "<= 0.5", "met": False},
-        {"name": "plan build cold, worst model (s)", "figure": max(builds, default=float("nan")),
-         "target": "<= 5", "met": bool(builds) and max(builds) <= 5},
-        {"name": "plan build from a saved plan, worst model (s)", "figure": max(loads, default=float("nan")),
-         "target": "<= 0.5", "met": bool(loads) and max(loads) <= 0.5},
-        {"name": "peak device memory native <= torch eager", "figure": f"{len(mem)} of {len(ok)}",
-         "target": f"{len(ok)} of {len(ok)}", "met": bool(ok) and len(mem) == len(ok)},
-        {"name": "models whose native fp16 output matches torch (<= max(1.5x torch fp16 error, 1e-2))",
-         "figure": f"{len(ok)} of {len(rows)}", "target": f"{len(rows)} of {len(rows)}",
-         "met": len(ok) == len(rows)},
+        {
+            "name": f"native / torch.compile+CUDA graph, geometric mean over {len(vs_compile)} models",
+            "figure": round(g, 3),
+            "target": "<= 1.0 (moonshot 0.8)",
+            "met": bool(g <= 1.0),
+        },
+        {
+            "name": "native / torch.compile+CUDA graph, worst model",
+            "figure": round(worst, 3),
+            "target": "<= 1.5",
+            "met": bool(worst <= 1.5),
+        },
+        {
+            "name": "native / ONNX Runtime CUDA EP",
+            "figure": "not measured (wheel not carried)",
+            "target": "<= 0.5",
+            "met": False,
+        },
+        {
+            "name": "plan build cold, worst model (s)",
+            "figure": max(builds, default=float("nan")),
+            "target": "<= 5",
+            "met": bool(builds) and max(builds) <= 5,
+        },
+        {
+            "name": "plan build from a saved plan, worst model (s)",
+            "figure": max(loads, default=float("nan")),
+            "target": "<= 0.5",
+            "met": bool(loads) and max(loads) <= 0.5,
+        },
+        {
+            "name": "peak device memory native <= torch eager",
+            "figure": f"{len(mem)} of {len(ok)}",
+            "target": f"{len(ok)} of {len(ok)}",
+            "met": bool(ok) and len(mem) == len(ok),
+        },
+        {
+            "name": "models whose native fp16 output matches torch (<= max(1.5x torch fp16 error, 1e-2))",
+            "figure": f"{len(ok)} of {len(rows)}",
+            "target": f"{len(rows)} of {len(rows)}",
+            "met": len(ok) == len(rows),
+        },
     ]
 
 
@@ -244,8 +295,12 @@ def main() -> int:
     ap.add_argument("--models", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     ap.add_argument("--budget-s", type=float, default=500.0, help="stop starting new models after this")
-    ap.add_argument("--compile-budget-s", type=float, default=300.0,
-                    help="stop compiling with torch.compile once this much time went into it")
+    ap.add_argument(
+        "--compile-budget-s",
+        type=float,
+        default=300.0,
+        help="stop compiling with torch.compile once this much time went into it",
+    )
     ap.add_argument("--profile", action="store_true", help="write a per-kernel profile of each native run")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -253,13 +308,18 @@ def main() -> int:
     out = Path(args.out or HERE / "results" / f"native_cuda_{name}.json")
     wanted = [m for m in zoo.MODELS if not args.models or m.name in args.models.split(",")]
     meta = {
-        "benchmark": "bench_native_cuda.py", "device": torch.cuda.get_device_name(),
+        "benchmark": "bench_native_cuda.py",
+        "device": torch.cuda.get_device_name(),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "versions": {"torch": torch.__version__, "python": platform.python_version(),
-                     "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-                     "xpuruntime": getattr(xrt, "__version__", "?")},
+        "versions": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "xpuruntime": getattr(xrt, "__version__", "?"),
+        },
         "settings": "fp16; vision 32x3x224x224, text 8x128; native: fp16 plan + CUDA graph; torch: .half() "
-                    "eager, CUDA graph, torch.compile(mode='reduce-overhead'); median of 7 interleaved rounds",
+        "eager, CUDA graph, torch.compile(mode='reduce-overhead'); median of 7 interleaved rounds",
     }
     rows: list[dict[str, Any]] = []
     t_start = time.perf_counter()
@@ -276,18 +336,29 @@ def main() -> int:
             try:
                 row = measure(m, Path(tmp), use_compile, prof_dir)
             except Exception as exc:  # noqa: BLE001
-                row = {"model": m.name, "error": f"{type(exc).__name__}: {str(exc)[:400]}",
-                       "trace": traceback.format_exc()[-1500:]}
+                row = {
+                    "model": m.name,
+                    "error": f"{type(exc).__name__}: {str(exc)[:400]}",
+                    "trace": traceback.format_exc()[-1500:],
+                }
             compile_spent += row.get("compile_s", 0.0)
             rows.append(row)
             torch.cuda.empty_cache()
             torch._dynamo.reset()
             out.write_text(json.dumps({**meta, "goals": goals(rows), "models": rows}, indent=1))
             r = row
-            print(f"{m.name:20s} " + (f"native {r['ms']['native']:.3f} ms  " + "  ".join(
-                f"{k} {v}" for k, v in r.items() if k.startswith("native/")) + f"  err {r['err_native_buffer']:.2e}"
-                f" (torch16 {r['err_torch_fp16']:.2e})  build {r['native_build_s']} s  launches {r['native_launches']}"
-                if "ms" in r else r.get("error", r.get("skipped", ""))), flush=True)
+            print(
+                f"{m.name:20s} "
+                + (
+                    f"native {r['ms']['native']:.3f} ms  "
+                    + "  ".join(f"{k} {v}" for k, v in r.items() if k.startswith("native/"))
+                    + f"  err {r['err_native_buffer']:.2e}"
+                    f" (torch16 {r['err_torch_fp16']:.2e})  build {r['native_build_s']} s  launches {r['native_launches']}"
+                    if "ms" in r
+                    else r.get("error", r.get("skipped", ""))
+                ),
+                flush=True,
+            )
     print("\n| goal | figure | target | met |\n|---|---|---|---|")
     for g in goals(rows):
         print(f"| {g['name']} | {g['figure']} | {g['target']} | {g['met']} |")

@@ -105,7 +105,9 @@ def _t5() -> tuple[Any, dict[str, np.ndarray]]:
 def _whisper() -> tuple[Any, dict[str, np.ndarray]]:
     import transformers
 
-    cfg = transformers.WhisperConfig(d_model=512, encoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8)
+    cfg = transformers.WhisperConfig(
+        d_model=512, encoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8
+    )
     enc = transformers.WhisperModel(cfg).get_encoder()
     mel = np.random.default_rng(0).standard_normal((TEXT_BATCH, 80, 3000), dtype=np.float32)
     return _wrap(enc, "last_hidden_state", ("input_features",)), {"input_features": mel}
@@ -119,36 +121,68 @@ def _wav2vec2() -> tuple[Any, dict[str, np.ndarray]]:
     return _wrap(model, "last_hidden_state", ("input_values",)), {"input_values": audio}
 
 
-_DECODER = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12,
-                num_key_value_heads=4, vocab_size=32000, use_cache=False)
+_DECODER = {
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "use_cache": False,
+}
 
 MODELS: tuple[CudaModel, ...] = (
     # Most diverse first: a time-boxed torch.compile column then covers every family.
     CudaModel("resnet50", "residual conv (bottleneck)", "torchvision", _tv("resnet50")),
-    CudaModel("bert_base", "encoder (BERT)", "transformers",
-              _hf("Bert", "Model", "last_hidden_state")),
-    CudaModel("llama_gqa", "decoder (RMSNorm, RoPE, GQA, SiLU)", "transformers",
-              _hf("Llama", "ForCausalLM", "logits", **_DECODER)),
-    CudaModel("mobilenet_v3_large", "depthwise-separable + SE, hardswish", "torchvision", _tv("mobilenet_v3_large")),
+    CudaModel("bert_base", "encoder (BERT)", "transformers", _hf("Bert", "Model", "last_hidden_state")),
+    CudaModel(
+        "llama_gqa",
+        "decoder (RMSNorm, RoPE, GQA, SiLU)",
+        "transformers",
+        _hf("Llama", "ForCausalLM", "logits", **_DECODER),
+    ),
+    CudaModel(
+        "mobilenet_v3_large", "depthwise-separable + SE, hardswish", "torchvision", _tv("mobilenet_v3_large")
+    ),
     CudaModel("vit_b_16", "ViT", "torchvision", _tv("vit_b_16")),
-    CudaModel("gpt2_small", "decoder (GPT-2)", "transformers",
-              _hf("GPT2", "LMHeadModel", "logits", mask=False, use_cache=False)),
+    CudaModel(
+        "gpt2_small",
+        "decoder (GPT-2)",
+        "transformers",
+        _hf("GPT2", "LMHeadModel", "logits", mask=False, use_cache=False),
+    ),
     CudaModel("convnext_tiny", "large-kernel depthwise + LayerNorm", "torchvision", _tv("convnext_tiny")),
     CudaModel("whisper_encoder", "speech encoder (conv front end)", "transformers", _whisper),
-    CudaModel("efficientnet_b0", "depthwise-separable + SE, SiLU (NAS)", "torchvision", _tv("efficientnet_b0")),
+    CudaModel(
+        "efficientnet_b0", "depthwise-separable + SE, SiLU (NAS)", "torchvision", _tv("efficientnet_b0")
+    ),
     CudaModel("swin_t", "windowed attention (Swin)", "torchvision", _tv("swin_t")),
     CudaModel("t5_small", "encoder-decoder (relative position bias)", "transformers", _t5),
     CudaModel("resnext50_32x4d", "grouped conv", "torchvision", _tv("resnext50_32x4d")),
-    CudaModel("qwen2_gqa", "decoder (RMSNorm, RoPE, GQA, qkv bias)", "transformers",
-              _hf("Qwen2", "ForCausalLM", "logits", **_DECODER)),
+    CudaModel(
+        "qwen2_gqa",
+        "decoder (RMSNorm, RoPE, GQA, qkv bias)",
+        "transformers",
+        _hf("Qwen2", "ForCausalLM", "logits", **_DECODER),
+    ),
     CudaModel("regnet_y_800mf", "grouped conv + SE (NAS design space)", "torchvision", _tv("regnet_y_800mf")),
     CudaModel("densenet121", "dense / concat", "torchvision", _tv("densenet121")),
-    CudaModel("pvt_v2_b0", "pyramid vision transformer (spatial-reduction attention)", "timm", _timm("pvt_v2_b0")),
+    CudaModel(
+        "pvt_v2_b0", "pyramid vision transformer (spatial-reduction attention)", "timm", _timm("pvt_v2_b0")
+    ),
     CudaModel("poolformer_s12", "MetaFormer (pooling mixer, GroupNorm)", "timm", _timm("poolformer_s12")),
     CudaModel("ghostnet_100", "ghost modules (cheap convs + concat)", "timm", _timm("ghostnet_100")),
-    CudaModel("distilroberta", "encoder (RoBERTa, 6 layers)", "transformers",
-              _hf("Roberta", "Model", "last_hidden_state", num_hidden_layers=6)),
-    CudaModel("electra_small", "encoder (ELECTRA discriminator)", "transformers",
-              _hf("Electra", "Model", "last_hidden_state")),
+    CudaModel(
+        "distilroberta",
+        "encoder (RoBERTa, 6 layers)",
+        "transformers",
+        _hf("Roberta", "Model", "last_hidden_state", num_hidden_layers=6),
+    ),
+    CudaModel(
+        "electra_small",
+        "encoder (ELECTRA discriminator)",
+        "transformers",
+        _hf("Electra", "Model", "last_hidden_state"),
+    ),
     CudaModel("wav2vec2", "speech encoder (conv feature extractor)", "transformers", _wav2vec2),
 )

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import xpuruntime as xrt
 from xpuruntime.engines.native import engine as native_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-import test_einsum_lowering as einsum_cases  # noqa: E402
-import test_plan_preview as models  # noqa: E402
+import test_einsum_lowering as einsum_cases
+import test_plan_preview as models
 
 pytestmark = [
     pytest.mark.gpu,
@@ -62,8 +61,8 @@ def _relu(x):
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_conv_bias_relu_residual_in_one_cudnn_call_channels_last(precision):
-    from onnx import numpy_helper
     import onnx
+    from onnx import numpy_helper
 
     model = models._conv_block()
     m = onnx.load_from_string(model)
@@ -87,11 +86,14 @@ def test_conv_bias_relu_residual_in_one_cudnn_call_channels_last(precision):
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("act", ["relu", "tanh"])
 def test_gemm_bias_activation_epilogues(precision, act):
-    from onnx import numpy_helper
     import onnx
+    from onnx import numpy_helper
 
     model = models._mlp(act)
-    w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in onnx.load_from_string(model).graph.initializer}
+    w = {
+        t.name: numpy_helper.to_array(t).astype(np.float64)
+        for t in onnx.load_from_string(model).graph.initializer
+    }
     x = np.random.default_rng(5).standard_normal((4, 10, 32)).astype(np.float32)
     h = x.astype(np.float64) @ w["w1"] + w["b1"]
     if act == "relu":
@@ -148,8 +150,16 @@ def test_sdpa_export_runs_as_flash_v2_with_masked_rows_zero(tmp_path):
     mask[1, :, 5, :] = -np.inf  # one query sees no key at all: the guard makes it zeros
     path = tmp_path / "sdpa.onnx"
     args = tuple(torch.from_numpy(t) for t in (q, k, v, mask))
-    torch.onnx.export(Attn(), args, str(path), input_names=["q", "k", "v", "mask"], output_names=["y"],
-                      opset_version=18, dynamo=True, external_data=False)
+    torch.onnx.export(
+        Attn(),
+        args,
+        str(path),
+        input_names=["q", "k", "v", "mask"],
+        output_names=["y"],
+        opset_version=18,
+        dynamo=True,
+        external_data=False,
+    )
     feeds = {"q": q, "k": k, "v": v, "mask": mask}
     fused = _session(str(path), "fp16")
     kernels = {s["op_type"]: s["kernel"] for s in fused.plan.steps}

@@ -7,11 +7,9 @@ same models is checked through the offline preview (CUDA has no Einsum kernel)."
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
-
 import xpuruntime as xrt
+from onnx import TensorProto, helper
 from xpuruntime import _core
 
 # (equation, shape A, shape B): batch, contracted and free labels in every arrangement.
@@ -41,7 +39,10 @@ def _model(eq: str, sa, sb, out_shape) -> bytes:
     g = helper.make_graph(
         [node],
         "g",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, sa), helper.make_tensor_value_info("b", TensorProto.FLOAT, sb)],
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, sa),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, sb),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -93,4 +94,6 @@ def test_cuda_plans_lower_einsum_and_refuse_what_stays(precision):
     assert "Einsum" not in ops and "MatMul" in ops
     # A diagonal has no lowering and CUDA no Einsum kernel: the compile names the op.
     with pytest.raises(xrt.UnsupportedOperationError, match="Einsum"):
-        preview_plan(_model("ii,ij->ij", (4, 4), (4, 5), [4, 5]), device="cuda", target="sm_90", exec_policy=ep)
+        preview_plan(
+            _model("ii,ij->ij", (4, 4), (4, 5), [4, 5]), device="cuda", target="sm_90", exec_policy=ep
+        )

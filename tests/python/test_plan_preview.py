@@ -15,9 +15,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 import xpuruntime as xrt
+from onnx import TensorProto, helper, numpy_helper
 from xpuruntime import _core
 from xpuruntime.engines.native.preview import preview_plan
 
@@ -57,7 +56,12 @@ def _conv_block() -> bytes:
         helper.make_node("Add", ["c2", "x"], ["s"], name="add"),
         helper.make_node("Relu", ["s"], ["y"], name="relu2"),
     ]
-    inits = [_init("w1", w1), _init("b1", rng.standard_normal(8)), _init("w2", w2), _init("b2", rng.standard_normal(8))]
+    inits = [
+        _init("w1", w1),
+        _init("b1", rng.standard_normal(8)),
+        _init("w2", w2),
+        _init("b2", rng.standard_normal(8)),
+    ]
     return _model(nodes, [_f("x", [2, 8, 16, 16])], [_f("y", [2, 8, 16, 16])], inits)
 
 
@@ -145,7 +149,11 @@ def test_cuda_conv_regions_run_channels_last(policy):
     assert layout["chosen"] == "channels_last", layout
     # A pinned NCHW Conv kernel keeps the model's layout, and says so.
     pinned = preview_plan(
-        _conv_block(), device="cuda", target="sm_90", exec_policy=policy, kernel_policy=xrt.KernelPolicy(conv="cudnn")
+        _conv_block(),
+        device="cuda",
+        target="sm_90",
+        exec_policy=policy,
+        kernel_policy=xrt.KernelPolicy(conv="cudnn"),
     )
     assert _ops(pinned).count("Conv") == 2 and "NhwcConv" not in _ops(pinned)
 
@@ -163,7 +171,12 @@ def test_cuda_gemm_takes_bias_and_relu_or_tanh_gelu_epilogues(policy):
 def test_cuda_depthwise_convolutions_stay_nchw():
     rng = np.random.default_rng(4)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1], name="dw")]
-    model = _model(nodes, [_f("x", [2, 8, 16, 16])], [_f("y", [2, 8, 16, 16])], [_init("w", rng.standard_normal((8, 1, 3, 3)))])
+    model = _model(
+        nodes,
+        [_f("x", [2, 8, 16, 16])],
+        [_f("y", [2, 8, 16, 16])],
+        [_init("w", rng.standard_normal((8, 1, 3, 3)))],
+    )
     pv = preview_plan(model, device="cuda", target="sm_90", exec_policy=FP16)
     assert "NhwcConv" not in _ops(pv) and "Conv" in _ops(pv)
 

@@ -14,13 +14,13 @@ import warnings
 
 import onnx
 import pytest
-
 import xpuruntime as xrt
 from xpuruntime import _core
 
 pytestmark = pytest.mark.skipif(
     "cuda" not in _core.graph.providers(), reason="this build has no CUDA execution provider"
 )
+
 
 def _cases() -> list[tuple[str, onnx.ModelProto]]:
     from onnx.backend.test.loader import load_model_tests

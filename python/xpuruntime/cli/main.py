@@ -285,7 +285,12 @@ def _explain_dry_run(args: argparse.Namespace) -> int:
     dims = dict(args.dim)
     kp, ep = resolve_policies(args)
     pv = preview_plan(
-        _model_arg(args.model), device=device, target=args.target or "", kernel_policy=kp, exec_policy=ep, dims=dims
+        _model_arg(args.model),
+        device=device,
+        target=args.target or "",
+        kernel_policy=kp,
+        exec_policy=ep,
+        dims=dims,
     )
     print(pv.summary())
     counts = ", ".join(f"{k} {n}" for k, n in pv.kernel_counts().most_common())
@@ -378,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from . import orchestrate
+
     p = sub.add_parser("devices", help="devices and engines on this machine")
     p.set_defaults(func=cmd_devices)
     p = sub.add_parser("run", help="run a model once: outputs, latency and decisions")
@@ -393,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="compile the native plan offline (no device needed, nothing prepared) and list what would run",
     )
-    p.add_argument("--target", default=None, help="GPU architecture for --dry-run, e.g. sm_90 (implies --dry-run)")
+    p.add_argument(
+        "--target", default=None, help="GPU architecture for --dry-run, e.g. sm_90 (implies --dry-run)"
+    )
     p.add_argument(
         "--precision", choices=["fp32", "fp16", "bf16"], default=None, help="ExecutionPolicy.precision"
     )
