@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xpuruntime
 import xpuruntime as xrt
 
 mem = xrt._core.memory
@@ -39,7 +41,10 @@ def test_freeing_a_pointer_not_handed_out_is_a_typed_error() -> None:
 def _run_isolated(code: str) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter (an exit(1) there fails the test instead of ending pytest)."""
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(pathlib.Path(xpuruntime.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
     )
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

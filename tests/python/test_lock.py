@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xpuruntime
 import xpuruntime as xrt
 from xpuruntime.lock import LockFile, LockViolationError
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -300,7 +302,10 @@ def test_zoo_lock_replays_bit_identically_in_a_fresh_process(name: str, tmp_path
     sess.lock(lock)
     np.savez(tmp_path / "feeds.npz", **feeds)
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(pathlib.Path(xpuruntime.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
     )
     proc = subprocess.run(
         [

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .output import print_table, tty
+from .output import model_label, print_table, tty
 
 PERCENTILES = (50, 90, 95, 99)
 PROFILED_RUNS = 10
@@ -111,7 +111,7 @@ def run_bench(args: argparse.Namespace, session_factory: Any, inputs_factory: An
         "runs_per_s": len(times) / wall_s if wall_s > 0 else 0.0,
         "throughput_per_s": float(1e3 * batch / samples.mean()),
     }
-    print(f"model: {args.model}  engine: {sess.engine}  device: {sess.device}  batch: {batch}")
+    print(f"model: {model_label(args.model)}  engine: {sess.engine}  device: {sess.device}  batch: {batch}")
     print(
         f"build {build_ms:.1f} ms, first run {first_run_ms:.2f} ms, {args.warmup} warm-up runs "
         f"{warmup_ms:.1f} ms, {len(times)} measured runs in {wall_s:.2f} s"
@@ -149,7 +149,7 @@ def configuration(args: argparse.Namespace, sess: Any, feeds: dict[str, np.ndarr
     import xpuruntime
 
     config: dict[str, Any] = {k: v for k, v in vars(args).items() if k not in ("func",) and not callable(v)}
-    from .main import resolve_policies
+    from .args import resolve_policies
 
     for name, pol in zip(("kernel_policy", "exec_policy"), resolve_policies(args)):
         config[f"{name}_resolved"] = None if pol is None else json.loads(pol.to_json())

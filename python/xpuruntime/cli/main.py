@@ -27,67 +27,30 @@ from typing import Any
 
 import numpy as np
 
+from .args import (
+    dim_assignment,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+    resolve_policies,
+)
 from .decisions import MODES, print_decisions
 from .errors import ArgumentParser, CliError, report
-from .output import print_table
+from .output import model_label, print_table
 
 # Kept importable from here (earlier releases defined it in this module).
-__all__ = ["build_parser", "main", "print_table"]
-
-
-# ------------------------------------------------------------------ argument types
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (value > 0 and np.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
-    return value
-
-
-def port(text: str) -> int:
-    """argparse type: a TCP port, 0 (any free port) or -1 (off)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, 0 or -1, got {text!r}") from None
-    if not -1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, 0 (any) or -1 (off), got {value}")
-    return value
-
-
-def dim_assignment(text: str) -> tuple[str, int]:
-    """argparse type: NAME=VALUE with VALUE an integer >= 1."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected NAME=VALUE with an integer VALUE >= 1 (e.g. batch=2), got {text!r}"
-        )
-    return name.strip(), int(value)
+__all__ = [
+    "build_parser",
+    "dim_assignment",
+    "main",
+    "non_negative_int",
+    "port",
+    "positive_float",
+    "positive_int",
+    "print_table",
+    "resolve_policies",
+]
 
 
 # ------------------------------------------------------------------ helpers
@@ -105,27 +68,6 @@ def _check_file(path: str, flag: str) -> None:
         raise CliError(f"{flag} {path!r} does not exist; check the path")
     if p.is_dir():
         raise CliError(f"{flag} {path!r} is a folder; pass a file")
-
-
-def resolve_policies(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The KernelPolicy and ExecutionPolicy the flags give (files, then --threads/--precision)."""
-    kp = ep = None
-    if getattr(args, "policy", None):
-        from ..policies import KernelPolicy
-
-        kp = KernelPolicy.load(args.policy)
-    if getattr(args, "exec_policy", None):
-        from ..policies import ExecutionPolicy
-
-        ep = ExecutionPolicy.load(args.exec_policy)
-    for field in ("threads", "precision"):
-        value = getattr(args, field, None)
-        if value:
-            from ..policies import ExecutionPolicy
-
-            ep = ep or ExecutionPolicy()
-            setattr(ep, field, value)
-    return kp, ep
 
 
 def make_session(args: argparse.Namespace) -> Any:
@@ -249,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     sess.run(feeds)
     second = (time.perf_counter() - t0) * 1e3
-    print(f"model: {args.model}  engine: {sess.engine}  device: {sess.device}")
+    print(f"model: {model_label(args.model)}  engine: {sess.engine}  device: {sess.device}")
     print_table(
         "outputs",
         ["name", "array", "min", "max", "mean", "std"],

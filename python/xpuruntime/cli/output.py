@@ -15,6 +15,24 @@ def tty() -> bool:
     return sys.stdout.isatty()
 
 
+def model_label(path: str) -> str:
+    """How a model path is shown: the bundled demo by name, others relative to the working
+    folder where that is shorter (an installed package's absolute path alone can fill a
+    100-column line)."""
+    import os
+    from pathlib import Path
+
+    from ..models import demo_model_path
+
+    try:
+        if Path(path).resolve() == Path(demo_model_path()).resolve():
+            return "the bundled demo (demo.onnx)"
+        rel = os.path.relpath(path)
+    except (OSError, ValueError):
+        return path
+    return rel if len(rel) < len(path) else path
+
+
 def clip(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters, with an ellipsis where it was cut."""
     return text if len(text) <= width else text[: max(width - 1, 1)] + "…"

@@ -87,7 +87,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Register ``serve`` on the top-level subparsers."""
-    from .main import port, positive_int
+    from .args import port, positive_int
 
     p = sub.add_parser(
         "serve", help="serve a model repository over the Open Inference Protocol", description=__doc__
