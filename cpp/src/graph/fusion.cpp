@@ -102,7 +102,7 @@ bool as_instr(const Graph& g, const Node& n, int acc, DType t, Instr& ins) {
   if (fused_binary(n.op_type, b)) {
     if (n.inputs.size() != 2 || n.inputs[0] == n.inputs[1]) return false;
     const int other = n.inputs[0] == acc ? n.inputs[1] : n.inputs[0];
-    if (!of_dtype(g, other, t) || !g.values[other].shape && !g.values[other].constant.defined())
+    if (!of_dtype(g, other, t) || (!g.values[other].shape && !g.values[other].constant.defined()))
       return false;
     const Shape os = g.values[other].constant.defined() ? g.values[other].constant.shape
                                                         : *g.values[other].shape;

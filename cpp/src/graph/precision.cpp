@@ -15,6 +15,7 @@
 #include "xpuruntime/error.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -55,8 +56,13 @@ __attribute__((target("avx2,f16c"))) int64_t to_half_f16c(const float* s, uint16
   return i;
 }
 
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports has no "f16c").
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & bit_F16C) != 0;
+  }();
   return yes;
 }
 #endif
