@@ -283,3 +283,103 @@ def test_bert_with_a_variable_sequence_length(tmp_path: Path) -> None:
         hc.close()
         gc.close()
         srv.stop(grace=5)
+
+
+def test_bert_padded_to_sequence_buckets_with_dynamic_batching(tmp_path: Path) -> None:
+    """The BERT with ``pad: {seq: [16, 32]}`` and dynamic batching: every (batch, seq) bucket
+    is built at load, requests of lengths 5..32 are zero-padded (their attention_mask masks the
+    padding), batched together, cut back, and answer within 1e-5 of ONNX Runtime at their own
+    length; the metadata and configuration report seq as -1 and the padded sizes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import json
+
+    import model_zoo
+
+    (tmp_path / "bert" / "1").mkdir(parents=True)
+    shutil.copy(model_zoo.export("bert_tiny"), tmp_path / "bert" / "1" / "model.onnx")
+    (tmp_path / "bert" / "config.json").write_text(
+        json.dumps(
+            {"max_batch_size": 4, "pad": {"seq": [32, 16]}, "dynamic_batching": {"max_queue_delay_us": 20000}}
+        )
+    )
+    srv = InferenceServer(tmp_path, http_port=0, grpc_port=0, threads=8).start()
+    hc = httpclient.InferenceServerClient(f"127.0.0.1:{srv.http_port}", network_timeout=60, concurrency=8)
+    try:
+        model = srv.repository.get("bert").model
+        assert sorted(model._sessions) == [(b, (s,)) for b in (1, 2, 4) for s in (16, 32)]
+        assert hc.get_model_metadata("bert")["inputs"][0]["shape"] == [-1, -1]
+        cfg = hc.get_model_config("bert")
+        assert cfg["parameters"]["padded_dims"]["string_value"] == "seq:16,32"
+        rng = np.random.default_rng(34)
+        cases = []
+        for seq in (5, 8, 16, 17, 32, 8, 16, 32):
+            ids = rng.integers(1, 1000, size=(1, seq), dtype=np.int64)
+            mask = np.ones((1, seq), dtype=np.int64)
+            mask[0, seq - 2 :] = 0
+            want = _reference(
+                tmp_path / "bert" / "1" / "model.onnx", {"input_ids": ids, "attention_mask": mask}
+            )["last_hidden_state"]
+            cases.append((ids, mask, want))
+
+        def inputs(case):
+            ids, mask, _ = case
+            out = []
+            for name, arr in (("input_ids", ids), ("attention_mask", mask)):
+                inp = httpclient.InferInput(name, list(arr.shape), "INT64")
+                inp.set_data_from_numpy(arr, binary_data=True)
+                out.append(inp)
+            return out
+
+        def ask(case):
+            return hc.infer("bert", inputs(case)).as_numpy("last_hidden_state")
+
+        # in flight together (the client's own concurrency), so the batcher pads and joins them
+        pending = [hc.async_infer("bert", inputs(c)) for c in cases]
+        got = [p.get_result().as_numpy("last_hidden_state") for p in pending]
+        for (_, _, want), g in zip(cases, got):
+            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+        stats = hc.get_inference_statistics("bert")["model_stats"][0]
+        assert stats["inference_count"] == len(cases)
+        assert stats["execution_count"] < len(cases)  # requests of different lengths ran together
+        too_long = httpclient.InferInput("input_ids", [1, 33], "INT64")
+        too_long.set_data_from_numpy(np.ones((1, 33), np.int64), binary_data=True)
+        mask = httpclient.InferInput("attention_mask", [1, 33], "INT64")
+        mask.set_data_from_numpy(np.ones((1, 33), np.int64), binary_data=True)
+        with pytest.raises(
+            Exception, match=r"dimension 1 \('seq'\) is 33; this model serves it from 1 to 32"
+        ):
+            hc.infer("bert", [too_long, mask])
+        np.testing.assert_allclose(ask(cases[0]), cases[0][2], rtol=1e-5, atol=1e-5)
+    finally:
+        hc.close()
+        srv.stop(grace=5)
+
+
+def test_pad_configs_are_checked(tmp_path: Path) -> None:
+    import json
+
+    from xpuruntime.serving.config import ConfigError, ModelConfig
+    from xpuruntime.serving.repository import ModelRepository
+
+    for cfg, match in [
+        ({"pad": {"seq": []}}, "pad.seq must be a list of 1 to 16 sizes"),
+        ({"pad": {"seq": list(range(1, 20))}}, "pad.seq must be a list of 1 to 16 sizes"),
+        ({"pad": {"seq": [0, 8]}}, "pad.seq must be an integer >= 1"),
+        ({"pad": {"seq": [8.5]}}, "pad.seq must be an integer"),
+        ({"pad": ["seq"]}, "pad must map a dimension name"),
+        ({"pad": {"seq": [8]}, "dims": {"seq": 8}}, "both fixed"),
+        ({"pad": {f"d{i}": [8] for i in range(5)}}, "at most 4"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            ModelConfig.from_dict(cfg, "m", "m/config.json")
+    assert ModelConfig.from_dict({"pad": {"seq": [32, 8, 8]}}, "m", "w").pad == {"seq": (8, 32)}
+    (tmp_path / "attn" / "1").mkdir(parents=True)
+    onnx.save(_attention_model(3), str(tmp_path / "attn" / "1" / "model.onnx"))
+    (tmp_path / "attn" / "config.json").write_text(json.dumps({"max_batch_size": 2, "pad": {"len": [8]}}))
+    r = ModelRepository(tmp_path)
+    r.load_all()
+    (entry,) = r.index()
+    assert entry["state"] == "UNAVAILABLE" and "pad names dimension 'len'" in entry["reason"]
+    assert "'x' ['batch', 'seq', '16']" in entry["reason"]
+    r.close()

@@ -9,6 +9,7 @@ Example (every field optional)::
       "exec_policy": "exec_policy.json",
       "max_batch_size": 8,                  # 0: no batch dimension (inputs served as declared)
       "dims": {"seq": 16},                  # values of symbolic dims other than the batch dim
+      "pad": {"seq": [16, 32, 64, 128]},    # or: a symbolic dim served padded to these sizes
       "dynamic_batching": {                 # omitted or null: every request runs on its own
         "preferred_batch_sizes": [4, 8],
         "max_queue_delay_us": 500,
@@ -27,6 +28,17 @@ that ``dims`` does not fix are variable (-1 in the metadata and the configuratio
 each shape a request brings gets its own plan, compiled on first use and cached with
 a bound (the native engine keeps 8 per model), so no padding changes what the model
 computes. The ``GET /v2/models/{m}/config`` route reports the completed configuration.
+
+Padding, only where the model allows it: ``pad`` names symbolic dimensions whose
+inputs may be padded with zeros without changing the other positions' results (a
+BERT's ``seq``, where the padded positions' ``attention_mask`` is 0), each with its
+shape buckets. A request's size along such a dimension is padded to the smallest
+bucket that holds it, every output axis of that name is cut back to the request's
+size, and a plan is built at load for every batch bucket and padded size, so nothing
+compiles on a request's path and requests of different lengths batch together
+(dynamic batching allows padded dimensions, not variable ones). The server cannot
+tell whether zeros are neutral for a model: a dimension is padded only when the
+config says so.
 
 The shape buckets of a model are its batch sizes: the preferred batch sizes plus
 ``max_batch_size`` (with batching), or the powers of two up to ``max_batch_size``
@@ -62,6 +74,7 @@ _FIELDS = {
     "exec_policy",
     "max_batch_size",
     "dims",
+    "pad",
     "dynamic_batching",
     "versions",
     "model_file",
@@ -77,6 +90,8 @@ LIMITS = {
     "max_queue_delay_us": 60_000_000,  # one minute
     "max_queue_size": 1_000_000,
     "dims": 2**31 - 1,
+    "pad_sizes": 16,  # padded sizes per dimension (each a plan per batch bucket, built at load)
+    "pad_dims": 4,  # padded dimensions
     "versions": 2**31 - 1,
     "config_bytes": 1 << 20,  # config file size
 }
@@ -109,6 +124,7 @@ class ModelConfig:
     exec_policy: str | None = None
     max_batch_size: int = 0
     dims: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    pad: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     dynamic_batching: BatchingConfig | None = None
     versions: tuple[int, ...] | None = None
     model_file: str | None = None
@@ -194,6 +210,7 @@ class ModelConfig:
         if len(dims) > 64:
             raise ConfigError(f"{where}: dims names {len(dims)} dimensions; at most 64")
         dims = {str(k): _int(v, f"dims.{k}", where, low=1, high=LIMITS["dims"]) for k, v in dims.items()}
+        pad = _pad(data.get("pad"), dims, where)
         versions = data.get("versions")
         if versions is not None:
             if not isinstance(versions, list) or not versions or len(versions) > 64:
@@ -209,6 +226,7 @@ class ModelConfig:
             exec_policy=_file(data.get("exec_policy"), "exec_policy", where),
             max_batch_size=mbs,
             dims=dims,
+            pad=pad,
             dynamic_batching=batching,
             versions=versions,
             model_file=_file(data.get("model_file"), "model_file", where),
@@ -259,6 +277,33 @@ def _int(value: Any, field: str, where: str, low: int, high: int | None = None) 
         want = f">= {low}" if high is None else f">= {low} and <= {high}"
         raise ConfigError(f"{where}: {field} must be an integer {want}, got {value!r:.64}")
     return int(value)
+
+
+def _pad(value: Any, dims: Mapping[str, int], where: str) -> dict[str, tuple[int, ...]]:
+    """The ``pad`` field: dimension name -> ascending padded sizes (bounded in count and size)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f'{where}: pad must map a dimension name to a list of sizes, e.g. {{"seq": [16, 32]}}'
+        )
+    if len(value) > LIMITS["pad_dims"]:
+        raise ConfigError(f"{where}: pad names {len(value)} dimensions; at most {LIMITS['pad_dims']}")
+    out: dict[str, tuple[int, ...]] = {}
+    for name, sizes in value.items():
+        if str(name) in dims:
+            raise ConfigError(
+                f"{where}: dimension {str(name)!r:.64} is both fixed (dims) and padded (pad); keep one"
+            )
+        if not isinstance(sizes, list) or not sizes or len(sizes) > LIMITS["pad_sizes"]:
+            raise ConfigError(
+                f"{where}: pad.{name!s:.64} must be a list of 1 to {LIMITS['pad_sizes']} sizes, "
+                f"got {sizes!r:.64}"
+            )
+        out[str(name)] = tuple(
+            sorted({_int(v, f"pad.{name}", where, low=1, high=LIMITS["dims"]) for v in sizes})
+        )
+    return out
 
 
 def _str(value: Any, field: str, where: str) -> str:

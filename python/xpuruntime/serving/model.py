@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ log = logging.getLogger("xpuruntime.serving")
 PLATFORM = "xpuruntime"
 WARM_RUNS = 5  # timed warm runs per bucket at load (see ServedModel._warm)
 WARM_BUDGET_S = 0.05  # ... fewer when the runs take longer than this together
+PADDED = -2  # in ServedModel._fixed: a dimension served padded to the config's sizes (``pad``)
 
 
 class ServedModel:
@@ -72,27 +74,49 @@ class ServedModel:
         self._fixed = {n: self._resolve(n, s) for n, _, s in self.inputs}
         # Variable (non-batch) dimensions: one plan per shape a request brings.
         self.variable = any(d is None for s in self._fixed.values() for d in s)
+        # Padded dimensions (config ``pad``): their sizes, and the output axes cut back.
+        used = {str(s[k]) for n, _, s in self.inputs for k, d in enumerate(self._fixed[n]) if d == PADDED}
+        unused = sorted(set(config.pad) - used)
+        if unused:
+            raise ConfigError(
+                f"model '{self.name}': pad names dimension {unused[0]!r:.64}, which no input has as a "
+                "symbolic dimension; the inputs' dimensions are "
+                + "; ".join(f"'{n}' {[str(d) for d in s]}" for n, _, s in self.inputs)
+            )
+        self.padded = {k: v for k, v in config.pad.items() if k in used}
+        self._crop = {
+            n: [
+                (k, str(d))
+                for k, d in enumerate(s)
+                if str(d) in self.padded and not (k == 0 and self.buckets)
+            ]
+            for n, _, s in self.outputs
+        }
+        self._pad_keys = list(itertools.product(*(self.padded[k] for k in sorted(self.padded))))
         if self.variable and config.dynamic_batching is not None:
             raise ConfigError(
                 f"model '{self.name}': dynamic batching needs every non-batch dimension fixed, but "
-                f'{self._variable_names()} vary; fix them in the config ("dims") or drop dynamic_batching'
+                f'{self._variable_names()} vary; fix them in the config ("dims"), pad them ("pad", '
+                "where zero padding leaves the other positions' results unchanged) or drop dynamic_batching"
             )
-        self._sessions: dict[int, Any] = {}
+        # Sessions by (batch bucket or 0, padded sizes in sorted dimension-name order).
+        self._sessions: dict[tuple[int, tuple[int, ...]], Any] = {}
         symbolic = any(not _is_fixed(d) for _, _, s in self.inputs for d in s)
-        if self.buckets and self.engine == "native" and symbolic and not self.variable:
+        keys = [(b, pk) for b in self.buckets or (0,) for pk in self._pad_keys]
+        if (self.buckets or self.padded) and self.engine == "native" and symbolic and not self.variable:
             # The native engine compiles one plan per input shapes; a session per bucket
             # keeps every bucket's plan resident, whatever the engine's own cache holds.
-            for b in self.buckets:
-                self._sessions[b] = session(input_shapes=self._shapes(b))
+            for b, pk in keys:
+                self._sessions[(b, pk)] = session(input_shapes=self._shapes(b, pads=pk))
         else:
-            for b in self.buckets or (0,):
-                self._sessions[b] = probe
+            for key in keys:
+                self._sessions[key] = probe
         # The Decisions of a session that has built its plan (the smallest bucket's).
-        self._explain_session = self._sessions[self.buckets[0] if self.buckets else 0]
+        self._explain_session = self._sessions[keys[0]]
         self.warm_run_us = 0.0  # the slowest bucket's warm run time
         self._output_shapes: dict[str, tuple[int, ...]] = {}
-        for b in self.buckets or (0,):
-            self._warm(b)
+        for key in keys:
+            self._warm(*key)
         self.loaded_at = time.time()
 
     # ------------------------------------------------------------------ shapes
@@ -113,6 +137,8 @@ class ServedModel:
                 out.append(d)
             elif str(d) in self.config.dims:
                 out.append(int(self.config.dims[str(d)]))
+            elif str(d) in self.config.pad:
+                out.append(PADDED)
             else:
                 out.append(None)  # variable: any size a request brings
         return tuple(out)
@@ -125,23 +151,31 @@ class ServedModel:
                     names.append(f"'{n}' dimension {k} ('{s[k]}')")
         return ", ".join(names)
 
-    def _shapes(self, bucket: int, variable: int = 1) -> dict[str, list[int]]:
+    def _shapes(self, bucket: int, variable: int = 1, pads: tuple[int, ...] = ()) -> dict[str, list[int]]:
+        size = dict(zip(sorted(self.padded), pads))
+        declared = {n: s for n, _, s in self.inputs}
         return {
-            n: [bucket if d == -1 else (variable if d is None else d) for d in s]
+            n: [
+                bucket
+                if d == -1
+                else (variable if d is None else size[str(declared[n][k])] if d == PADDED else d)
+                for k, d in enumerate(s)
+            ]
             for n, s in self._fixed.items()
         }
 
-    def _warm(self, bucket: int) -> None:
+    def _warm(self, bucket: int, pads: tuple[int, ...] = ()) -> None:
         t_start = time.perf_counter()
         rng = np.random.default_rng(0)
         feeds = {}
         for n, dt, _ in self.inputs:
-            shape = self._shapes(bucket)[n]
+            shape = self._shapes(bucket, pads=pads)[n]
             if dt.kind == "f":
                 feeds[n] = rng.standard_normal(shape).astype(dt)
             else:
                 feeds[n] = np.zeros(shape, dtype=dt)
-        outs = self._sessions[bucket].run(feeds)
+        session = self._sessions[(bucket, pads)]
+        outs = session.run(feeds)
         first_s = time.perf_counter() - t_start
         # Timed runs: what one request costs once the plan is warm. The fastest of a few
         # (up to WARM_RUNS, within WARM_BUDGET_S) is the run's own cost: on a shared
@@ -150,7 +184,7 @@ class ServedModel:
         t_end = time.perf_counter() + WARM_BUDGET_S
         for _ in range(WARM_RUNS):
             t0 = time.perf_counter()
-            self._sessions[bucket].run(feeds)
+            session.run(feeds)
             t1 = time.perf_counter()
             best = min(best, t1 - t0)
             if t1 > t_end:
@@ -158,11 +192,12 @@ class ServedModel:
         self.warm_run_us = max(self.warm_run_us, best * 1e6)
         if not self._output_shapes:
             self._output_shapes = {k: tuple(np.shape(v)) for k, v in outs.items()}
+        padded = ", ".join(f"{k} {v}" for k, v in zip(sorted(self.padded), pads))
         log.info(
             "model %s version %s: warm-up at %s: first run %.1f ms, warm run %.3f ms",
             self.name,
             self.version,
-            f"batch {bucket}" if bucket else "its shapes",
+            (f"batch {bucket}" if bucket else "its shapes") + (f" ({padded})" if padded else ""),
             first_s * 1e3,
             best * 1e3,
         )
@@ -177,8 +212,8 @@ class ServedModel:
 
     # ------------------------------------------------------------------ metadata
     def input_shape(self, name: str) -> list[int]:
-        """An input's served shape: the batch dim and variable dims -1, the others their value."""
-        return [-1 if d is None else d for d in self._fixed[name]]
+        """An input's served shape: the batch, variable and padded dims -1, the others their value."""
+        return [-1 if d is None or d == PADDED else d for d in self._fixed[name]]
 
     def output_shape(self, name: str) -> list[int]:
         """An output's served shape, consistent with the inputs' (batch and variable dims -1).
@@ -196,7 +231,9 @@ class ServedModel:
                 shape.append(int(d))
             elif str(d) in self.config.dims:
                 shape.append(int(self.config.dims[str(d)]))
-            elif not self.variable and k < len(seen) and len(seen) == len(declared):
+            elif str(d) in self.padded:
+                shape.append(-1)
+            elif not self.variable and not self.padded and k < len(seen) and len(seen) == len(declared):
                 shape.append(int(seen[k]))
             else:
                 shape.append(-1)
@@ -254,7 +291,7 @@ class ServedModel:
                     f"{datatype_of(dt)}"
                 )
             want = self._fixed[n]
-            ok = arr.ndim == len(want) and all(w in (-1, None, g) for w, g in zip(want, arr.shape))
+            ok = arr.ndim == len(want) and all(w in (-1, None, PADDED, g) for w, g in zip(want, arr.shape))
             if not ok:
                 note = " (-1: any size" + (
                     f"; the first is the batch size, 1..{self.buckets[-1]})" if self.buckets else ")"
@@ -268,7 +305,7 @@ class ServedModel:
                 if batch is not None and b != batch:
                     raise invalid(f"{where}: inputs disagree on the batch size ({batch} vs {b} at '{n}')")
                 batch = b
-        if self.variable:
+        if self.variable or self.padded:
             self._check_same_variable_dims(req)
         if not self.buckets:
             return 1
@@ -292,8 +329,14 @@ class ServedModel:
         sizes: dict[str, tuple[int, str]] = {}
         for n, _, s in self.inputs:
             for k, d in enumerate(self._fixed[n]):
-                if d is None:
+                if d is None or d == PADDED:
                     got = int(req.inputs[n].shape[k])
+                    if d == PADDED and not 1 <= got <= self.padded[str(s[k])][-1]:
+                        raise invalid(
+                            f"model '{self.name}': input '{n}' dimension {k} ('{s[k]}') is {got}; this model "
+                            f"serves it from 1 to {self.padded[str(s[k])][-1]} (padded to "
+                            f"{list(self.padded[str(s[k])])}); send a shorter input or split it"
+                        )
                     prev = sizes.setdefault(str(s[k]), (got, n))
                     if prev[0] != got:
                         raise invalid(
@@ -310,25 +353,30 @@ class ServedModel:
         the model and splitting the outputs (Triton's compute_input/infer/output).
         """
         t0 = time.perf_counter()
+        pads, sizes = self._pad_sizes(requests)
         if not self.buckets:
             (req,) = requests
+            feeds0 = self._padded_inputs(req, pads) if pads else req.inputs
             t1 = time.perf_counter()
-            outs0 = self._sessions[0].run(req.inputs)
+            outs0 = self._sessions[(0, pads)].run(feeds0)
             t2 = time.perf_counter()
             result0 = [{k: np.asarray(v) for k, v in outs0.items()}]
+            if pads:
+                result0 = [self._cut(result0[0], sizes[0])]
             if timings is not None:
                 timings[:] = [t1 - t0, t2 - t1, time.perf_counter() - t2]
             return result0
         total = sum(rows)
         bucket = self.bucket_for(total)
         feeds = {}
+        padded = [self._padded_inputs(r, pads) for r in requests] if pads else [r.inputs for r in requests]
         for n, dt, _ in self.inputs:
-            parts = [r.inputs[n] for r in requests]
+            parts = [p[n] for p in padded]
             if bucket > total:  # padding rows: zeros, computed and dropped
                 parts.append(np.zeros((bucket - total, *parts[0].shape[1:]), dtype=dt))
             feeds[n] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
         t1 = time.perf_counter()
-        outs = self._sessions[bucket].run(feeds)
+        outs = self._sessions[(bucket, pads)].run(feeds)
         t2 = time.perf_counter()
         results: list[dict[str, np.ndarray]] = []
         if len(requests) == 1 and bucket == total:
@@ -338,9 +386,55 @@ class ServedModel:
             for n in rows:
                 results.append({k: np.asarray(v)[start : start + n] for k, v in outs.items()})
                 start += n
+        if pads:
+            results = [self._cut(r, s) for r, s in zip(results, sizes)]
         if timings is not None:
             timings[:] = [t1 - t0, t2 - t1, time.perf_counter() - t2]
         return results
+
+    # ------------------------------------------------------------------ padding
+    def _pad_sizes(self, requests: Sequence[InferRequest]) -> tuple[tuple[int, ...], list[dict[str, int]]]:
+        """The padded sizes a batch runs at (per dimension, the smallest that holds every
+        request) and each request's own sizes; ((), []) for a model without padding."""
+        if not self.padded:
+            return (), []
+        sizes: list[dict[str, int]] = []
+        for req in requests:
+            own: dict[str, int] = {}
+            for n, _, s in self.inputs:
+                for k, d in enumerate(self._fixed[n]):
+                    if d == PADDED:
+                        own[str(s[k])] = int(req.inputs[n].shape[k])
+            sizes.append(own)
+        pads = tuple(
+            next(b for b in self.padded[name] if b >= max(own[name] for own in sizes))
+            for name in sorted(self.padded)
+        )
+        return pads, sizes
+
+    def _padded_inputs(self, req: InferRequest, pads: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """The request's inputs zero-padded along their padded dimensions to ``pads``."""
+        size = dict(zip(sorted(self.padded), pads))
+        out = {}
+        for n, _, s in self.inputs:
+            arr = req.inputs[n]
+            widths = [
+                (0, size[str(s[k])] - arr.shape[k]) if d == PADDED else (0, 0)
+                for k, d in enumerate(self._fixed[n])
+            ]
+            out[n] = np.pad(arr, widths) if any(w for _, w in widths) else arr
+        return out
+
+    def _cut(self, outs: dict[str, np.ndarray], own: dict[str, int]) -> dict[str, np.ndarray]:
+        """Outputs cut back along every axis named by a padded dimension to the request's size."""
+        cut = {}
+        for name, value in outs.items():
+            index = [slice(None)] * value.ndim
+            for k, dim in self._crop.get(name, ()):
+                if k < value.ndim:
+                    index[k] = slice(0, own[dim])
+            cut[name] = value[tuple(index)] if self._crop.get(name) else value
+        return cut
 
 
 def _is_fixed(d: Any) -> bool:

@@ -191,6 +191,9 @@ def model_config(model: Any) -> dict[str, Any]:
                 "engine": model.engine,
                 "device": device,
                 "shape_buckets": ",".join(str(b) for b in model.buckets),
+                "padded_dims": ";".join(
+                    f"{k}:{','.join(str(v) for v in sizes)}" for k, sizes in sorted(model.padded.items())
+                ),
                 "policy_fingerprint": model.policy_fingerprint,
                 "config_source": cfg.source or "auto-complete (no config file)",
                 "auto_completed": ",".join(sorted({"max_batch_size"} - cfg.given)) if batched else "",
