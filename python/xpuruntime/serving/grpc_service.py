@@ -25,6 +25,8 @@ from .protocol import (
     ServingError,
     array_from_bytes,
     array_from_list,
+    check_load_parameters,
+    check_model_name,
     check_shape,
     datatype_of,
     dtype_of,
@@ -110,6 +112,8 @@ def parse_infer(msg: Any) -> InferRequest:
         dt = dtype_of(t.datatype, where)
         shape = tuple(t.shape)  # uint64/int64 on the wire: always integers
         if raw:
+            if t.HasField("contents") and t.contents.ByteSize():
+                raise invalid(f"{where} has both typed contents and raw_input_contents; send one of them")
             inputs[name] = array_from_bytes(raw[k], dt, check_shape(shape, where), where)
         else:
             field = _CONTENTS.get(t.datatype.upper())
@@ -232,6 +236,8 @@ class InferenceServicer:
 
     def RepositoryModelLoad(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            check_model_name(request.model_name)
+            check_load_parameters(dict(request.parameters))
             self.repo.load(request.model_name)
         except ServingError as exc:
             self._abort(context, exc)

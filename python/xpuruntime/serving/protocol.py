@@ -174,6 +174,16 @@ def array_from_list(data: Any, dt: np.dtype, shape: tuple[int, ...], where: str)
             f"({_kind_name(arr)}); send the values as numbers"
         )
     if dt.kind in "iu":
+        if kind == "f" and _all_python_ints(data):
+            # integers that numpy promoted to float64 (a UINT64 above 2**63 beside small
+            # ones): checked and converted exactly, from the parsed integers themselves
+            exact = np.asarray(data, dtype=object).reshape(-1)
+            info = np.iinfo(dt)
+            lo, hi = min(exact), max(exact)
+            if lo < info.min or hi > info.max:
+                shown = lo if lo < info.min else hi
+                raise invalid(f"{where}: {name} value {int(shown)} is outside {info.min}..{info.max}")
+            return np.array(list(exact), dtype=dt).reshape(shape)
         if kind == "f":
             bad = arr[arr != np.trunc(arr)] if np.isfinite(arr).all() else arr[~np.isfinite(arr)]
             shown = (bad.reshape(-1)[0] if bad.size else arr.reshape(-1)[0]).item()
@@ -194,6 +204,18 @@ def array_from_list(data: Any, dt: np.dtype, shape: tuple[int, ...], where: str)
             f"(+-{float(np.finfo(dt).max)!r}); send it in a wider datatype"
         )
     return out.reshape(shape)
+
+
+def _all_python_ints(data: Any) -> bool:
+    """Whether nested lists ``data`` hold only Python ints (no floats, no bools)."""
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        elif type(v) is not int:
+            return False
+    return True
 
 
 def _first_value(arr: np.ndarray) -> Any:
@@ -271,6 +293,19 @@ def _shown(value: Any) -> str:
     if len(text) > 64:
         return repr(text[:64]) + f"... ({len(text)} characters)"
     return repr(text)
+
+
+def check_load_parameters(params: Mapping[str, Any] | None) -> None:
+    """Refuse load-request parameters: Triton's ``config`` override and ``file:`` contents
+    are not supported, and a load that silently ignored them would serve something else
+    than the client asked for."""
+    if params:
+        key = min(params)
+        raise invalid(
+            f"model load parameter {_shown(key)} is not supported (no configuration overrides or "
+            "file contents through the API); change the model's files in the repository and load it "
+            "again without parameters"
+        )
 
 
 # ---------------------------------------------------------------------------- JSON

@@ -95,11 +95,12 @@ class ModelRepository:
                 entry = self._build(folder)
             except ServingError as exc:
                 log.warning("model %s: UNAVAILABLE: %s", name, exc)
-                self._swap(name, _Entry(UNAVAILABLE, str(exc)))
-                raise
+                msg = self._shown(str(exc))
+                self._swap(name, _Entry(UNAVAILABLE, msg))
+                raise ServingError(msg, exc.http_status, exc.grpc_code) from exc
             except Exception as exc:  # a model or policy the runtime refuses: typed, with its message
-                msg = f"model '{name}' failed to load: {type(exc).__name__}: {exc}"
-                log.warning("model %s: UNAVAILABLE: %s", name, msg)
+                log.warning("model %s: UNAVAILABLE: %s: %s", name, type(exc).__name__, exc)
+                msg = self._shown(f"model '{name}' failed to load: {type(exc).__name__}: {exc}")
                 self._swap(name, _Entry(UNAVAILABLE, msg))
                 raise ServingError(msg, 400, "INVALID_ARGUMENT") from exc
             self._swap(name, entry)
@@ -114,6 +115,15 @@ class ModelRepository:
                     m.device,
                     list(m.buckets) or "none",
                 )
+
+    def _shown(self, message: str) -> str:
+        """A message for clients: paths inside the repository relative to it (the host's
+        folders stay in the server's log), C++ source locations dropped."""
+        import re
+
+        for root in {str(self.root.resolve()), str(self.root.absolute()), str(self.root)}:
+            message = message.replace(root + "/", "").replace(root, "the model repository")
+        return re.sub(r"\s*\[[^\[\]]*\.(?:cpp|cc|h|hpp|cu):\d+\]", "", message)
 
     def unload(self, name: str) -> None:
         """Stop serving ``name``: queued requests finish, new ones get UNAVAILABLE."""

@@ -43,6 +43,8 @@ from .protocol import (
     array_from_bytes,
     array_from_list,
     check_finite_for_json,
+    check_load_parameters,
+    check_model_name,
     check_shape,
     datatype_of,
     dtype_of,
@@ -333,6 +335,16 @@ def build_app(server: Any) -> Any:
 
     async def repo_load(request: Request) -> Response:
         try:
+            check_model_name(request.path_params["name"])
+            body = await _body(dict(request.scope["headers"]), request.receive, server.max_request_bytes)
+            if body.strip():
+                doc = loads_json(body)
+                if not isinstance(doc, dict):
+                    raise invalid("the load request body must be a JSON object (or empty)")
+                params = doc.get("parameters")
+                if params is not None and not isinstance(params, dict):
+                    raise invalid("the load request's 'parameters' must be an object")
+                check_load_parameters(params)
             await _in_thread(executor, repo.load, request.path_params["name"])
         except ServingError as exc:
             return _error(exc)

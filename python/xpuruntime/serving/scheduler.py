@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import logging
+import re
 import threading
 import time
 from typing import Any
@@ -38,6 +40,8 @@ from .protocol import (
 )
 from .triton import ModelStatistics
 
+log = logging.getLogger("xpuruntime.serving")
+
 INLINE_RUN_US = 200.0
 
 
@@ -49,6 +53,33 @@ class _Pending:
         self.rows = rows
         self.t_enqueue = time.perf_counter()
         self.future: concurrent.futures.Future[InferResponse] = concurrent.futures.Future()
+
+
+def run_error(model: str, exc: Exception) -> ServingError:
+    """A failed run as the protocol's error: what the request's data caused is the client's
+    (an index out of range is INVALID_ARGUMENT 400, a request too large for memory
+    RESOURCE_EXHAUSTED 400), anything else the server's (INTERNAL 500). C++ source
+    locations stay in the server's log, out of the client's message."""
+    from .. import _core
+
+    text = _SOURCE_LOCATION.sub("", str(exc)).strip()
+    message = f"model '{model}' failed to run: {type(exc).__name__}: {text}"
+    if isinstance(exc, (_core.OutOfMemoryError, MemoryError)):
+        log.warning("%s", exc)
+        return ServingError(
+            f"{message}; the request needs more memory than the server has: send a smaller input",
+            400,
+            "RESOURCE_EXHAUSTED",
+        )
+    if isinstance(exc, (_core.InvalidArgumentError, _core.UnsupportedOperationError)):
+        log.info("%s", exc)
+        return ServingError(message, 400, "INVALID_ARGUMENT")
+    log.error("model %s failed to run", model, exc_info=exc)
+    return ServingError(message, 500, "INTERNAL")
+
+
+#: " [cpp/src/...cpp:190]" at the end of the runtime's messages (kept for logs and --debug).
+_SOURCE_LOCATION = re.compile(r"\s*\[[^\[\]]*\.(?:cpp|cc|h|hpp|cu):\d+\]")
 
 
 class ModelScheduler:
@@ -233,8 +264,17 @@ class ModelScheduler:
                     [p.req for p in batch], [p.rows for p in batch], [p.t_enqueue for p in batch]
                 )
             except ServingError as exc:  # every waiter learns why; the worker keeps serving
+                if len(batch) == 1 or exc.grpc_code == "UNAVAILABLE":
+                    for p in batch:
+                        p.future.set_exception(exc)
+                    continue
+                # One request's data (an index out of range, a size too large) may be what
+                # failed: each runs on its own, so only the requests that fail get an error.
                 for p in batch:
-                    p.future.set_exception(exc)
+                    try:
+                        p.future.set_result(self._run([p.req], [p.rows], [p.t_enqueue])[0])
+                    except ServingError as own:
+                        p.future.set_exception(own)
                 continue
             for p, r in zip(batch, results):
                 p.future.set_result(r)
@@ -248,9 +288,7 @@ class ModelScheduler:
         except ServingError:
             raise
         except Exception as exc:
-            raise ServingError(
-                f"model '{self.model.name}' failed to run: {type(exc).__name__}: {exc}", 500, "INTERNAL"
-            ) from exc
+            raise run_error(self.model.name, exc) from exc
         t1 = time.perf_counter()
         compute = t1 - t0
         bucket = self.model.bucket_for(sum(rows)) or 1
