@@ -62,6 +62,14 @@ def test_invalid_model_keeps_its_type(capsys: pytest.CaptureFixture[str], tmp_pa
         (["run", "--decisions", "some"], ["--decisions", "chosen"]),
         (["serve", "--model-repository", ".", "--http-port", "99999"], ["--http-port"]),
         (["frobnicate"], ["frobnicate"]),
+        # found by the outside probe: accepted before, now refused
+        (["compare", "--atol", "-1"], ["--atol", ">= 0"]),
+        (["compare", "--atol", "nan"], ["--atol", "finite"]),
+        (["compare", "--rtol", "inf"], ["--rtol", "finite"]),
+        (["compare", "--tolerance", "-0.5"], ["--tolerance"]),
+        (["compare", "--threads", "0"], ["--threads", ">= 1"]),
+        (["serve", "--model-repository", ".", "--grace", "nan"], ["--grace", "finite"]),
+        (["serve", "--model-repository", ".", "--grace", "-5"], ["--grace", ">= 0"]),
     ],
 )
 def test_bad_flag_values(capsys: pytest.CaptureFixture[str], argv: list[str], needles: list[str]) -> None:
@@ -142,6 +150,44 @@ def test_serve_port_in_use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         argv = ["serve", "--model-repository", str(tmp_path), "--http-port", "0", "--grpc-port", str(taken)]
         assert main(argv) == 2
         _one_line_error(capsys, "--grpc-port")
+
+
+def test_serve_load_names_and_host_are_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Found by the outside probe: these started a server (or failed with a gRPC log line)."""
+    pytest.importorskip("starlette")
+    (tmp_path / "demo").mkdir()
+    base = ["serve", "--model-repository", str(tmp_path), "--http-port", "0", "--grpc-port", "0"]
+    assert main([*base, "--load", "../x"]) == 2
+    _one_line_error(capsys, "--load '../x' is not a model name")
+    assert main([*base, "--load", "demo", "--load", "nope"]) == 2
+    _one_line_error(capsys, "--load 'nope'", "has no folder 'nope'")
+    assert main([*base, "--host", "999.1.1.1"]) == 2
+    _one_line_error(capsys, "--host '999.1.1.1' is not an address of this machine")
+
+
+def test_run_save_outputs_must_name_an_npz_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Found by the outside probe: a folder was accepted (numpy wrote FOLDER.npz beside it)."""
+    for bad in (str(tmp_path), str(tmp_path / "no" / "such" / "o.npz"), str(tmp_path / "o.txt")):
+        assert main(["run", "--save-outputs", bad]) == 2
+        _one_line_error(capsys, "--save-outputs", "must name an .npz file")
+    assert not (tmp_path.parent / f"{tmp_path.name}.npz").exists()
+    assert main(["run", "--save-outputs", str(tmp_path / "o.npz"), "--decisions", "none"]) == 0
+    capsys.readouterr()
+    with np.load(tmp_path / "o.npz") as saved:
+        assert saved["logits"].shape == (1, 10) and np.isfinite(saved["logits"]).all()
+
+
+def test_policy_files_are_read_with_a_bound(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Found by the outside probe: a policy path to /dev/zero read until memory ran out."""
+    import xpuruntime as xrt
+
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    with pytest.raises(xrt.PolicyError, match="holds more than 16 MiB"):
+        xrt.ExecutionPolicy.load(tmp_path / "zero.json")
+    assert main(["policy", "validate", str(tmp_path / "zero.json")]) != 0
+    _one_line_error(capsys, "more than 16 MiB")
+    (tmp_path / "ok.json").write_text(json.dumps({"threads": 2}))
+    assert xrt.ExecutionPolicy.load(tmp_path / "ok.json").threads == 2
 
 
 def test_internal_errors_point_to_debug(

@@ -269,17 +269,32 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precisions", default=None, metavar="A,B", help="--bisect: two precisions, e.g. fp32,fp16"
     )
+    from .args import non_negative_float, positive_int
+
     p.add_argument(
-        "--threads", type=int, default=None, help="CPU threads of every engine (ExecutionPolicy.threads)"
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads of every engine (ExecutionPolicy.threads)",
     )
     p.add_argument(
         "--atol",
-        type=float,
+        type=non_negative_float,
         default=None,
         help="absolute tolerance; with --rtol, exit 1 when an output exceeds it",
     )
-    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (|a-b| <= atol + rtol*|ref|)")
-    p.add_argument("--tolerance", type=float, default=None, help="sets --atol and --rtol not given otherwise")
+    p.add_argument(
+        "--rtol",
+        type=non_negative_float,
+        default=None,
+        help="relative tolerance (|a-b| <= atol + rtol*|ref|)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=non_negative_float,
+        default=None,
+        help="sets --atol and --rtol not given otherwise",
+    )
     p.add_argument(
         "--bisect",
         action="store_true",

@@ -184,6 +184,13 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     sess = make_session(args)
+    if args.save_outputs:  # checked before the model runs
+        target = Path(args.save_outputs)
+        if target.suffix != ".npz" or target.is_dir() or not target.parent.is_dir():
+            raise CliError(
+                f"--save-outputs {args.save_outputs!r} must name an .npz file in an existing folder "
+                "(e.g. outputs.npz)"
+            )
     feeds = make_inputs(sess, args)
     t0 = time.perf_counter()
     outs = sess.run(feeds)

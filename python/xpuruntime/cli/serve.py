@@ -36,6 +36,34 @@ def check_repository(path: str) -> None:
         )
 
 
+def check_host(host: str) -> None:
+    """CliError unless ``host`` resolves to an address (gRPC would fail later with a log line)."""
+    try:
+        socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise CliError(
+            f"--host {host!r} is not an address of this machine ({getattr(exc, 'strerror', None) or exc}); "
+            "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+        ) from None
+
+
+def check_models(repository: str, names: list[str]) -> None:
+    """CliError for a --load name that is not a model folder of the repository."""
+    from ..serving.protocol import is_model_name
+
+    for name in names:
+        if not is_model_name(name):
+            raise CliError(
+                f"--load {name!r:.80} is not a model name (1 to 128 letters, digits, '_', '.' or '-', "
+                "not starting with '.'); pass a folder name of the repository"
+            )
+        if not (Path(repository) / name).is_dir():
+            raise CliError(
+                f"--load {name!r}: the repository {repository!r} has no folder {name!r}; "
+                "pass the name of one of its model folders"
+            )
+
+
 def check_port(host: str, number: int, flag: str) -> None:
     """CliError when ``host:number`` cannot be bound (in use, or not an address of this machine)."""
     if number <= 0:
@@ -65,6 +93,8 @@ def run_serve(args: argparse.Namespace) -> int:
             f"xpuruntime serve needs the serve extra ({exc}); install it with: pip install xpuruntime[serve]"
         ) from None
     check_repository(args.model_repository)
+    check_host(args.host)
+    check_models(args.model_repository, args.load)
     check_port(args.host, args.http_port, "--http-port")
     check_port(args.host, args.grpc_port, "--grpc-port")
     if args.http_port > 0 and args.http_port == args.grpc_port:
@@ -87,7 +117,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Register ``serve`` on the top-level subparsers."""
-    from .args import port, positive_int
+    from .args import non_negative_float, port, positive_int
 
     p = sub.add_parser(
         "serve", help="serve a model repository over the Open Inference Protocol", description=__doc__
@@ -108,7 +138,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--load", action="append", default=[], metavar="MODEL", help="load only these models (repeatable)"
     )
-    p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get at shutdown")
+    p.add_argument(
+        "--grace", type=non_negative_float, default=30.0, help="seconds in-flight requests get at shutdown"
+    )
     p.add_argument(
         "--log-level",
         choices=LOG_LEVELS,

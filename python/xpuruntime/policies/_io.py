@@ -37,6 +37,9 @@ class YamlRefused(ValueError):
     """YAML text :func:`load_yaml` refuses: not valid YAML, an alias, or too deep."""
 
 
+#: Largest policy file read (a policy with thousands of pins is well under a MiB).
+MAX_POLICY_BYTES = 16 << 20
+
 #: Deepest nesting of YAML collections accepted (a policy or config needs a few levels).
 MAX_YAML_DEPTH = 64
 
@@ -130,7 +133,13 @@ def read(path: str | Path, fmt: str | None) -> str:
         raise _core.PolicyError(f"policy file {shown} is a directory; pass the path of a .json or .yaml file")
     kind = format_of(p, fmt)
     try:
-        data = p.read_bytes()
+        with p.open("rb") as f:  # bounded: a path to /dev/zero or a huge file is refused, not read
+            data = f.read(MAX_POLICY_BYTES + 1)
+        if len(data) > MAX_POLICY_BYTES:
+            raise _core.PolicyError(
+                f"policy file {shown} holds more than {MAX_POLICY_BYTES >> 20} MiB; a policy is a few KiB "
+                "of JSON or YAML (check the path)"
+            )
     except FileNotFoundError as e:
         raise _core.PolicyError(f"policy file {shown} does not exist") from e
     except OSError as e:

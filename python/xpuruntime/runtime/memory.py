@@ -36,8 +36,23 @@ def raw_alloc(nbytes: int, device: str = "cpu", stream: int | None = None) -> in
     return _mem.raw_alloc(int(nbytes), str(device), stream)
 
 
+def _address(ptr: int) -> int:
+    """``ptr`` as an address (InvalidArgumentError for what cannot be one: negative, > 64 bits)."""
+    import operator
+
+    try:
+        value = operator.index(ptr)
+    except TypeError:
+        raise _core.InvalidArgumentError(f"a pointer is an int address, got {type(ptr).__name__}") from None
+    if not 0 <= value < 1 << 64:
+        raise _core.InvalidArgumentError(
+            f"pointer {value} is not an address (0 .. 2**64-1); pass the value the allocation returned"
+        )
+    return value
+
+
 def raw_free(ptr: int, device: str = "cpu") -> None:
-    _mem.raw_free(int(ptr), str(device))
+    _mem.raw_free(_address(ptr), str(device))
 
 
 def allocate_pinned(nbytes: int) -> int:
@@ -46,7 +61,7 @@ def allocate_pinned(nbytes: int) -> int:
 
 
 def free_pinned(ptr: int) -> None:
-    _mem.free_pinned(int(ptr))
+    _mem.free_pinned(_address(ptr))
 
 
 __all__ = [
