@@ -61,6 +61,12 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _version(binary: str) -> str:
+    """perf_analyzer's version line (it prints it on stdout or stderr, by version)."""
+    proc = subprocess.run([binary, "--version"], capture_output=True, text=True, env=_env(), check=False)
+    return (proc.stdout.strip() or proc.stderr.strip()).splitlines()[0] if proc.stdout or proc.stderr else ""
+
+
 def run_perf_analyzer(
     binary: str, model: str, port: int, protocol: str, requests: int, stability: float
 ) -> list[dict[str, Any]]:
@@ -146,9 +152,7 @@ def main() -> int:
     doc = json.loads(out.read_text()) if out.is_file() else {}
     doc["perf_analyzer"] = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-        "tool": subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, env=_env(), check=False
-        ).stdout.strip(),
+        "tool": _version(binary),
         "models": {
             "tiny": "mlp 16-32-8 (bench_serving.py), max_batch_size 1",
             "demo": "bundled demo, auto-completed",
