@@ -66,12 +66,12 @@ def free_pinned(ptr: int) -> None:
 
 __all__ = [
     "MemoryStats",
-    "memory_stats",
+    "allocate_pinned",
     "empty_cache",
-    "reset_peak_stats",
-    "set_memory_limit",
+    "free_pinned",
+    "memory_stats",
     "raw_alloc",
     "raw_free",
-    "allocate_pinned",
-    "free_pinned",
+    "reset_peak_stats",
+    "set_memory_limit",
 ]
