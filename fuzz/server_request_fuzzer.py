@@ -59,7 +59,8 @@ def _save(folder: Path, model: onnx.ModelProto, config: str | None = None, name:
 
 def build_repository(root: Path) -> None:
     """probe (y = x W, FP32 [n, 4]), add_int (INT32 [2, 3]), log (NaN/-inf outputs),
-    bomb (a YAML alias bomb config) and many (instances: 100000)."""
+    bomb (a YAML alias bomb config), many (instances: 100000) and embed (a Gather over
+    a 10-row table, batched: ids out of range are the request's fault)."""
     op = [helper.make_opsetid("", 17)]
     probe = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"])],
@@ -88,6 +89,18 @@ def build_repository(root: Path) -> None:
     )
     _save(root / "bomb", helper.make_model(add, opset_imports=op), bomb, "config.yaml")
     _save(root / "many", helper.make_model(add, opset_imports=op), json.dumps({"instances": 100000}))
+    embed = helper.make_graph(
+        [helper.make_node("Gather", ["t", "ids"], ["y"])],
+        "embed",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 4])],
+        [numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "t")],
+    )
+    _save(
+        root / "embed",
+        helper.make_model(embed, opset_imports=op),
+        json.dumps({"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_us": 1000}}),
+    )
 
 
 # ------------------------------------------------------------------------------ generation
@@ -529,11 +542,41 @@ def regression_cases() -> dict[str, dict[str, Any]]:
         "header-length-superscript": http(
             _http("POST", "/v2/models/probe/infer", b"{}", {"Inference-Header-Content-Length": "\xb2"})
         ),
+        # the second outside probe (2026-11-29): a Gather index out of range was a 500
+        "gather-index-out-of-range": http(
+            _http(
+                "POST",
+                "/v2/models/embed/infer",
+                b'{"inputs": [{"name": "ids", "datatype": "INT64", "shape": [1, 3], "data": [0, 10, 1]}]}',
+            )
+        ),
+        "gather-index-2pow40-pipelined": http(
+            _http(
+                "POST",
+                "/v2/models/embed/infer",
+                b'{"inputs": [{"name": "ids", "datatype": "INT64", "shape": [2, 3], '
+                b'"data": [0, 1099511627776, 1, -11, 2, 3]}]}',
+            )
+            + _probe_http()
+        ),
+        "grpc-gather-index-out-of-range": grpc(
+            "ModelInfer",
+            _ids_message(m, np.array([[0, 2**62, 1]], np.int64)),
+        ),
         "pipelined-two": http(_probe_http() + _probe_http()),
         "pipelined-unknown-then-probe": http(
             _http("POST", "/v2/models/nope/infer", b"x" * 70_000) + _probe_http()
         ),
     }
+
+
+def _ids_message(m: dict[str, Any], ids: np.ndarray) -> Any:
+    msg = m["ModelInferRequest"](model_name="embed")
+    t = msg.inputs.add()
+    t.name, t.datatype = "ids", "INT64"
+    t.shape.extend(ids.shape)
+    msg.raw_input_contents.append(ids.tobytes())
+    return msg
 
 
 def save(case: dict[str, Any], folder: Path, prefix: str) -> Path:
