@@ -73,6 +73,7 @@ StepScratch::StepScratch(const ExecutionPlan& plan, const PlanStep& st,
     : res_(provider.begin_run(0, 0)) {
   res_->set_threads(plan.header.threads);
   const bool host = provider.host_memory();
+  std::vector<std::vector<unsigned char>> staged;  // host bytes, kept until the copies end
   std::mt19937_64 rng(seed_of(st.node.name + "|" + st.node.op_type));
   for (int v : st.node.inputs) {
     if (v < 0) {
@@ -95,7 +96,8 @@ StepScratch::StepScratch(const ExecutionPlan& plan, const PlanStep& st,
         }
       }
     } else {
-      std::vector<unsigned char> bytes = scratch_bytes(pv.dtype, a.numel(), rng);
+      std::vector<unsigned char>& bytes =
+          staged.emplace_back(scratch_bytes(pv.dtype, a.numel(), rng));
       a.data = buffer(bytes.size());
       if (host)
         std::memcpy(a.data, bytes.data(), bytes.size());
@@ -115,7 +117,7 @@ StepScratch::StepScratch(const ExecutionPlan& plan, const PlanStep& st,
     args_.outputs.push_back(a);
   }
   args_.stream = res_->stream();
-  if (!host) res_->synchronize();  // the host copies of the random data may go
+  if (!host) res_->synchronize();  // the staged host bytes may go now
 }
 
 StepScratch::~StepScratch() {

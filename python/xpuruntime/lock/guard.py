@@ -282,8 +282,10 @@ class LockGuard:
                 f"frozen session: input shapes {bucket_id(bucket)} are not covered by lock file "
                 f"{self.lock.source or '(in memory)'}",
                 [
-                    f"bucket {bucket_id(bucket)}: not in the lock "
-                    f"(it covers: {', '.join(self.lock.bucket_names())})"
+                    (
+                        f"bucket {bucket_id(bucket)}: not in the lock "
+                        f"(it covers: {', '.join(self.lock.bucket_names())})"
+                    )
                 ],
                 "Run this shape once unfrozen and take a new lock (session.lock(path)), "
                 "or feed a locked shape.",
