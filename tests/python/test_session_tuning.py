@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xpuruntime as xrt
+from xpuruntime.lock import LockFile
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper
@@ -188,3 +189,36 @@ def test_export_pins_needs_the_native_engine(model) -> None:
     sess = xrt.InferenceSession(str(path), device="cpu", engine="onnxruntime")
     with pytest.raises(xrt.UnsupportedOperationError, match="native engine"):
         sess.export_pins()
+
+
+def test_cli_run_with_a_lock_replays_the_tuned_kernels(model, tmp_path: Path, capsys) -> None:
+    from xpuruntime.cli.main import main
+
+    path, w = model
+    pol = tmp_path / "best.json"
+    xrt.KernelPolicy(auto_strategy="best_performance").save(str(pol))
+    lock_path = tmp_path / "cli.lock.json"
+    assert main(["lock", str(path), "-o", str(lock_path), "--policy", str(pol), "--device", "cpu"]) == 0
+    tuned = [n for b in LockFile.load(lock_path).buckets for n in b["nodes"] if n["op"] == "matmul"]
+    assert tuned and all(n["rule"] == BEST and "margin_pct" in n for n in tuned)
+    x = np.random.default_rng(7).standard_normal((16, 96)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    capsys.readouterr()
+    # no --policy: the lock's own policies; every locked case is pinned
+    argv = ["run", str(path), "--lock", str(lock_path), "--frozen", "--inputs", str(tmp_path / "in.npz")]
+    assert main([*argv, "--save-outputs", str(tmp_path / "out.npz")]) == 0
+    text = capsys.readouterr().out
+    assert "pinned" in text, text
+    with np.load(tmp_path / "out.npz") as z:
+        np.testing.assert_allclose(z["y"], reference(x, w), rtol=1e-4, atol=1e-4)
+        kernels = {n["node"]: n["kernel"] for n in tuned}
+        sess = xrt.InferenceSession(str(path), lock=lock_path, kernel_policy=xrt.KernelPolicy.load(str(pol)))
+        assert {n: d.chosen for n, d in matmuls(sess).items()} == kernels
+        np.testing.assert_array_equal(z["y"], sess.run({"x": x})["y"])
+    # a changed library version in the lock: one line naming the field, exit status 1
+    data = json.loads(lock_path.read_text())
+    data["libraries"]["xpuruntime"] = "0.0.1"
+    lock_path.write_text(json.dumps(data))
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "libraries.xpuruntime: 0.0.1" in err and len(err.strip().splitlines()) == 1, err
