@@ -222,3 +222,43 @@ def test_cli_run_with_a_lock_replays_the_tuned_kernels(model, tmp_path: Path, ca
     assert main(argv) != 0
     err = capsys.readouterr().err
     assert "libraries.xpuruntime: 0.0.1" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_pin_sets_are_cached_and_say_why_they_rebuilt(model, tmp_path: Path, monkeypatch) -> None:
+    from xpuruntime import cache as xcache
+    from xpuruntime.cache import ArtifactCache
+
+    path, w = model
+    store = ArtifactCache(tmp_path / "cache")
+    pins, first = xcache.pin_set(str(path), cache=store)
+    assert first.status == "miss" and "first build" in first.reason and first.decision.rule == "cache.miss"
+    assert pins.auto_strategy == "best_performance" and pins.pins
+    again, second = xcache.pin_set(str(path), cache=store)
+    assert second.hit and again.pins == pins.pins
+    # the cached pins build a session that times nothing and chooses the tuned kernels
+    sess = xrt.InferenceSession(str(path), device="cpu", engine="native", kernel_policy=again)
+    assert all(d.rule == "pinned" and not d.timings for d in matmuls(sess).values())
+    assert {d.key: d.chosen for d in matmuls(sess).values()}.items() <= {
+        k: v["kernel"] for k, v in pins.pins.items()
+    }.items()
+    x = np.random.default_rng(9).standard_normal((16, 96)).astype(np.float32)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], reference(x, w), rtol=1e-4, atol=1e-4)
+    # a key change misses with its reason
+    _, b = xcache.pin_set(str(path), cache=store, kernel_policy=xrt.KernelPolicy(matmul=["cpu_blas", "auto"]))
+    assert b.status == "miss" and "policy.kernel.preferences.matmul" in b.reason, b.reason
+    import xpuruntime.cache.artifacts as art
+
+    real = art.library_versions
+    monkeypatch.setattr(art, "library_versions", lambda *a: {**real(*a), "onednn": "0.0"})
+    _, b = xcache.pin_set(str(path), cache=store)
+    assert b.status == "miss" and "library changed: onednn" in b.reason, b.reason
+    monkeypatch.setattr(art, "library_versions", real)
+    # a corrupted entry is detected by its digest, rebuilt and reported
+    payload = second.path
+    assert payload is not None and payload.is_file()
+    data = bytearray(payload.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    payload.write_bytes(bytes(data))
+    rebuilt, b = xcache.pin_set(str(path), cache=store)
+    assert b.status == "corrupt" and "SHA-256" in b.reason and rebuilt.pins
+    assert xcache.pin_set(str(path), cache=store)[1].hit

@@ -155,6 +155,7 @@ def cmd_cache_why(args: argparse.Namespace) -> int:
     for kind in kinds:
         options = {
             "native_plan": {"input_shapes": shapes},
+            "pin_set": {"input_shapes": shapes},
             "onnxruntime_model": {"graph_optimization_level": "extended"},
             "openvino_blob": None,
         }[kind]
@@ -232,7 +233,9 @@ def add_parsers(sub: Any) -> None:
     q.set_defaults(func=cmd_cache_ls)
     q = csub.add_parser("why", help="would building MODEL hit the cache? if not, why")
     q.add_argument("model")
-    q.add_argument("--kind", default=None, choices=["native_plan", "onnxruntime_model", "openvino_blob"])
+    q.add_argument(
+        "--kind", default=None, choices=["native_plan", "pin_set", "onnxruntime_model", "openvino_blob"]
+    )
     q.add_argument("--device", default="cpu")
     q.add_argument("--policy", default=None, help="KernelPolicy file")
     q.add_argument("--exec-policy", default=None, help="ExecutionPolicy file")
