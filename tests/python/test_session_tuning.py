@@ -262,3 +262,20 @@ def test_pin_sets_are_cached_and_say_why_they_rebuilt(model, tmp_path: Path, mon
     rebuilt, b = xcache.pin_set(str(path), cache=store)
     assert b.status == "corrupt" and "SHA-256" in b.reason and rebuilt.pins
     assert xcache.pin_set(str(path), cache=store)[1].hit
+
+
+def test_an_offline_preview_times_nothing_and_says_so(model) -> None:
+    path, _ = model
+    pol = xrt.KernelPolicy(auto_strategy="best_performance")
+    xrt._core.Dispatcher.instance().clear_tuning_cache()  # no case tuned in this process yet
+    preview = xrt.preview_plan(str(path), device="cpu", kernel_policy=pol)
+    mms = [d for d in preview.decisions if d["op"] == "matmul"]
+    assert mms
+    for d in mms:
+        assert d["rule"] == "auto.first_supported" and not d.get("timings"), d
+        assert "timing skipped (an offline preview runs no kernels" in d["detail"], d["detail"]
+    # once a build has tuned the cases, a preview shows the winners that build would reuse
+    built = matmuls(xrt.InferenceSession(str(path), device="cpu", engine="native", kernel_policy=pol))
+    after = {d["node"]: d for d in xrt.preview_plan(str(path), device="cpu", kernel_policy=pol).decisions}
+    for n, d in built.items():
+        assert (after[n]["rule"], after[n]["chosen"]) == (BEST, d.chosen)

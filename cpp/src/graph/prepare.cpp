@@ -128,7 +128,7 @@ class Preparer {
       PlanStep& st = plan_.steps[s];
       OpContext ctx = step_context(plan_, st, s, provider_);
       ctx.apply(ep);
-      Decision d = best_ && !plan_.header.preview ? tuned_select(st, ctx) : disp.select(ctx, kp);
+      Decision d = best_ ? tuned_select(st, ctx) : disp.select(ctx, kp);
       plan_.decisions.push_back(d.to_json());
       XRT_CHECK(!d.chosen.empty(), UnsupportedOperationError, st.node.where(),
                 ": no kernel for op '", ctx.op, "' on ", ctx.device.str(),
@@ -166,7 +166,9 @@ class Preparer {
     SelectOptions opt;
     opt.regime = "plan step";
     std::unique_ptr<StepScratch> scratch;  // made for the first candidate (none on a cache hit)
-    std::string why = StepScratch::untimable(plan_, st);
+    std::string why = plan_.header.preview
+                          ? "an offline preview runs no kernels; a build on the device times them"
+                          : StepScratch::untimable(plan_, st);
     if (!why.empty()) {
       opt.untimed_reason = why;
     } else {
