@@ -2,7 +2,6 @@
 #include "graph/prepare.h"
 
 #include <memory>
-
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -160,7 +159,7 @@ class Preparer {
  private:
   // best_performance: the Dispatcher times every candidate kernel and algorithm of the
   // step (prepared as bind() prepares it, on scratch buffers of the step's shapes) once
-  // per case, keeps the winner and records the timings and the margin. The loser's
+  // per case, keeps the winner and records the timings and the margin. The losers'
   // prepared kernels and the scratch buffers are released when the selection returns.
   Decision tuned_select(const PlanStep& st, const OpContext& ctx) {
     SelectOptions opt;

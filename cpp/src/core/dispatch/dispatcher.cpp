@@ -274,7 +274,8 @@ Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
   TuningOptions opt = tuning_options();
   Tuned t;
   t.generation = registry_.generation();
-  std::vector<std::pair<int, std::string>> options;  // pool order, each kernel's algorithms in order
+  // (candidate, algorithm): pool order, each kernel's algorithms in its order.
+  std::vector<std::pair<int, std::string>> options;
   for (int idx : sel.pool) {
     std::vector<std::string> algos = sel.kernels[idx]->algorithms(ctx);
     if (algos.empty()) algos.push_back("");
@@ -308,10 +309,11 @@ Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
     pins.push_back({k.def().name, algo});
   }
   if (!timed.empty()) {  // ties within noise keep the earlier (priority) candidate
-    const char* clock = ctx.device.is_cpu() ? "host clock" : "device events";
-    tuning::Ranking r = tuning::rank(
-        timed, regime.empty() ? std::string(ctx.device.is_cpu() ? "host clock" : "eager")
-                              : regime + ", " + clock);
+    // dispatch()'s eager launches keep their regime names; a caller's regime gets its clock.
+    const std::string clock = ctx.device.is_cpu() ? "host clock" : "device events";
+    const std::string named = regime.empty() ? (ctx.device.is_cpu() ? clock : "eager")
+                                             : regime + ", " + clock;
+    tuning::Ranking r = tuning::rank(timed, named);
     t.pin = pins[r.winner];
     t.verdict = std::move(r.verdict);
   }
@@ -381,7 +383,8 @@ Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, Ke
           auto workspace = std::make_shared<Tensor>();
           std::size_t need = k.workspace_bytes(ctx);
           if (need > 0 && (l->workspace == nullptr || l->workspace_bytes < need)) {
-            *workspace = Tensor::empty({static_cast<int64_t>(need)}, DType::kUInt8, ctx.device, l->stream);
+            *workspace =
+                Tensor::empty({static_cast<int64_t>(need)}, DType::kUInt8, ctx.device, l->stream);
             l->workspace = workspace->data_ptr();
             l->workspace_bytes = need;
           }
