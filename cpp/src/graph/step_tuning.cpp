@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/half_float.h"
+#include "graph/prepare.h"  // the ExecutionProvider interface
 #include "xpuruntime/error.h"
 
 namespace xpuruntime::graph {

@@ -12,9 +12,11 @@
 
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/graph/plan.h"
-#include "xpuruntime/graph/provider.h"
 
 namespace xpuruntime::graph {
+
+class ExecutionProvider;
+class RunResources;
 
 // The scratch inputs and outputs of one step in the provider's memory: float
 // inputs hold random values in [-1, 1) (a seed fixed per step, so a re-build

@@ -20,6 +20,8 @@ checked against the lock when it is applied.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -31,7 +33,7 @@ from .errors import lock_violation
 from .guard import _node_entries, _policy_diffs, policy_record
 from .lockfile import LockFile
 
-__all__ = ["ENGINE", "RoutedLockGuard", "capture_routed", "routed_libraries"]
+__all__ = ["ENGINE", "RoutedLockGuard", "capture_routed", "routed_libraries", "save_lock"]
 
 #: The lock's ``engine`` for routed PyTorch calls.
 ENGINE = "pytorch"
@@ -89,6 +91,21 @@ def capture_routed(policy: Any, decisions: Iterable[Any]) -> LockFile:
     )
 
 
+def save_lock(path: str | os.PathLike[str], policy: Any, decisions: Iterable[Any]) -> LockFile:
+    """Writes :func:`capture_routed` of ``decisions`` under ``policy`` to ``path``
+    (atomically) and returns the LockFile. Users call ``xpuruntime.pytorch.save_lock(path)``,
+    which passes the policy it set and its decision log."""
+    if policy is None:
+        raise _core.InvalidArgumentError(
+            "save_lock: no kernel policy is set; call xpuruntime.pytorch.set_kernel_policy(...) and run "
+            "the model first"
+        )
+    lock = capture_routed(policy, decisions)
+    lock.source = str(path)
+    lock.save(path)
+    return lock
+
+
 class RoutedLockGuard:
     """Holds routed PyTorch calls to a lock. Thread-safe."""
 
@@ -111,6 +128,10 @@ class RoutedLockGuard:
     def open(cls, lock: Any, frozen: bool) -> RoutedLockGuard:
         """A guard over ``lock`` (a path or a LockFile)."""
         return cls(lock if isinstance(lock, LockFile) else LockFile.load(lock), bool(frozen))
+
+    def locked_policy(self) -> Any:
+        """The kernel policy the lock was taken under (core form)."""
+        return _core.KernelPolicy.from_json(json.dumps(self.lock.policy.get("kernel", {})))
 
     def _where(self) -> str:
         return f"lock file {self.lock.source or '(in memory)'}"

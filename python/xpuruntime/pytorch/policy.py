@@ -41,8 +41,6 @@ applies to the thread that set it.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from typing import Any
 
@@ -361,7 +359,7 @@ def set_kernel_policy(
         raise ValueError(f"regime must be one of {', '.join(_routing.REGIMES)}, got {regime!r}")
     guard = _lock_guard(lock, frozen)
     if policy is None and not kwargs and guard is not None:
-        policy = _core.KernelPolicy.from_json(json.dumps(guard.lock.policy.get("kernel", {})))
+        policy = guard.locked_policy()
     if policy is None and not kwargs:
         clear_kernel_policy()
         return
@@ -407,25 +405,18 @@ def _lock_guard(lock: Any, frozen: bool) -> Any:
     return RoutedLockGuard.open(lock, frozen)
 
 
-def save_lock(path: str | os.PathLike[str]) -> Any:
-    """Writes the lock of the routed calls decided so far (one entry per case: kernel,
-    algorithm, rule, and under best_performance the timings and margin) and returns the
-    :class:`xpuruntime.lock.LockFile`. Replay it with ``set_kernel_policy(lock=path)``.
+def save_lock(path: Any) -> Any:
+    """Writes the lock of the routed calls decided so far to ``path`` (a str or
+    os.PathLike): one entry per case with its kernel, algorithm and rule, and under
+    best_performance its timings and margin. Returns the
+    :class:`xpuruntime.lock.LockFile`; replay it with ``set_kernel_policy(lock=path)``.
 
     Raises InvalidArgumentError when no policy is set or no routed call was decided.
     """
-    from ..lock.routed import capture_routed
+    from ..lock.routed import save_lock as write
 
     policy = _state.user_policy if _state.user_policy is not None else _state.policy
-    if policy is None:
-        raise _core.InvalidArgumentError(
-            "save_lock: no kernel policy is set; call xpuruntime.pytorch.set_kernel_policy(...) and run "
-            "the model first"
-        )
-    lock = capture_routed(policy, decision_log())
-    lock.source = str(path)
-    lock.save(path)
-    return lock
+    return write(path, policy, decision_log())
 
 
 def get_kernel_policy() -> Any:
