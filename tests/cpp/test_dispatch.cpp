@@ -388,6 +388,70 @@ TEST_F(DispatchTest, TuningExcludesKernelsThatFail) {
   EXPECT_EQ(cand(t, "liar").reason_code, reason::kRunFailed);
 }
 
+TEST_F(DispatchTest, CallerPreparedCandidatesAreTunedOncePerCase) {
+  // A native plan's steps: the caller prepares each candidate (kernel, algorithm) and the
+  // Dispatcher times the runs it returns, ranks them, caches the winner and pins it.
+  reg.unregister_kernel("matmul", "cpu_blas");
+  reg.unregister_kernel("matmul", "cpu_blocked");
+  auto noop = [](KernelLaunch&) {};
+  reg.register_kernel(std::make_shared<FunctionKernel>(def("slow", DeviceType::kCPU, 50), noop));
+  reg.register_kernel(std::make_shared<FunctionKernel>(
+      def("tunable", DeviceType::kCPU, 40), noop, nullptr,
+      [](const OpContext&) { return std::vector<std::string>{"careful", "fast"}; }));
+  reg.register_kernel(std::make_shared<FunctionKernel>(def("broken", DeviceType::kCPU, 30), noop));
+  Dispatcher d(reg);
+  d.set_tuning_options({1, 3});
+  KernelPolicy p;
+  p.auto_strategy = KernelPolicy::AutoSelectStrategy::BestPerformance;
+  int prepared = 0, runs = 0;
+  SelectOptions opt;
+  opt.regime = "plan step";
+  opt.prepare_candidate = [&](const Kernel& k, const std::string& algo) {
+    ++prepared;
+    if (k.def().name == "broken") throw std::runtime_error("no plan for this shape");
+    const int ms = k.def().name == "slow" ? 4 : (algo == "fast" ? 0 : 3);
+    return CandidateRun{[&runs, ms] {
+                          ++runs;
+                          std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                        },
+                        nullptr};
+  };
+  Decision t = d.select(ctx(), p, opt);
+  EXPECT_EQ(t.rule, rule::kAutoBestPerformance);
+  EXPECT_EQ(t.chosen, "tunable");
+  EXPECT_EQ(t.algorithm, "fast");
+  ASSERT_TRUE(t.pin.has_value());
+  EXPECT_EQ(*t.pin, (KernelPin{"tunable", "fast"}));
+  EXPECT_EQ(prepared, 4);       // slow, tunable/careful, tunable/fast, broken
+  EXPECT_EQ(runs, 3 * (1 + 3));  // warm-up + timed runs of each that prepared
+  EXPECT_EQ(t.timings.size(), 3u);
+  EXPECT_GT(t.timings.at("slow"), 3.0);
+  EXPECT_NE(t.detail.find("regime=plan step, host clock"), std::string::npos) << t.detail;
+  EXPECT_NE(t.detail.find("margin"), std::string::npos) << t.detail;
+  EXPECT_EQ(cand(t, "broken").reason_code, reason::kRunFailed);
+  EXPECT_NE(cand(t, "broken").detail.find("no plan for this shape"), std::string::npos);
+
+  // The same case again (another node of it, or the next build): nothing is prepared.
+  OpContext other = ctx(DType::kFloat32, "mm1");
+  Decision again = d.select(other, p, opt);
+  EXPECT_EQ(prepared, 4);
+  EXPECT_EQ(again.chosen, "tunable");
+  EXPECT_EQ(again.timings, t.timings);
+  EXPECT_EQ(d.export_pins(p).pins.at(other.case_key()), (KernelPin{"tunable", "fast"}));
+
+  // One candidate with one algorithm: chosen without being run.
+  SelectOptions one = opt;
+  one.runnable = {"slow"};
+  OpContext single = ctx(DType::kFloat32, "mm2");
+  single.attrs["trans_b"] = "1";  // another case
+  Decision s = d.select(single, p, one);
+  EXPECT_EQ(prepared, 4);
+  EXPECT_EQ(s.chosen, "slow");
+  EXPECT_EQ(s.rule, rule::kAutoBestPerformance);
+  EXPECT_TRUE(s.timings.empty());
+  EXPECT_NE(s.detail.find("only candidate"), std::string::npos) << s.detail;
+}
+
 TEST_F(DispatchTest, SameSelectionOver100CallsAnd8Threads) {
   Dispatcher d(reg);
   KernelPolicy p;

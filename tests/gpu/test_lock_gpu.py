@@ -128,3 +128,82 @@ def test_cuda_lock_refuses_another_cublaslt(tmp_path: Path) -> None:
     locked = xrt.InferenceSession(path, lock=lock_path)
     with pytest.raises(xrt.LockViolationError, match="libraries.cublaslt"):
         locked.run(feeds)
+
+
+# ------------------------------------------------------------- routed torch matmuls
+_ROUTED_SHAPES = [[[64, 256], [256, 128]], [[4, 96, 64], [64, 80]], [[256, 512], [512, 256]]]
+
+_ROUTED_REPLAY = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import torch
+    import xpuruntime.pytorch as xpt
+    lock, shapes, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    xpt.set_kernel_policy(lock=lock, frozen=True)
+    g = torch.Generator().manual_seed(9)
+    outs = []
+    for a, b in shapes:
+        x = torch.randn(*a, generator=g).half().cuda()
+        y = torch.randn(*b, generator=g).half().cuda()
+        outs.append(torch.matmul(x, y).float().cpu().numpy())
+    np.savez(out, *outs)
+    print(json.dumps([[d.key, d.chosen, d.algorithm, d.rule] for d in xpt.decision_log()]))
+    """
+)
+
+
+def test_routed_torch_matmul_lock_replays_bit_identically(tmp_path: Path) -> None:
+    """A lock of routed fp16 torch matmuls tuned under best_performance (cuBLASLt, cuBLAS,
+    torch timed with CUDA events) replays in a fresh process: the same kernels, pinned,
+    bit-identical outputs; the lock shows each tuned case's timing margin."""
+    _need_cuda()
+    torch = pytest.importorskip("torch")
+    import xpuruntime.pytorch as xpt
+
+    xpt.clear_kernel_policy()
+    xpt.clear_decision_log()
+    try:
+        xpt.set_kernel_policy(xrt.KernelPolicy(matmul="auto", auto_strategy="best_performance"))
+        g = torch.Generator().manual_seed(9)
+        ref = []
+        for a, b in _ROUTED_SHAPES:
+            x = torch.randn(*a, generator=g).half().cuda()
+            y = torch.randn(*b, generator=g).half().cuda()
+            ref.append(torch.matmul(x, y).float().cpu().numpy())
+        lock_path = tmp_path / "routed.lock.json"
+        lock = xpt.save_lock(lock_path)
+    finally:
+        xpt.clear_kernel_policy()
+    assert lock.engine == "pytorch" and lock.device_info.get("compute_capability")
+    nodes = lock.buckets[0]["nodes"]
+    assert len(nodes) == len(_ROUTED_SHAPES)
+    tuned = [n for n in nodes if n["rule"] == "auto.best_performance"]
+    assert tuned, [(n["rule"], n["kernel"]) for n in nodes]
+    for n in tuned:
+        assert len(n["timings_ms"]) >= 2 and "margin_pct" in n and n["margin"], n
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _ROUTED_REPLAY,
+            str(lock_path),
+            json.dumps(_ROUTED_SHAPES),
+            str(tmp_path / "o.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    replayed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {k: c for k, c, _, _ in replayed} == {n["key"]: n["kernel"] for n in nodes}
+    assert {r for *_, r in replayed} == {"pinned"}
+    with np.load(tmp_path / "o.npz") as z:
+        for i, want in enumerate(ref):
+            np.testing.assert_array_equal(z[f"arr_{i}"], want, err_msg=f"routed matmul {_ROUTED_SHAPES[i]}")

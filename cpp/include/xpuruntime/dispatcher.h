@@ -12,7 +12,9 @@
 // mode require with no supported named kernel raises UnsupportedOperationError
 // naming op, kernel and reason. dispatch() = select + run; under best_performance
 // it times every supported candidate (and each of its algorithms) once per case key,
-// caches the winner, and export_pins() writes those winners as pins. Times within
+// caches the winner, and export_pins() writes those winners as pins. A native plan
+// compiled under best_performance tunes its steps the same way, through
+// SelectOptions::prepare_candidate (prepared kernels on scratch buffers). Times within
 // the measurement noise (at least 1% of the fastest) are a tie that the earlier
 // candidate wins; the decision's detail records the regime, the winner's margin or
 // the tie (caller-measured times: SelectOptions::timings_ms, noise_ms, regime).
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +38,12 @@
 #include "xpuruntime/policy.h"
 
 namespace xpuruntime {
+
+// One candidate (kernel + algorithm) of a case, ready to run once on `stream`, for tuning.
+struct CandidateRun {
+  std::function<void()> run;
+  NativeStream stream = nullptr;
+};
 
 // What a caller that runs the chosen kernel itself (PyTorch routing) adds to a
 // selection. The rules stay the Dispatcher's; these only say what the caller can run
@@ -61,6 +70,13 @@ struct SelectOptions {
   std::string regime;  // what the times measured ("eager", "captured"), in the detail
   std::map<std::string, std::string> failures;
   std::string untimed_reason;
+  // best_performance timed by the Dispatcher on runs the caller prepares (a native
+  // plan's step: each candidate kernel and algorithm prepared on scratch inputs of the
+  // node's shapes). For a candidate it returns a function that runs it once, and the
+  // stream it runs on, or throws when the candidate cannot be prepared there (the
+  // decision records that failure). What the function holds is released once the
+  // candidate is timed. Results are cached per case and regime like dispatch()'s.
+  std::function<CandidateRun(const Kernel& kernel, const std::string& algorithm)> prepare_candidate;
   std::string note;    // the caller's note, first in the decision's detail (a precision hint)
   bool record = true;  // false: evaluate only (the caller looks at the pool, then times it)
 };
@@ -139,7 +155,13 @@ class Dispatcher {
   Decision decide(const OpContext& ctx, const KernelPolicy& policy, KernelLaunch* launch,
                   KernelPtr* chosen, const SelectOptions* options = nullptr);
   Tuned measured(const Selection& sel, const SelectOptions& options) const;
-  Tuned tune(const OpContext& ctx, const Selection& sel, const KernelLaunch& launch) const;
+  // Builds one candidate (kernel, algorithm), released after it is timed.
+  using MakeCandidate = std::function<CandidateRun(const Kernel&, const std::string&)>;
+  // Times every algorithm of every supported candidate of `sel` and ranks them (the one
+  // tuning loop: dispatch()'s launches and a plan's prepared steps). time_single: time
+  // a case with one candidate too (dispatch() reports its time; a plan skips it).
+  Tuned tune(const OpContext& ctx, const Selection& sel, const MakeCandidate& make,
+             const std::string& regime, bool time_single) const;
   std::optional<Tuned> cached(const std::string& tuning_key) const;
 
   KernelRegistry& registry_;
@@ -147,7 +169,9 @@ class Dispatcher {
   mutable std::shared_mutex policy_mu_;
   std::shared_ptr<const KernelPolicy> policy_;  // replaced whole, so readers never copy maps
   mutable std::mutex tune_mu_;      // guards the caches below
-  mutable std::mutex tuning_run_mu_;  // one tuning run at a time: equal cases get one winner
+  // One tuning run at a time (equal cases get one winner); recursive, since a plan
+  // step's candidate may tune its sub-kernels (a conv's GEMM) while it is prepared.
+  mutable std::recursive_mutex tuning_run_mu_;
   std::map<std::string, Tuned> tuned_;  // tuning key -> winner
   std::map<std::string, std::string> tuned_case_;  // case key -> tuning key of its last winner
   TuningOptions tuning_;

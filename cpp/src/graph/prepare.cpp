@@ -1,11 +1,13 @@
 // Dispatch and preparation of plan steps (prepare.h).
 #include "graph/prepare.h"
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "graph/step_tuning.h"
 #include "ops/matmul/matmul_op.h"
 #include "ops/matmul/onnx_matmul.h"
 #include "xpuruntime/dispatcher.h"
@@ -119,12 +121,13 @@ class Preparer {
   void dispatch(const KernelPolicy& kp, const ExecutionPolicy& ep) {
     kp_ = &kp;
     ep_ = &ep;
+    best_ = kp.auto_strategy == KernelPolicy::AutoSelectStrategy::BestPerformance;
     Dispatcher& disp = Dispatcher::instance();
     for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
       PlanStep& st = plan_.steps[s];
       OpContext ctx = step_context(plan_, st, s, provider_);
       ctx.apply(ep);
-      Decision d = disp.select(ctx, kp);
+      Decision d = best_ ? tuned_select(st, ctx) : disp.select(ctx, kp);
       plan_.decisions.push_back(d.to_json());
       XRT_CHECK(!d.chosen.empty(), UnsupportedOperationError, st.node.where(),
                 ": no kernel for op '", ctx.op, "' on ", ctx.device.str(),
@@ -154,6 +157,42 @@ class Preparer {
   }
 
  private:
+  // best_performance: the Dispatcher times every candidate kernel and algorithm of the
+  // step (prepared as bind() prepares it, on scratch buffers of the step's shapes) once
+  // per case, keeps the winner and records the timings and the margin. The losers'
+  // prepared kernels and the scratch buffers are released when the selection returns.
+  Decision tuned_select(const PlanStep& st, const OpContext& ctx) {
+    SelectOptions opt;
+    opt.regime = "plan step";
+    std::unique_ptr<StepScratch> scratch;  // made for the first candidate (none on a cache hit)
+    std::string why = plan_.header.preview
+                          ? "an offline preview runs no kernels; a build on the device times them"
+                          : StepScratch::untimable(plan_, st);
+    if (!why.empty()) {
+      opt.untimed_reason = why;
+    } else {
+      opt.prepare_candidate = [&](const Kernel& k, const std::string& algorithm) {
+        if (!scratch) scratch = std::make_unique<StepScratch>(plan_, st, provider_);
+        PrepareContext pc = prepare_context(ctx, st.node, algorithm);
+        pc.constants = step_constants(plan_, st.node);
+        const bool outer = timing_;
+        timing_ = true;  // its sub-kernels are chosen, not recorded
+        PreparedKernelPtr p;
+        try {
+          p = k.prepare(pc);
+        } catch (...) {
+          timing_ = outer;
+          throw;
+        }
+        timing_ = outer;
+        XRT_CHECK(p != nullptr, InvalidArgumentError, "kernel '", k.def().name,
+                  "' returned no prepared kernel");
+        return scratch->runner(std::move(p));
+      };
+    }
+    return Dispatcher::instance().select(ctx, *kp_, opt);
+  }
+
   KernelPtr resolve(const OpContext& ctx, const std::string& kernel,
                     const std::string& where) const {
     KernelPtr k = KernelRegistry::instance().find(ctx.op, kernel);
@@ -206,8 +245,13 @@ class Preparer {
     std::string kernel, algorithm;
     if (kp_) {
       sc.apply(*ep_);
-      Decision d = Dispatcher::instance().select(sc, *kp_);
-      plan_.decisions.push_back(d.to_json());
+      // A sub-kernel runs inside its step's kernel: under best_performance the step is
+      // timed whole, with the sub-kernel the rules choose without timing.
+      SelectOptions opt;
+      if (best_) opt.untimed_reason = "a sub-kernel: its step's kernel is timed whole";
+      opt.record = !timing_;  // a candidate prepared only to be timed records nothing
+      Decision d = Dispatcher::instance().select(sc, *kp_, opt);
+      if (!timing_) plan_.decisions.push_back(d.to_json());
       XRT_CHECK(!d.chosen.empty(), UnsupportedOperationError, "sub-op '", sc.node, "' (", sc.op,
                 "): no kernel on ", sc.device.str(), " can run this case: ", rejected_reasons(d));
       kernel = d.chosen;
@@ -243,6 +287,8 @@ class Preparer {
   const ExecutionProvider& provider_;
   const KernelPolicy* kp_ = nullptr;
   const ExecutionPolicy* ep_ = nullptr;
+  bool best_ = false;    // KernelPolicy.auto_strategy == best_performance (compile only)
+  bool timing_ = false;  // preparing a candidate only to time it
 };
 
 }  // namespace

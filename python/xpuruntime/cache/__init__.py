@@ -7,7 +7,15 @@ OpenVINO compiled blobs) and records every hit or miss, with its reason, as a De
 :mod:`.tensorrt` is the TensorRT engine and timing cache under the same root.
 """
 
-from .artifacts import KINDS, CachedBuild, artifact_key, native_plan, onnxruntime_model, openvino_blob
+from .artifacts import (
+    KINDS,
+    CachedBuild,
+    artifact_key,
+    native_plan,
+    onnxruntime_model,
+    openvino_blob,
+    pin_set,
+)
 from .store import CACHE_FORMAT, ArtifactCache, ArtifactKey, CacheEntry, CacheLookup, default_root
 
 __all__ = [
@@ -23,4 +31,5 @@ __all__ = [
     "native_plan",
     "onnxruntime_model",
     "openvino_blob",
+    "pin_set",
 ]

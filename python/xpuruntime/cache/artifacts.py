@@ -6,7 +6,8 @@
     print(build.status)                     # "hit"
 
 Kinds: ``native_plan`` (the native engine's serialized ExecutionPlan; CPU and CUDA),
-``onnxruntime_model`` (ONNX Runtime's optimized model, level "extended" so it stays
+``pin_set`` (the kernel and algorithm per case that a ``best_performance`` build tuned,
+as a KernelPolicy: a hit builds with those pins and times nothing), ``onnxruntime_model`` (ONNX Runtime's optimized model, level "extended" so it stays
 portable across CPUs), ``openvino_blob`` (OpenVINO's exported compiled model).
 Each build returns the runnable (an InferenceSession; for OpenVINO its
 ``CompiledModel``) and a :class:`CachedBuild` whose ``decision`` records the hit, or
@@ -36,10 +37,16 @@ __all__ = [
     "onnxruntime_model",
     "openvino_blob",
     "openvino_options",
+    "pin_set",
 ]
 
-KINDS = ("native_plan", "onnxruntime_model", "openvino_blob")
-_ENGINE = {"native_plan": "native", "onnxruntime_model": "onnxruntime", "openvino_blob": "openvino"}
+KINDS = ("native_plan", "pin_set", "onnxruntime_model", "openvino_blob")
+_ENGINE = {
+    "native_plan": "native",
+    "pin_set": "native",
+    "onnxruntime_model": "onnxruntime",
+    "openvino_blob": "openvino",
+}
 
 
 @dataclass
@@ -92,8 +99,11 @@ def artifact_key(
     if kind not in KINDS:
         raise _core.InvalidArgumentError(f"unknown artifact kind {kind!r}; the kinds are {', '.join(KINDS)}")
     data = model_bytes if model_bytes is not None else _model_bytes(model)
-    policy = policy_record(coerce.core_kernel_policy(kernel_policy), coerce.core_exec_policy(exec_policy))
-    if kind != "native_plan":  # external engines read no kernel policy
+    kp = coerce.core_kernel_policy(kernel_policy)
+    if kind == "pin_set":
+        kp = tuning_policy(kp)
+    policy = policy_record(kp, coerce.core_exec_policy(exec_policy))
+    if kind not in ("native_plan", "pin_set"):  # external engines read no kernel policy
         policy = {k: v for k, v in policy.items() if k.startswith("exec")}
     return ArtifactKey(
         kind=kind,
@@ -230,6 +240,73 @@ def native_plan(
     sess, built = _cached(cache, key, device, build, load)
     _attach(sess, built)
     return sess, built
+
+
+def tuning_policy(kernel_policy: Any) -> Any:
+    """A copy of ``kernel_policy`` (core form; None = the defaults) with
+    ``auto_strategy="best_performance"``: what a pin set is tuned under."""
+    from ..policies import coerce
+
+    core = coerce.core_kernel_policy(kernel_policy)
+    out = core.copy() if core is not None else _core.KernelPolicy()
+    out.auto_strategy_name = "best_performance"
+    return out
+
+
+def pin_set(
+    model: Any,
+    *,
+    device: str = "cpu",
+    kernel_policy: Any = None,
+    exec_policy: Any = None,
+    input_shapes: dict[str, list[int]] | None = None,
+    cache: ArtifactCache | None = None,
+) -> tuple[Any, CachedBuild]:
+    """The pins a ``best_performance`` native build of ``model`` tunes, cached.
+
+    On a miss the model is compiled under ``kernel_policy`` with
+    ``auto_strategy="best_performance"`` (every case's candidates timed on ``device``)
+    and the session's :meth:`~xpuruntime.InferenceSession.export_pins` is stored; a hit
+    returns the stored pins without timing anything. Returns the pins as a
+    :class:`xpuruntime.KernelPolicy` (build sessions with it: every tuned case is
+    ``pinned``) and the :class:`CachedBuild`. A model with symbolic input dimensions
+    needs ``input_shapes``.
+    """
+    from ..inference import InferenceSession
+    from ..policies import KernelPolicy
+
+    data = _model_bytes(model)
+    shapes = {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    tuned = tuning_policy(kernel_policy)
+    key = artifact_key(
+        "pin_set",
+        model,
+        device=device,
+        kernel_policy=tuned,
+        exec_policy=exec_policy,
+        options={"input_shapes": shapes},
+        model_bytes=data,
+    )
+
+    def build() -> bytes:
+        sess = InferenceSession(
+            data,
+            device=device,
+            engine="native",
+            kernel_policy=tuned,
+            exec_policy=exec_policy,
+            **({"input_shapes": shapes} if shapes else {}),
+        )
+        if sess.plan is None:
+            raise _core.InvalidArgumentError(
+                "the model has symbolic input dimensions: pass input_shapes={name: shape} to tune a pin set"
+            )
+        return sess.export_pins().to_json().encode()
+
+    def load(payload: bytes) -> Any:
+        return KernelPolicy.from_json(payload)
+
+    return _cached(cache, key, device, build, load)
 
 
 def onnxruntime_model(

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_lock_arguments", "add_parsers", "lock_kwargs", "parse_input_shapes"]
+__all__ = ["add_lock_arguments", "add_parsers", "lock_kwargs", "lock_policies", "parse_input_shapes"]
 
 
 def parse_input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
@@ -53,6 +53,23 @@ def lock_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     lock = getattr(args, "lock", None)
     frozen = bool(getattr(args, "frozen", False))
     return {"lock": lock, "frozen": frozen} if lock or frozen else {}
+
+
+def lock_policies(lock: str, kernel_policy: Any, exec_policy: Any) -> tuple[Any, Any]:
+    """The policies a locked command builds with: the ones its flags give, else the lock's
+    (so ``run MODEL --lock FILE`` needs no --policy; a flag that differs from the lock is
+    refused by the session, naming the field)."""
+    import json
+
+    from .. import _core
+    from ..lock import LockFile
+
+    recorded = LockFile.load(lock).policy
+    if kernel_policy is None and recorded.get("kernel"):
+        kernel_policy = _core.KernelPolicy.from_json(json.dumps(recorded["kernel"]))
+    if exec_policy is None and recorded.get("exec"):
+        exec_policy = _core.ExecutionPolicy.from_json(json.dumps(recorded["exec"]))
+    return kernel_policy, exec_policy
 
 
 def _policies(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -138,6 +155,7 @@ def cmd_cache_why(args: argparse.Namespace) -> int:
     for kind in kinds:
         options = {
             "native_plan": {"input_shapes": shapes},
+            "pin_set": {"input_shapes": shapes},
             "onnxruntime_model": {"graph_optimization_level": "extended"},
             "openvino_blob": None,
         }[kind]
@@ -215,7 +233,9 @@ def add_parsers(sub: Any) -> None:
     q.set_defaults(func=cmd_cache_ls)
     q = csub.add_parser("why", help="would building MODEL hit the cache? if not, why")
     q.add_argument("model")
-    q.add_argument("--kind", default=None, choices=["native_plan", "onnxruntime_model", "openvino_blob"])
+    q.add_argument(
+        "--kind", default=None, choices=["native_plan", "pin_set", "onnxruntime_model", "openvino_blob"]
+    )
     q.add_argument("--device", default="cpu")
     q.add_argument("--policy", default=None, help="KernelPolicy file")
     q.add_argument("--exec-policy", default=None, help="ExecutionPolicy file")

@@ -77,8 +77,13 @@ def make_session(args: argparse.Namespace) -> Any:
     args.model = _model_arg(args.model)
     _check_file(args.model, "model")
     kp, ep = resolve_policies(args)
+    from .lock_cache import lock_kwargs, lock_policies
+
+    locked = lock_kwargs(args)
+    if locked.get("lock"):
+        kp, ep = lock_policies(locked["lock"], kp, ep)  # the lock's, unless the flags give them
     return InferenceSession(
-        args.model, device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep
+        args.model, device=args.device, engine=args.engine, kernel_policy=kp, exec_policy=ep, **locked
     )
 
 
@@ -339,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _decision_flags(p)
     p.add_argument("--save-outputs", default=None, metavar="NPZ", help="write the outputs to an .npz file")
+    from .lock_cache import add_lock_arguments
+
+    add_lock_arguments(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("explain", help="the compiled plan and the decisions behind it")
     _common(p)

@@ -247,6 +247,34 @@ class InferenceSession:
         lock.save(path)
         return lock
 
+    def export_pins(self) -> Any:
+        """The session's kernel policy plus a pin (kernel and algorithm, per case key) for
+        every case it tuned.
+
+        Under ``KernelPolicy(auto_strategy="best_performance")`` the native engine times
+        each case's candidate kernels and algorithms while it builds a plan; this returns
+        those winners (and pins the session already followed) as a
+        :class:`xpuruntime.KernelPolicy`. Save it (``.save("pins.json")``) and build with
+        it to choose the same kernels without timing again. Raises
+        ``UnsupportedOperationError`` for an engine that records no kernel decisions.
+        """
+        from .. import _core
+        from ..policies import KernelPolicy
+
+        if self._engine_name != "native":
+            raise UnsupportedOperationError(
+                f"export_pins() reads the native engine's kernel decisions; this session runs on "
+                f"{self.engine}, whose kernels its own library chooses"
+            )
+        base = self._lock_guard.user_kernel_policy if self._lock_guard is not None else self._kernel_policy
+        core = (base if base is not None else _core.KernelPolicy()).copy()
+        pins = dict(core.pins)
+        for d in _native_decisions(self._engine):
+            if d.rule in ("auto.best_performance", "pinned") and d.pin and d.key:
+                pins[d.key] = {"kernel": str(d.pin["kernel"]), "algorithm": str(d.pin.get("algorithm", ""))}
+        core.pins = pins
+        return KernelPolicy._wrap(core, validate=False)
+
     def save_plan(self, path: str | os.PathLike[str]) -> None:
         """Save the compiled plan (native engine); load it with :meth:`load_plan`."""
         fn = getattr(self._engine, "save_plan", None)
@@ -276,6 +304,19 @@ def _with_fp16(exec_policy: Any) -> Any:
         "fp16=True conflicts with the ExecutionPolicy's precision fp32; pass precision='fp16' in the policy "
         "or drop fp16=True"
     )
+
+
+def _native_decisions(engine: Any) -> list[Any]:
+    """The kernel decisions of every plan a native engine compiled (each input-shape
+    specialization), in plan order."""
+    import json
+
+    from ..dispatch.decision import Decision
+
+    plans = [v[0] for v in dict(getattr(engine, "_plans", {})).values()]
+    if not plans and getattr(engine, "plan", None) is not None:
+        plans = [engine.plan]
+    return [Decision.from_dict(json.loads(d)) for p in plans for d in p.decisions]
 
 
 def _ops_uncovered(model: Any, device: str) -> bool:

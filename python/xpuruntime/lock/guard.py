@@ -91,8 +91,22 @@ def _node_entries(decisions: list[Any], precision: str, steps: list[dict[str, An
         if d.rule == "auto.best_performance":
             e["timings_ms"] = dict(d.timings or {})
             e["margin"] = d.detail
+            e.update(_margin(d))
         out.append(e)
     return out
+
+
+def _margin(d: Any) -> dict[str, Any]:
+    """A tuned decision's margin as numbers: ``margin_pct``, how much slower (percent) the
+    next-best candidate ran than the chosen one (negative when the choice is a tie within
+    noise that an earlier candidate won), and ``tie``. Empty when fewer than two ran."""
+    timings = dict(d.timings or {})
+    label = d.chosen + (f"/{d.algorithm}" if d.algorithm else "")
+    mine = timings.pop(label, None)
+    if mine is None or not timings or mine <= 0:
+        return {}
+    runner_up = min(timings.values())
+    return {"margin_pct": round(100.0 * (runner_up - mine) / mine, 3), "tie": runner_up < mine}
 
 
 def _precision(exec_policy: Any) -> str:
@@ -268,8 +282,10 @@ class LockGuard:
                 f"frozen session: input shapes {bucket_id(bucket)} are not covered by lock file "
                 f"{self.lock.source or '(in memory)'}",
                 [
-                    f"bucket {bucket_id(bucket)}: not in the lock "
-                    f"(it covers: {', '.join(self.lock.bucket_names())})"
+                    (
+                        f"bucket {bucket_id(bucket)}: not in the lock "
+                        f"(it covers: {', '.join(self.lock.bucket_names())})"
+                    )
                 ],
                 "Run this shape once unfrozen and take a new lock (session.lock(path)), "
                 "or feed a locked shape.",

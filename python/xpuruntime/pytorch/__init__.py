@@ -29,6 +29,7 @@ from .policy import (
     get_kernel_policy,
     get_precision_hint,
     routing_counts,
+    save_lock,
     set_kernel_policy,
     set_precision_hint,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "profile",
     "reset_allocator",
     "routing_counts",
+    "save_lock",
     "set_allocator",
     "set_kernel_policy",
     "set_precision_hint",

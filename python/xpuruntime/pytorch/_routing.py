@@ -519,3 +519,19 @@ def run_dispatched(op: str, kernel: str, tensors: tuple, attrs: dict) -> Any:
 
 
 _kernels.register(run_dispatched)
+
+
+# ---- lock hook (xpuruntime.lock.routed) ----------------------------------------------------
+#: Called with every routed Decision while set_kernel_policy(lock=...) holds; it raises
+#: LockViolationError to refuse a decision that differs from the lock.
+lock_hook: Callable[[Decision], None] | None = None
+_select_unlocked = select
+
+
+def select(*args: Any, **kwargs: Any) -> Decision:
+    """:func:`_select_unlocked`, then the lock's check of its decision (when a lock holds)."""
+    decision = _select_unlocked(*args, **kwargs)
+    hook = lock_hook
+    if hook is not None:
+        hook(decision)
+    return decision

@@ -101,6 +101,8 @@ class _State:
         self.generation = ""
         self.regime = "eager"  # what best_performance times in (set_kernel_policy)
         self.profiling = 0  # > 0 inside xpuruntime.pytorch.profile(): per-call events
+        self.lock_guard: Any = None  # set_kernel_policy(lock=...): xpuruntime.lock.routed
+        self.user_policy: Any = None  # the policy as given (without the lock's pins)
 
 
 _state = _State()
@@ -327,7 +329,9 @@ def _make_policy(kwargs: dict[str, Any]) -> Any:
     return policy
 
 
-def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: Any) -> None:
+def set_kernel_policy(
+    policy: Any = None, *, regime: str = "eager", lock: Any = None, frozen: bool = False, **kwargs: Any
+) -> None:
     """Sets the kernel policy used while training with PyTorch.
 
     Args:
@@ -336,6 +340,11 @@ def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: An
             as CUDA graphs): ``best_performance`` times its candidates that way (eager:
             launched back to back from Python, host cost included; captured: replays of
             a captured block) and the decisions record it.
+        lock: a lock file written by :func:`save_lock` (path or LockFile): every routed case
+            it covers runs its locked kernel, and a decision that differs raises
+            ``LockViolationError`` naming the case (see :mod:`xpuruntime.lock.routed`).
+            Without ``policy`` the lock's own policy is used.
+        frozen: with ``lock``: a routed case the lock does not cover raises too.
         **kwargs: ``op=kernel`` (or a list of kernels) built into a KernelPolicy, plus
             optional ``mode='prefer'|'require'`` and ``auto_strategy=...``.
 
@@ -348,6 +357,9 @@ def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: An
         raise TypeError("set_kernel_policy takes a policy or op=kernel keywords, not both")
     if regime not in _routing.REGIMES:
         raise ValueError(f"regime must be one of {', '.join(_routing.REGIMES)}, got {regime!r}")
+    guard = _lock_guard(lock, frozen)
+    if policy is None and not kwargs and guard is not None:
+        policy = guard.locked_policy()
     if policy is None and not kwargs:
         clear_kernel_policy()
         return
@@ -355,8 +367,13 @@ def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: An
         policy = _make_policy(dict(kwargs))
     if hasattr(policy, "validate"):
         policy.validate()
+    user_policy = policy
+    if guard is not None:
+        policy = guard.prepare(policy, guard.lock.device)  # the lock's choices as pins
     view = _PolicyView(policy)
     with _state.lock:
+        _state.lock_guard, _state.user_policy = guard, user_policy
+        _routing.lock_hook = guard.check if guard is not None else None
         dispatcher = _core.Dispatcher.instance()
         if _state.policy is None:
             _state.saved_dispatcher_policy = dispatcher.get_policy()
@@ -375,6 +392,33 @@ def set_kernel_policy(policy: Any = None, *, regime: str = "eager", **kwargs: An
             _state.mode.__enter__()
 
 
+def _lock_guard(lock: Any, frozen: bool) -> Any:
+    if lock is None and not frozen:
+        return None
+    if lock is None:
+        raise _core.InvalidArgumentError(
+            "set_kernel_policy(frozen=True) needs lock=FILE: frozen refuses every routed case a lock "
+            "does not cover; write one with xpuruntime.pytorch.save_lock(path)"
+        )
+    from ..lock.routed import RoutedLockGuard
+
+    return RoutedLockGuard.open(lock, frozen)
+
+
+def save_lock(path: Any) -> Any:
+    """Writes the lock of the routed calls decided so far to ``path`` (a str or
+    os.PathLike): one entry per case with its kernel, algorithm and rule, and under
+    best_performance its timings and margin. Returns the
+    :class:`xpuruntime.lock.LockFile`; replay it with ``set_kernel_policy(lock=path)``.
+
+    Raises InvalidArgumentError when no policy is set or no routed call was decided.
+    """
+    from ..lock.routed import save_lock as write
+
+    policy = _state.user_policy if _state.user_policy is not None else _state.policy
+    return write(path, policy, decision_log())
+
+
 def get_kernel_policy() -> Any:
     """The policy set by :func:`set_kernel_policy`, or None."""
     return _state.policy
@@ -390,6 +434,8 @@ def clear_kernel_policy() -> None:
             _core.Dispatcher.instance().set_policy(_state.saved_dispatcher_policy)
             _state.saved_dispatcher_policy = None
         _state.policy, _state.view = None, None
+        _state.lock_guard, _state.user_policy = None, None
+        _routing.lock_hook = None
         _state.generation = ""
         _routed.clear()
         _log.forget_cases()

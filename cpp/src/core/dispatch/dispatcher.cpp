@@ -269,50 +269,51 @@ std::optional<Dispatcher::Tuned> Dispatcher::cached(const std::string& tuning_ke
 }
 
 Dispatcher::Tuned Dispatcher::tune(const OpContext& ctx, const Selection& sel,
-                                   const KernelLaunch& launch) const {
+                                   const MakeCandidate& make, const std::string& regime,
+                                   bool time_single) const {
   TuningOptions opt = tuning_options();
   Tuned t;
   t.generation = registry_.generation();
-  std::vector<tuning::Measured> timed;  // pool order, each kernel's algorithms in its order
-  std::vector<KernelPin> pins;          // parallel to timed
+  // (candidate, algorithm): pool order, each kernel's algorithms in its order.
+  std::vector<std::pair<int, std::string>> options;
   for (int idx : sel.pool) {
-    const KernelPtr& k = sel.kernels[idx];
-    std::vector<std::string> algos = k->algorithms(ctx);
+    std::vector<std::string> algos = sel.kernels[idx]->algorithms(ctx);
     if (algos.empty()) algos.push_back("");
-    for (const auto& algo : algos) {
-      KernelLaunch l = launch;  // shares the tensors; outputs are rewritten by the final run
-      l.ctx = &ctx;
-      l.algorithm = algo;
-      Tensor workspace;
-      std::size_t need = k->workspace_bytes(ctx);
-      if (need > 0 && (l.workspace == nullptr || l.workspace_bytes < need)) {
-        workspace = Tensor::empty({static_cast<int64_t>(need)}, DType::kUInt8, ctx.device, l.stream);
-        l.workspace = workspace.data_ptr();
-        l.workspace_bytes = need;
-      }
-      if (l.outputs.empty() && !k->def().allocates_outputs) {
-        t.failures[k->def().name] = "needs preallocated outputs and the launch has none";
-        continue;
-      }
-      tuning::Timing tm;
-      try {
-        tm = tuning::time_runs(ctx.device, l.stream, opt.warmup, opt.iterations, [&] { k->run(l); });
-      } catch (const std::exception& e) {
-        // A kernel that claims support but fails is excluded, and the decision says so.
-        t.failures[k->def().name] = (algo.empty() ? "" : "algorithm " + algo + ": ") + e.what();
-        continue;
-      }
-      const double ms = tm.median_ms;
-      std::string label = algo.empty() ? k->def().name : k->def().name + "/" + algo;
-      t.timings[label] = ms;
-      auto [per, inserted] = t.best_per_kernel.try_emplace(k->def().name, ms, algo);
-      if (!inserted && ms < per->second.first) per->second = {ms, algo};
-      timed.push_back({label, ms, tm.noise_ms});
-      pins.push_back({k->def().name, algo});
+    for (auto& algo : algos) options.emplace_back(idx, std::move(algo));
+  }
+  if (options.size() == 1 && !time_single) {
+    // One kernel with one algorithm: nothing to choose, so nothing is run.
+    t.pin = {sel.candidates[options[0].first].kernel, options[0].second};
+    t.verdict = "best_performance: '" + t.pin.kernel + "' is the only candidate (not timed)";
+    return t;
+  }
+  std::vector<tuning::Measured> timed;  // parallel to the options that ran
+  std::vector<KernelPin> pins;          // parallel to timed
+  for (const auto& [idx, algo] : options) {
+    const Kernel& k = *sel.kernels[idx];
+    tuning::Timing tm;
+    try {
+      CandidateRun c = make(k, algo);  // released (the losers' buffers too) after timing
+      tm = tuning::time_runs(ctx.device, c.stream, opt.warmup, opt.iterations, c.run);
+    } catch (const std::exception& e) {
+      // A kernel that claims support but fails is excluded, and the decision says so.
+      t.failures[k.def().name] = (algo.empty() ? "" : "algorithm " + algo + ": ") + e.what();
+      continue;
     }
+    const double ms = tm.median_ms;
+    std::string label = algo.empty() ? k.def().name : k.def().name + "/" + algo;
+    t.timings[label] = ms;
+    auto [per, inserted] = t.best_per_kernel.try_emplace(k.def().name, ms, algo);
+    if (!inserted && ms < per->second.first) per->second = {ms, algo};
+    timed.push_back({label, ms, tm.noise_ms});
+    pins.push_back({k.def().name, algo});
   }
   if (!timed.empty()) {  // ties within noise keep the earlier (priority) candidate
-    tuning::Ranking r = tuning::rank(timed, ctx.device.is_cpu() ? "host clock" : "eager");
+    // dispatch()'s eager launches keep their regime names; a caller's regime gets its clock.
+    const std::string clock = ctx.device.is_cpu() ? "host clock" : "device events";
+    const std::string named = regime.empty() ? (ctx.device.is_cpu() ? clock : "eager")
+                                             : regime + ", " + clock;
+    tuning::Ranking r = tuning::rank(timed, named);
     t.pin = pins[r.winner];
     t.verdict = std::move(r.verdict);
   }
@@ -364,12 +365,36 @@ Decision Dispatcher::decide(const OpContext& ctx, const KernelPolicy& policy, Ke
         tuned_[tkey] = *t;
         if (!t->pin.kernel.empty()) tuned_case_[sel.key] = tkey;
       }
-    } else if (!t && launch) {
+    } else if (!t && (launch || (options && options->prepare_candidate))) {
       // One tuning run at a time, so concurrent first calls of one case agree on a winner.
+      // (Recursive: a plan step's candidate may tune its own sub-kernels while prepared.)
       std::lock_guard run_lock(tuning_run_mu_);
       t = cached(tkey);
-      if (!t) {
-        t = tune(ctx, sel, *launch);
+      const bool fresh = !t;
+      if (!t && launch) {
+        // dispatch(): each candidate runs the caller's launch (its tensors; the outputs are
+        // rewritten by the final run), with a workspace of its own when it needs more.
+        MakeCandidate make = [&ctx, launch](const Kernel& k, const std::string& algo) {
+          if (launch->outputs.empty() && !k.def().allocates_outputs)
+            XRT_THROW(InvalidArgumentError, "needs preallocated outputs and the launch has none");
+          auto l = std::make_shared<KernelLaunch>(*launch);
+          l->ctx = &ctx;
+          l->algorithm = algo;
+          auto workspace = std::make_shared<Tensor>();
+          std::size_t need = k.workspace_bytes(ctx);
+          if (need > 0 && (l->workspace == nullptr || l->workspace_bytes < need)) {
+            *workspace =
+                Tensor::empty({static_cast<int64_t>(need)}, DType::kUInt8, ctx.device, l->stream);
+            l->workspace = workspace->data_ptr();
+            l->workspace_bytes = need;
+          }
+          return CandidateRun{[&k, l, workspace] { k.run(*l); }, l->stream};
+        };
+        t = tune(ctx, sel, make, "", /*time_single=*/true);
+      } else if (!t) {
+        t = tune(ctx, sel, options->prepare_candidate, options->regime, /*time_single=*/false);
+      }
+      if (fresh) {
         std::lock_guard lock(tune_mu_);
         tuned_[tkey] = *t;
         if (!t->pin.kernel.empty()) tuned_case_[sel.key] = tkey;
