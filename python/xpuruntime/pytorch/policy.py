@@ -122,19 +122,24 @@ class _PolicyMode(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         if _is_compiling() or _tracing_state() is not None:
             return _compiled_call(_state.view, op, func, args, kwargs or {})
-        # The hot path: the case's entry (_prepared.lookup), its launcher called like func.
-        entry = _lookup(func, args, kwargs, _state.precision_hint)
-        if type(entry) is not _Entry:  # a miss: what came back is the case key (or None)
-            return _miss(_state.view, op, func, args, kwargs or {}, entry)
-        entry.pending += 1
-        try:
-            if _state.profiling:
-                with torch.profiler.record_function(f"xpuruntime.{entry.count_key}"):
-                    return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
-            return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
-        except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
-            key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
-            return _run_failed(_state.view, op, func, args, kwargs or {}, key, entry.kernel, e)
+        return _eager_call(op, func, args, kwargs)
+
+
+def _eager_call(op: str, func, args: tuple, kwargs: dict | None) -> Any:
+    """A routed call outside torch.compile: the case's prepared launcher, or a miss."""
+    # The hot path: the case's entry (_prepared.lookup), its launcher called like func.
+    entry = _lookup(func, args, kwargs, _state.precision_hint)
+    if type(entry) is not _Entry:  # a miss: what came back is the case key (or None)
+        return _miss(_state.view, op, func, args, kwargs or {}, entry)
+    entry.pending += 1
+    try:
+        if _state.profiling:
+            with torch.profiler.record_function(f"xpuruntime.{entry.count_key}"):
+                return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
+        return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
+    except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
+        key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
+        return _run_failed(_state.view, op, func, args, kwargs or {}, key, entry.kernel, e)
 
 
 _is_compiling = torch.compiler.is_compiling
@@ -204,24 +209,33 @@ def _run_failed(view, op, func, args, kwargs, key, kernel: str, error: Exception
 
 
 # ---- torch.compile: decisions at trace time ---------------------------------------------------
-def _spec(a: Any) -> Any:
-    """A constant describing an argument (what dynamo can pass to a constant function).
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
-    Static shapes only: with dynamic shapes (``dynamic=True``, or dims dynamo made
-    dynamic after a recompile) a symbolic size is no constant, and dynamo breaks the
-    graph at the routed call (fullgraph=True raises), which then runs eagerly.
-    """
+
+def _spec(a: Any) -> Any:
+    """A constant describing an argument (what dynamo can pass to a constant function),
+    or None when it holds a symbolic value (a dynamic size, an unspecialized float)."""
     if isinstance(a, torch.Tensor):
+        shape, stride = tuple(a.shape), tuple(a.stride())
+        for s in shape + stride:
+            if isinstance(s, _SYMBOLIC):
+                return None
         return (
             "tensor",
             str(a.dtype).replace("torch.", ""),
-            tuple(int(s) for s in a.shape),
-            tuple(int(s) for s in a.stride()),
+            shape,
+            stride,
             str(a.device),
             bool(a.requires_grad),
         )
     if isinstance(a, (tuple, list)):
-        return ("seq", tuple(_spec(x) for x in a))
+        parts = tuple(_spec(x) for x in a)
+        for p in parts:
+            if p is None:
+                return None
+        return ("seq", parts)
+    if isinstance(a, _SYMBOLIC):
+        return None
     return ("value", a)
 
 
@@ -246,7 +260,7 @@ def _compile_time_kernel(
     """The kernel a routed call runs in a graph being compiled, decided (and recorded)
     when the graph is traced: dynamo runs this function then and bakes its answer in.
 
-    The Dispatcher and the Python support checks need tensors: empty tensors with the
+    The Dispatcher and the torch-side support checks need tensors: empty tensors with the
     traced ones' dtypes, shapes, strides and devices stand for them. One decision per
     case and policy (dynamo may trace a frame more than once).
     """
@@ -276,20 +290,32 @@ def _compile_time_kernel(
 _FUNC_INDEX = {f: i for i, f in enumerate(_routing.routed_functions())}
 
 
+@torch._dynamo.disable(recursive=True)
+def _eager_call_outside_graph(op: str, func, args: tuple, kwargs: dict) -> Any:
+    """A routed call dynamo cannot decide at trace time (a symbolic size or scalar): it
+    breaks the graph here and runs as an eager routed call (decided per concrete case)."""
+    return _eager_call(op, func, args, kwargs)
+
+
 def _compiled_call(view: _PolicyView, op: str, func, args: tuple, kwargs: dict) -> Any:
     """A routed call while torch.compile traces (or torch.jit traces): the kernel is
     decided at trace time and the call runs through our custom ops, which the graph
-    records (the eager cache and its direct launches are not used)."""
+    records (the eager cache and its direct launches are not used).
+
+    Static cases only: a call with a symbolic size or scalar (``dynamic=True``, or dims
+    dynamo made dynamic after a recompile) has no trace-time case; it breaks the graph
+    and runs eagerly (``fullgraph=True`` raises there)."""
     call = _routing.parse_call(func, args, kwargs)
     if call is None:
         return func(*args, **kwargs)
     if torch.compiler.is_compiling():
+        arg_specs = tuple(_spec(a) for a in args)
+        kw_specs = tuple((k, _spec(v)) for k, v in kwargs.items())
+        for s in arg_specs + tuple(s for _, s in kw_specs):
+            if s is None:
+                return _eager_call_outside_graph(op, func, args, kwargs)
         kernel = _compile_time_kernel(
-            _FUNC_INDEX[func],
-            tuple(_spec(a) for a in args),
-            tuple((k, _spec(v)) for k, v in kwargs.items()),
-            _state.precision_hint,
-            _state.generation,
+            _FUNC_INDEX[func], arg_specs, kw_specs, _state.precision_hint, _state.generation
         )
     else:  # torch.jit.trace: decided like an eager miss, not cached
         try:

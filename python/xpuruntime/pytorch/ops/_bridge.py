@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ... import _core
+from . import _launch
 
 FLASH_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 LN_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -72,6 +73,13 @@ def eager_direct_ok(*tensors: torch.Tensor | None) -> bool:
 def cuda_kernels_unavailable() -> str:
     """Why our CUDA kernels cannot run in this process ("" when they can)."""
     return str(_core.cuda_kernels.unavailable_reason())
+
+
+@functools.cache
+def capability(device_index: int) -> int:
+    """Compute capability of CUDA device ``device_index`` as major * 10 + minor (90 = Hopper)."""
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return major * 10 + minor
 
 
 @functools.cache
@@ -271,7 +279,8 @@ def column_sums(x: torch.Tensor) -> torch.Tensor:
 
     fp32 accumulation, one rounding to x's dtype, deterministic (the row split
     depends only on the shape). A linear layer's bias gradient (figures against
-    the alternatives: pytorch/ops/matmul.py, _column_sums_direct).
+    the alternatives: pytorch/ops/matmul.py, _column_sums_direct). Runs the registry's
+    ``column_sums`` kernel (:mod:`._launch`) where this ``_core`` has ``routed``.
     """
     index = x.device.index
     if index != torch.cuda.current_device():
@@ -281,6 +290,25 @@ def column_sums(x: torch.Tensor) -> torch.Tensor:
     if x.stride(1) != 1 or (rows > 1 and x.stride(0) < cols):
         x = x.contiguous()
     out = torch.empty(cols, device=x.device, dtype=x.dtype)
+    stream = raw_stream(index)
+    if _launch.available():
+        key = ("column_sums", x.dtype, index, x.shape, _launch.strides(x))
+        call = _launch._calls.get(key)
+        if call is None:
+            call = _launch.prepared(
+                key,
+                "column_sums",
+                lambda: _core.OpContext(
+                    "column_sums",
+                    [_launch.spec(x)],
+                    [_launch.spec(out)],
+                    device=f"cuda:{index}",
+                    capability=capability(index),
+                    node="column_sums",
+                ),
+            )
+        _launch.run(call, (x,), (out,), x.device, index, stream)
+        return out
     k = _core.cuda_kernels
     ws_bytes = k.column_sums_workspace_bytes(rows=rows, cols=cols)
     ws = torch.empty((ws_bytes + 3) // 4, device=x.device, dtype=torch.float32)
@@ -293,7 +321,7 @@ def column_sums(x: torch.Tensor) -> torch.Tensor:
         out=out.data_ptr(),
         workspace=ws.data_ptr(),
         workspace_bytes=ws_bytes,
-        stream=raw_stream(index),
+        stream=stream,
     )
     return out
 

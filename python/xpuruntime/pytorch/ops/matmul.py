@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ... import _core
-from . import _bridge
+from . import _bridge, _launch
 
 __all__ = ["matmul_forward", "matmul_support", "xrt_column_sums", "xrt_matmul"]
 
@@ -69,19 +69,59 @@ def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None
     return None
 
 
-def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
+def _blas_addressable(t: Tensor) -> bool:
+    """A 2-D operand BLAS reads in place: one unit stride, the other a valid leading dimension."""
+    (r, c), (sr, sc) = t.shape, _launch.strides(t)
+    return (sc == 1 and sr >= max(c, 1)) or (sr == 1 and sc >= max(r, 1))
+
+
+def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor | None:
+    """``a @ b (+ bias)`` for a 2-D ``b`` on the registry kernel ``kernel`` (the one hot
+    path: _launch), or None for a form it leaves to :func:`_run_dlpack` (batched ``b``,
+    empty operands). ``a``'s leading dimensions are one GEMM's rows."""
+    if b.dim() != 2 or a.dim() < 2 or a.numel() == 0 or b.numel() == 0:
+        return None
+    k, n = b.shape
+    a2 = a if a.dim() == 2 else a.reshape(-1, k)  # a view for the layouts models produce
+    if not _blas_addressable(a2):
+        a2 = a2.contiguous()
+    if not _blas_addressable(b):
+        b = b.contiguous()
+    if bias is not None and n > 1 and bias.stride(0) != 1:
+        bias = bias.contiguous()
+    out = torch.empty((*a.shape[:-1], n), device=a.device, dtype=a.dtype)
+    out2 = out if out.dim() == 2 else out.view(-1, n)
+    sa, sb = _launch.strides(a2), _launch.strides(b)
+    key = ("matmul", kernel, a.dtype, index, a2.shape, sa, sb, bias is None)
+    call = _launch._calls.get(key)
+    if call is None:
+
+        def context() -> object:
+            inputs = [_launch.spec(a2), _launch.spec(b)] + ([] if bias is None else [_launch.spec(bias)])
+            return _core.OpContext(
+                "matmul",
+                inputs,
+                [_launch.spec(out2)],
+                device=f"cuda:{index}",
+                capability=_bridge.capability(index),
+                node="torch.matmul",
+            )
+
+        call = _launch.prepared(key, kernel, context)
+    inputs = (a2, b) if bias is None else (a2, b, bias)
+    _launch.run(call, inputs, (out2,), a.device, index, _bridge.raw_stream(index))
+    return out
+
+
+def _run_dlpack(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor:
+    """The batched forms (``b`` with batch dimensions): _core.ops.matmul_with_kernel, which
+    broadcasts and lays out the batches, on DLPack views of torch's tensors."""
     from ...runtime.stream import use_stream
 
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    if index != torch.cuda.current_device():
-        with torch.cuda.device(index):
-            return _run_cuda(a, b, bias, kernel)
     out = torch.empty(output_shape(a, b), device=a.device, dtype=a.dtype)
-    # The kernel's scratch comes from torch's caching allocator, which knows about
-    # streams and CUDA-graph pools: under capture it lives in the graph's private
-    # pool, so a replay never shares it with memory allocated after the capture.
-    workspace = torch.empty(_WORKSPACE_BYTES, device=a.device, dtype=torch.uint8)
-    with use_stream(_core.Stream.wrap(f"cuda:{index}", _bridge.raw_stream(index))):
+    stream = _bridge.raw_stream(index)
+    workspace = _launch.workspace_tensor(a.device, index, stream, _WORKSPACE_BYTES)
+    with use_stream(_core.Stream.wrap(f"cuda:{index}", stream)):
         # detached views: DLPack refuses tensors that require grad (autograd is ours, above)
         _core.ops.matmul_with_kernel(
             kernel,
@@ -92,6 +132,18 @@ def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
             workspace=workspace,
         )
     return out
+
+
+def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            return _run_cuda(a, b, bias, kernel)
+    if _launch.available():
+        out = _run_prepared(a, b, bias, kernel, index)
+        if out is not None:
+            return out
+    return _run_dlpack(a, b, bias, kernel, index)
 
 
 @_bridge.custom_op("xpuruntime::matmul", mutates_args=(), device_types="cpu")
