@@ -61,20 +61,30 @@ def test_row_strided_views_and_no_rows():
 
 
 def test_refusals_are_typed_and_leave_the_output_alone():
+    """The registry's column_sums kernel through _core.routed (the one path): a dtype its
+    KernelDef does not take is refused when the case is prepared, a workspace smaller
+    than it needs when it runs; the output is untouched and the kernel still usable."""
+    from xpuruntime.pytorch.ops import _launch
+
     x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
     out = torch.full((32,), 3.0, device="cuda", dtype=torch.float16)
-    k = xrt._core.cuda_kernels
-    ws = torch.empty(k.column_sums_workspace_bytes(rows=64, cols=32) // 4, device="cuda")
-    common = dict(rows=64, cols=32, x=x.data_ptr(), ld=32, out=out.data_ptr(), workspace=ws.data_ptr())
-    with pytest.raises(xrt.InvalidArgumentError, match="too small"):
-        k.column_sums(dtype="float16", workspace_bytes=4, **common)
-    with pytest.raises(xrt.InvalidArgumentError, match="'float16' or 'bfloat16'"):
-        k.column_sums(dtype="float32", workspace_bytes=ws.numel() * 4, **common)
-    with pytest.raises(xrt.InvalidArgumentError, match="row stride"):
-        k.column_sums(dtype="float16", workspace_bytes=ws.numel() * 4, **{**common, "ld": 16})
+
+    def ctx(t):
+        return xrt._core.OpContext(
+            "column_sums", [_launch.spec(t)], [_launch.spec(t[0])], device="cuda:0", capability=90
+        )
+
+    with pytest.raises(xrt.UnsupportedOperationError, match="dtype"):
+        xrt._core.routed.PreparedCall("column_sums", ctx(x.float()))
+    call = xrt._core.routed.PreparedCall("column_sums", ctx(x))
+    assert call.workspace_bytes > 0
+    ws = torch.empty(call.workspace_bytes, device="cuda", dtype=torch.uint8)
+    stream = torch.cuda.current_stream().cuda_stream
+    with pytest.raises(xrt.InvalidArgumentError, match="workspace"):
+        call.run((x.data_ptr(),), (out.data_ptr(),), stream, ws.data_ptr(), 4)
     torch.cuda.synchronize()
     assert bool((out == 3.0).all())
-    k.column_sums(dtype="float16", workspace_bytes=ws.numel() * 4, **common)  # still usable
+    call.run((x.data_ptr(),), (out.data_ptr(),), stream, ws.data_ptr(), ws.numel())  # still usable
     _check(out, x)
 
 

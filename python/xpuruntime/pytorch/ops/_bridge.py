@@ -19,7 +19,6 @@ from . import _launch
 
 FLASH_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 LN_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-FLASH_HEAD_DIMS = (64, 128)
 #: The plugin's kernels are built for sm_90 (machine code plus PTX for newer GPUs).
 MIN_CAPABILITY = (9, 0)
 
@@ -92,6 +91,21 @@ def capability_problem(device_index: int) -> str:
             "(the kernels are built for sm_90)"
         )
     return ""
+
+
+def registry_verdict(op: str, kernel: str, ctx: object) -> tuple[str, str] | None:
+    """Why the registry's ``kernel`` for ``op`` cannot run the case ``ctx`` (an OpContext):
+    ``(reason_code, detail)``, or None when it can. The C++ KernelDef and its supports()
+    answer (the checks the Dispatcher makes), so no Python copy of them can drift."""
+    _core.DeviceManager.instance().get_device_count()  # loads the device plugins (once)
+    try:
+        ok, code, detail = _core.KernelRegistry.instance().check(op, kernel, ctx)
+    except _core.InvalidArgumentError:  # no such kernel registered in this process
+        why = cuda_kernels_unavailable() or f"no '{kernel}' kernel for op '{op}' is registered"
+        return _core.reason.BACKEND_UNAVAILABLE, why
+    if not ok and code == _core.reason.DEVICE_MISMATCH and cuda_kernels_unavailable():
+        return _core.reason.BACKEND_UNAVAILABLE, f"{detail}: {cuda_kernels_unavailable()}"
+    return None if ok else (str(code), str(detail))
 
 
 def rows_aligned(t: torch.Tensor) -> torch.Tensor:
@@ -279,8 +293,8 @@ def column_sums(x: torch.Tensor) -> torch.Tensor:
 
     fp32 accumulation, one rounding to x's dtype, deterministic (the row split
     depends only on the shape). A linear layer's bias gradient (figures against
-    the alternatives: pytorch/ops/matmul.py, _column_sums_direct). Runs the registry's
-    ``column_sums`` kernel (:mod:`._launch`) where this ``_core`` has ``routed``.
+    the alternatives: pytorch/ops/matmul.py, _column_sums_direct): the registry's
+    ``column_sums`` kernel on the tensors' pointers (:mod:`._launch`).
     """
     index = x.device.index
     if index != torch.cuda.current_device():
@@ -290,39 +304,22 @@ def column_sums(x: torch.Tensor) -> torch.Tensor:
     if x.stride(1) != 1 or (rows > 1 and x.stride(0) < cols):
         x = x.contiguous()
     out = torch.empty(cols, device=x.device, dtype=x.dtype)
-    stream = raw_stream(index)
-    if _launch.available():
-        key = ("column_sums", x.dtype, index, x.shape, _launch.strides(x))
-        call = _launch._calls.get(key)
-        if call is None:
-            call = _launch.prepared(
-                key,
+    key = ("column_sums", x.dtype, index, x.shape, _launch.strides(x))
+    call = _launch._calls.get(key)
+    if call is None:
+        call = _launch.prepared(
+            key,
+            "column_sums",
+            lambda: _core.OpContext(
                 "column_sums",
-                lambda: _core.OpContext(
-                    "column_sums",
-                    [_launch.spec(x)],
-                    [_launch.spec(out)],
-                    device=f"cuda:{index}",
-                    capability=capability(index),
-                    node="column_sums",
-                ),
-            )
-        _launch.run(call, (x,), (out,), x.device, index, stream)
-        return out
-    k = _core.cuda_kernels
-    ws_bytes = k.column_sums_workspace_bytes(rows=rows, cols=cols)
-    ws = torch.empty((ws_bytes + 3) // 4, device=x.device, dtype=torch.float32)
-    k.column_sums(
-        dtype=FLASH_DTYPES[x.dtype],
-        rows=rows,
-        cols=cols,
-        x=x.data_ptr(),
-        ld=x.stride(0) if rows > 1 else cols,
-        out=out.data_ptr(),
-        workspace=ws.data_ptr(),
-        workspace_bytes=ws_bytes,
-        stream=stream,
-    )
+                [_launch.spec(x)],
+                [_launch.spec(out)],
+                device=f"cuda:{index}",
+                capability=capability(index),
+                node="column_sums",
+            ),
+        )
+    _launch.run(call, (x,), (out,), x.device, index, raw_stream(index))
     return out
 
 

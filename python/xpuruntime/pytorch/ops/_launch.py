@@ -28,6 +28,8 @@ _routed = getattr(_core, "routed", None)
 _calls: dict[tuple, Any] = {}
 #: (device index, raw stream) -> uint8 workspace tensor
 _workspaces: dict[tuple[int, int], torch.Tensor] = {}
+#: Workspaces kept at most (one per stream that ran our kernels; capture_graph makes streams).
+MAX_WORKSPACES = 8
 _DTYPE_NAMES = {
     torch.float16: "float16",
     torch.bfloat16: "bfloat16",
@@ -84,11 +86,16 @@ def workspace_tensor(device: torch.device, index: int, stream: int, nbytes: int)
 
     One per device and stream, from torch's caching allocator, kept for later calls:
     work on one stream runs in order, so the calls on it share it (what torch does with
-    cuBLAS's workspace).
+    cuBLAS's workspace). One taken while a CUDA graph is captured comes from the graph's
+    pool and is what its replays use: graphs captured on one stream share it, so they
+    must not be replayed concurrently on different streams (as with torch's own cuBLAS
+    workspace).
     """
     key = (index, stream)
     ws = _workspaces.get(key)
     if ws is None or ws.numel() < nbytes:
+        if ws is None and len(_workspaces) >= MAX_WORKSPACES:  # streams come and go: the oldest goes
+            del _workspaces[next(iter(_workspaces))]
         ws = _workspaces[key] = torch.empty(nbytes, dtype=torch.uint8, device=device)
     return ws
 

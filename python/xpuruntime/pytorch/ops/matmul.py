@@ -19,15 +19,12 @@ from torch import Tensor
 from ... import _core
 from . import _bridge, _launch
 
-__all__ = ["matmul_forward", "matmul_support", "xrt_column_sums", "xrt_matmul"]
+__all__ = ["matmul_forward", "xrt_column_sums", "xrt_matmul"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
 # cuBLAS's recommendation for Hopper).
 _WORKSPACE_BYTES = 32 << 20
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-R = _core.reason  # reason codes, declared in C++ (kernel_registry.h)
 
 
 def output_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
@@ -40,33 +37,6 @@ def output_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
         return (*b.shape[:-2], a.shape[-2], b.shape[-1])
     batch = torch.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     return (*batch, a.shape[-2], b.shape[-1])
-
-
-def matmul_support(kernel: str, a: Tensor, b: Tensor, bias: Tensor | None = None) -> tuple[str, str] | None:
-    """Why ``kernel`` (cublasLt or cublas) cannot run ``a @ b (+ bias)``, or None."""
-    if a.device.type != "cuda" or b.device != a.device or (bias is not None and bias.device != a.device):
-        return R.DEVICE_MISMATCH, f"{kernel} runs CUDA tensors (got {a.device})"
-    if a.dim() < 2 or b.dim() < 2:
-        return R.SHAPE_UNSUPPORTED, "operands must have at least 2 dimensions (torch handles vectors)"
-    if a.shape[-1] != b.shape[-2]:
-        return R.SHAPE_UNSUPPORTED, f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}"
-    try:
-        output_shape(a, b)
-    except RuntimeError:
-        return R.SHAPE_UNSUPPORTED, "batch dimensions do not broadcast"
-    if a.dtype != b.dtype or (bias is not None and bias.dtype != a.dtype):
-        return R.DTYPE_UNSUPPORTED, "operands (and bias) must share one dtype"
-    if a.dtype not in _DTYPES:
-        return R.DTYPE_UNSUPPORTED, f"{kernel} takes float16/bfloat16/float32, got {a.dtype}"
-    if bias is not None and (bias.dim() != 1 or bias.shape[0] != b.shape[-1]):
-        return R.SHAPE_UNSUPPORTED, "bias must be 1-D with one value per output column"
-    ops = getattr(_core, "ops", None)
-    if ops is None or not hasattr(ops, "matmul_with_kernel"):
-        return (
-            R.BACKEND_UNAVAILABLE,
-            "this build of _core has no matmul kernels (_core.ops.matmul_with_kernel)",
-        )
-    return None
 
 
 def _blas_addressable(t: Tensor) -> bool:
@@ -139,11 +109,8 @@ def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
             return _run_cuda(a, b, bias, kernel)
-    if _launch.available():
-        out = _run_prepared(a, b, bias, kernel, index)
-        if out is not None:
-            return out
-    return _run_dlpack(a, b, bias, kernel, index)
+    out = _run_prepared(a, b, bias, kernel, index)
+    return out if out is not None else _run_dlpack(a, b, bias, kernel, index)
 
 
 @_bridge.custom_op("xpuruntime::matmul", mutates_args=(), device_types="cpu")
