@@ -143,8 +143,7 @@ void bind_routed(py::module_& m) {
       .def_property_readonly("provider", &PreparedCall::provider)
       .def_property_readonly("context", &PreparedCall::context)
       .def("run", &PreparedCall::run, py::arg("inputs"), py::arg("outputs"), py::arg("stream") = 0,
-           py::arg("workspace") = 0, py::arg("workspace_bytes") = 0,
-           py::call_guard<py::gil_scoped_release>(),
+           py::arg("workspace") = 0, py::arg("workspace_bytes") = 0, py::call_guard<py::gil_scoped_release>(),
            "Runs the kernel on data pointers (one per input and output of the case, in its "
            "order; 0 for an empty operand) on `stream` (a native stream handle; 0 = the "
            "default stream / the CPU), with the caller's workspace. The caller keeps the "

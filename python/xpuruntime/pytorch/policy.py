@@ -30,9 +30,10 @@ the common call forms a C++ check of the tensors against the cases seen at the c
 site, finds the case's prepared launcher (:mod:`._prepared`), which for torch's own
 kernel is the torch function itself; the Dispatcher is asked on the first call of a
 case only. Under ``torch.compile`` the kernel is decided when the
-graph is traced (and recorded then) and runs as our custom ops, without graph breaks
-for static shapes (a dimension dynamo made dynamic breaks the graph at the routed
-call, which then runs eagerly).
+graph is traced (and recorded then) and runs as our custom ops, without graph breaks;
+the policy's fingerprint is a guard of the graph, so another policy retraces it. A
+dimension dynamo made dynamic is specialized at a routed call (one static case per
+size, decided at trace time).
 
 :func:`clear_kernel_policy` pops the mode: torch then runs exactly as it does
 without xpuruntime (nothing stays registered). Like torch's own modes, the policy
@@ -41,6 +42,7 @@ applies to the thread that set it.
 
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Any
 
@@ -209,34 +211,35 @@ def _run_failed(view, op, func, args, kwargs, key, kernel: str, error: Exception
 
 
 # ---- torch.compile: decisions at trace time ---------------------------------------------------
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
 def _spec(a: Any) -> Any:
-    """A constant describing an argument (what dynamo can pass to a constant function),
-    or None when it holds a symbolic value (a dynamic size, an unspecialized float)."""
+    """A constant describing an argument (what dynamo can pass to a constant function).
+
+    Sizes and strides go through ``operator.index``, which dynamo specializes: a
+    dimension it made dynamic (``dynamic=True``, or automatic dynamic shapes after a
+    recompile) becomes the traced value, guarded, so the routed call is one static case
+    decided at trace time (``int()`` would keep it symbolic, which no constant function
+    takes). The graph then recompiles for another size of such a dimension. Floats go
+    through their exact hex form, which dynamo specializes likewise.
+    """
     if isinstance(a, torch.Tensor):
-        shape, stride = tuple(a.shape), tuple(a.stride())
-        for s in shape + stride:
-            if isinstance(s, _SYMBOLIC):
-                return None
         return (
             "tensor",
             str(a.dtype).replace("torch.", ""),
-            shape,
-            stride,
+            tuple([_index(s) for s in a.shape]),
+            tuple([_index(s) for s in a.stride()]),
             str(a.device),
             bool(a.requires_grad),
         )
     if isinstance(a, (tuple, list)):
-        parts = tuple(_spec(x) for x in a)
-        for p in parts:
-            if p is None:
-                return None
-        return ("seq", parts)
-    if isinstance(a, _SYMBOLIC):
-        return None
+        return ("seq", tuple(_spec(x) for x in a))
+    if type(a) is int:
+        return ("value", _index(a))
+    if type(a) is float:  # an unspecialized float (a module's eps under dynamic=True)
+        return ("value", float.fromhex(a.hex()))
     return ("value", a)
+
+
+_index = operator.index
 
 
 def _materialize(spec: tuple) -> Any:
@@ -290,30 +293,17 @@ def _compile_time_kernel(
 _FUNC_INDEX = {f: i for i, f in enumerate(_routing.routed_functions())}
 
 
-@torch._dynamo.disable(recursive=True)
-def _eager_call_outside_graph(op: str, func, args: tuple, kwargs: dict) -> Any:
-    """A routed call dynamo cannot decide at trace time (a symbolic size or scalar): it
-    breaks the graph here and runs as an eager routed call (decided per concrete case)."""
-    return _eager_call(op, func, args, kwargs)
-
-
 def _compiled_call(view: _PolicyView, op: str, func, args: tuple, kwargs: dict) -> Any:
     """A routed call while torch.compile traces (or torch.jit traces): the kernel is
     decided at trace time and the call runs through our custom ops, which the graph
-    records (the eager cache and its direct launches are not used).
-
-    Static cases only: a call with a symbolic size or scalar (``dynamic=True``, or dims
-    dynamo made dynamic after a recompile) has no trace-time case; it breaks the graph
-    and runs eagerly (``fullgraph=True`` raises there)."""
+    records (the eager cache and its direct launches are not used). Sizes dynamo made
+    dynamic are specialized at the routed call (:func:`_spec`)."""
     call = _routing.parse_call(func, args, kwargs)
     if call is None:
         return func(*args, **kwargs)
     if torch.compiler.is_compiling():
         arg_specs = tuple(_spec(a) for a in args)
         kw_specs = tuple((k, _spec(v)) for k, v in kwargs.items())
-        for s in arg_specs + tuple(s for _, s in kw_specs):
-            if s is None:
-                return _eager_call_outside_graph(op, func, args, kwargs)
         kernel = _compile_time_kernel(
             _FUNC_INDEX[func], arg_specs, kw_specs, _state.precision_hint, _state.generation
         )

@@ -30,7 +30,8 @@ _calls: dict[tuple, Any] = {}
 _workspaces: dict[tuple[int, int], torch.Tensor] = {}
 #: Workspaces kept at most (one per stream that ran our kernels; capture_graph makes streams).
 MAX_WORKSPACES = 8
-_DTYPE_NAMES = {
+#: torch dtype -> the core's dtype name
+DTYPE_NAMES = {
     torch.float16: "float16",
     torch.bfloat16: "bfloat16",
     torch.float32: "float32",
@@ -69,7 +70,7 @@ def strides(t: torch.Tensor) -> tuple[int, ...]:
 
 def spec(t: torch.Tensor) -> tuple[str, list[int], list[int]]:
     """(dtype name, shape, strides) of ``t`` for an OpContext."""
-    return (_DTYPE_NAMES[t.dtype], list(t.shape), list(strides(t)))
+    return (DTYPE_NAMES[t.dtype], list(t.shape), list(strides(t)))
 
 
 def prepared(key: tuple, kernel: str, make_context: Callable[[], Any]) -> Any:

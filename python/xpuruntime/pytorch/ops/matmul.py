@@ -39,47 +39,65 @@ def output_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def _blas_addressable(t: Tensor) -> bool:
+def _blas_addressable(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """A 2-D operand BLAS reads in place: one unit stride, the other a valid leading dimension."""
-    (r, c), (sr, sc) = t.shape, _launch.strides(t)
+    (r, c), (sr, sc) = shape, strides
     return (sc == 1 and sr >= max(c, 1)) or (sr == 1 and sc >= max(r, 1))
+
+
+def _rows(a: Tensor, k: int) -> tuple[Tensor, tuple[int, int], tuple[int, ...]]:
+    """``a`` as one GEMM operand [rows, k]: (tensor, shape, strides). A contiguous ``a``
+    is described as 2-D without a view op; another is reshaped (a copy when it must be)."""
+    if a.is_contiguous():
+        return a, (a.numel() // k, k), (k, 1)
+    a2 = a if a.dim() == 2 else a.reshape(-1, k)
+    st = _launch.strides(a2)
+    if not _blas_addressable(tuple(a2.shape), st):
+        a2 = a2.contiguous()
+        st = (k, 1)
+    return a2, tuple(a2.shape), st
 
 
 def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor | None:
     """``a @ b (+ bias)`` for a 2-D ``b`` on the registry kernel ``kernel`` (the one hot
     path: _launch), or None for a form it leaves to :func:`_run_dlpack` (batched ``b``,
     empty operands). ``a``'s leading dimensions are one GEMM's rows."""
-    if b.dim() != 2 or a.dim() < 2 or a.numel() == 0 or b.numel() == 0:
+    if b.dim() != 2 or a.dim() < 2:
         return None
     k, n = b.shape
-    a2 = a if a.dim() == 2 else a.reshape(-1, k)  # a view for the layouts models produce
-    if not _blas_addressable(a2):
-        a2 = a2.contiguous()
-    if not _blas_addressable(b):
+    if k == 0 or n == 0:
+        return None
+    a2, a_shape, sa = _rows(a, k)
+    if a_shape[0] == 0:
+        return None
+    sb = _launch.strides(b)
+    if not _blas_addressable((k, n), sb):
         b = b.contiguous()
+        sb = (n, 1)
     if bias is not None and n > 1 and bias.stride(0) != 1:
         bias = bias.contiguous()
-    out = torch.empty((*a.shape[:-1], n), device=a.device, dtype=a.dtype)
-    out2 = out if out.dim() == 2 else out.view(-1, n)
-    sa, sb = _launch.strides(a2), _launch.strides(b)
-    key = ("matmul", kernel, a.dtype, index, a2.shape, sa, sb, bias is None)
+    key = ("matmul", kernel, a.dtype, index, a_shape, sa, sb, bias is None)
     call = _launch._calls.get(key)
     if call is None:
+        name = _launch.DTYPE_NAMES[a.dtype]
 
         def context() -> object:
-            inputs = [_launch.spec(a2), _launch.spec(b)] + ([] if bias is None else [_launch.spec(bias)])
+            inputs = [(name, list(a_shape), list(sa)), (name, [k, n], list(sb))]
+            if bias is not None:
+                inputs.append((name, [n], [1]))
             return _core.OpContext(
                 "matmul",
                 inputs,
-                [_launch.spec(out2)],
+                [(name, [a_shape[0], n], [n, 1])],
                 device=f"cuda:{index}",
                 capability=_bridge.capability(index),
                 node="torch.matmul",
             )
 
         call = _launch.prepared(key, kernel, context)
+    out = torch.empty((*a.shape[:-1], n), device=a.device, dtype=a.dtype)
     inputs = (a2, b) if bias is None else (a2, b, bias)
-    _launch.run(call, inputs, (out2,), a.device, index, _bridge.raw_stream(index))
+    _launch.run(call, inputs, (out,), a.device, index, _bridge.raw_stream(index))
     return out
 
 
