@@ -280,12 +280,18 @@ def sync_and_alloc_checks() -> dict[str, dict[str, Any]]:
 #: code at 334fa45; the figures of each step: "parts_us" and the cProfile of --profile).
 STEPS_BEFORE = {
     "all ops": [
-        "TorchFunctionMode dispatch into Python (_PolicyMode.__torch_function__), _routed lookup, "
-        "is_compiling / jit tracing-state checks",
-        "_prepared.lookup: autocast state (2-3 C calls), site tuple, TensorGuards check of the tensors (C++), "
-        "Entry; pending count += 1",
-        "the case's launcher (Python closure): autocast casts when autocast is on; "
-        "eager_direct_ok (dispatch-mode depth, functorch, is_compiling, tracing state, tensor types)",
+        (
+            "TorchFunctionMode dispatch into Python (_PolicyMode.__torch_function__), _routed lookup, "
+            "is_compiling / jit tracing-state checks"
+        ),
+        (
+            "_prepared.lookup: autocast state (2-3 C calls), site tuple, TensorGuards check of the tensors (C++), "
+            "Entry; pending count += 1"
+        ),
+        (
+            "the case's launcher (Python closure): autocast casts when autocast is on; "
+            "eager_direct_ok (dispatch-mode depth, functorch, is_compiling, tracing state, tensor types)"
+        ),
         "with grad: a torch.autograd.Function (Python ctx, save_for_backward); its backward again in Python",
     ],
     "matmul / linear (cublasLt, cublas)": [
@@ -295,42 +301,60 @@ STEPS_BEFORE = {
         "_core.Stream.wrap(f'cuda:{i}', torch's raw stream): f-string, Device::parse, a new C++ Stream",
         "use_stream context manager (generator): current_stream() by device string, set_current_stream x2",
         "a.detach(), b.detach(), bias.detach(): three new tensor objects",
-        "_core.ops.matmul_with_kernel(kernel, a, b, bias=, out=, workspace=): keyword matching, and 5 DLPack "
-        "imports (a, b, bias, out, workspace): torch's DLPack C exchange API where torch has one, else "
-        "__dlpack_device__() + __dlpack__(stream=..., max_version=(1, 1)) in Python per tensor, which builds "
-        "torch Stream objects, compares them with torch's current stream and records/waits an event when "
-        "they differ; a capsule and a C++ Storage (deleter re-takes the GIL) per tensor",
-        "C++: KernelRegistry::find (shared lock, map lookups), matmul prepare() (broadcast and layout checks; "
-        "materialize()/contiguous() copies in xpuruntime's own allocator for layouts cuBLAS cannot address), "
-        "OpContext::from_tensors (strings, vectors, capability), KernelRegistry::check (KernelDef + supports: "
-        "GEMM layout parse, cuBLASLt rejection rules), the launch (heuristic cache under a mutex)",
+        (
+            "_core.ops.matmul_with_kernel(kernel, a, b, bias=, out=, workspace=): keyword matching, and 5 DLPack "
+            "imports (a, b, bias, out, workspace): torch's DLPack C exchange API where torch has one, else "
+            "__dlpack_device__() + __dlpack__(stream=..., max_version=(1, 1)) in Python per tensor, which builds "
+            "torch Stream objects, compares them with torch's current stream and records/waits an event when "
+            "they differ; a capsule and a C++ Storage (deleter re-takes the GIL) per tensor"
+        ),
+        (
+            "C++: KernelRegistry::find (shared lock, map lookups), matmul prepare() (broadcast and layout checks; "
+            "materialize()/contiguous() copies in xpuruntime's own allocator for layouts cuBLAS cannot address), "
+            "OpContext::from_tensors (strings, vectors, capability), KernelRegistry::check (KernelDef + supports: "
+            "GEMM layout parse, cuBLASLt rejection rules), the launch (heuristic cache under a mutex)"
+        ),
         "the returned _core.Tensor wrapping out, built and dropped",
-        "backward: grad.contiguous(), 2 more GEMMs as above, bias gradient: column_sums_workspace_bytes "
-        "(a pybind call), torch.empty(workspace), the raw column-sum entry (plugin symbol lookup by name)",
+        (
+            "backward: grad.contiguous(), 2 more GEMMs as above, bias gradient: column_sums_workspace_bytes "
+            "(a pybind call), torch.empty(workspace), the raw column-sum entry (plugin symbol lookup by name)"
+        ),
     ],
     "attention (flash_v2) / layernorm (fused)": [
-        "rows_aligned x3-5 (stride and data_ptr checks), torch.empty for out/lse (mean/rstd), strides3 x4, "
-        "mask_args",
-        "_core.cuda_kernels.flash_attention_forward(**19 keywords) / layernorm_forward(**12): pybind keyword "
-        "matching, plugin_entry lookup by name, GIL release",
-        "in the plugin (read, not measured): cudaFuncSetAttribute per flash launch (flash_launch.cuh), "
-        "cudaDeviceGetAttribute x2 per flash launch and x1 per LayerNorm launch",
+        (
+            "rows_aligned x3-5 (stride and data_ptr checks), torch.empty for out/lse (mean/rstd), strides3 x4, "
+            "mask_args"
+        ),
+        (
+            "_core.cuda_kernels.flash_attention_forward(**19 keywords) / layernorm_forward(**12): pybind keyword "
+            "matching, plugin_entry lookup by name, GIL release"
+        ),
+        (
+            "in the plugin (read, not measured): cudaFuncSetAttribute per flash launch (flash_launch.cuh), "
+            "cudaDeviceGetAttribute x2 per flash launch and x1 per LayerNorm launch"
+        ),
         "layernorm backward: layernorm_backward_workspace_bytes (a pybind call) + torch.empty per call",
     ],
     "synchronizations and allocations": [
-        "no explicit synchronization on the Python path; the C++ matmul prepare() may allocate in xpuruntime's "
-        "allocator (copies for odd layouts): a cudaMalloc on a cache miss, a cudaFree (which synchronizes) "
-        "when that allocator releases memory -- measured by sync_and_alloc_checks on the GPU",
+        (
+            "no explicit synchronization on the Python path; the C++ matmul prepare() may allocate in xpuruntime's "
+            "allocator (copies for odd layouts): a cudaMalloc on a cache miss, a cudaFree (which synchronizes) "
+            "when that allocator releases memory -- measured by sync_and_alloc_checks on the GPU"
+        ),
     ],
 }
 STEPS_AFTER = {
     "matmul / linear with a 2-D weight, column sums": [
-        "one dictionary lookup of the case's _core.routed.PreparedCall (the registry kernel found, checked "
-        "and its workspace sized on the first call of the case)",
+        (
+            "one dictionary lookup of the case's _core.routed.PreparedCall (the registry kernel found, checked "
+            "and its workspace sized on the first call of the case)"
+        ),
         "torch.empty(out); the workspace kept per (device, stream) from torch's allocator",
-        "PreparedCall.run(pointers, stream, workspace): views over the pointers with the case's shapes and "
-        "strides, the kernel's run() on torch's current stream, GIL released: no DLPack, no stream object, "
-        "no event, no synchronization, no allocation outside torch's",
+        (
+            "PreparedCall.run(pointers, stream, workspace): views over the pointers with the case's shapes and "
+            "strides, the kernel's run() on torch's current stream, GIL released: no DLPack, no stream object, "
+            "no event, no synchronization, no allocation outside torch's"
+        ),
     ],
     "batched matmuls (b with batch dims)": ["unchanged: _core.ops.matmul_with_kernel through DLPack"],
     "attention / layernorm": ["unchanged: raw entry points (their backward kernels have no KernelDef yet)"],
@@ -380,8 +404,10 @@ def parts(device: str) -> dict[str, float]:
     res["3 x detach()"] = _part_us(lambda: (a.detach(), b.detach(), out.detach()), sync)
     res["DLPack import of one torch tensor"] = _part_us(lambda: _core.Tensor.from_dlpack(a), sync)
     names = {d["name"] for d in _core.KernelRegistry.instance().list() if d["op"] == "matmul"}
-    kernel = "cublasLt" if device == "cuda" else next(
-        (n for n in ("cpu_blocked", "cpu_blas", "cpu_packed") if n in names), ""
+    kernel = (
+        "cublasLt"
+        if device == "cuda"
+        else next((n for n in ("cpu_blocked", "cpu_blas", "cpu_packed") if n in names), "")
     )
     if kernel in names:
         res[f"_core.ops.matmul_with_kernel({kernel}), 4 tensors through DLPack"] = _part_us(
@@ -431,7 +457,9 @@ def main() -> None:
             per[v]["overhead_us"] = per[v]["median_us"] - base
         if "routed_ours" in per:  # the parts of the overhead
             per["routed_ours"]["routing_part_us"] = per["routed_torch"]["median_us"] - base
-            per["routed_ours"]["launch_part_us"] = per["routed_ours"]["median_us"] - per["routed_torch"]["median_us"]
+            per["routed_ours"]["launch_part_us"] = (
+                per["routed_ours"]["median_us"] - per["routed_torch"]["median_us"]
+            )
     overheads = {n: per[ours]["overhead_us"] for n, per in results.items()}
     median_over = statistics.median(overheads.values())
     goals.append(
@@ -451,7 +479,8 @@ def main() -> None:
         goals.append(
             {
                 "name": "no routed call synchronizes (the host returns before a queued GPU sleep ends)",
-                "figure": f"{len(checks) - len(no_sync)} of {len(checks)} calls" + (f"; syncing: {no_sync}" if no_sync else ""),
+                "figure": f"{len(checks) - len(no_sync)} of {len(checks)} calls"
+                + (f"; syncing: {no_sync}" if no_sync else ""),
                 "target": "all calls",
                 "met": not no_sync,
             }

@@ -19,12 +19,12 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-import xpuruntime.pytorch as xrt_torch  # noqa: E402
-from xpuruntime import _core  # noqa: E402
-from xpuruntime.pytorch.ops import _bridge, _launch  # noqa: E402
+import xpuruntime.pytorch as xrt_torch
+from xpuruntime import _core
+from xpuruntime.pytorch.ops import _bridge, _launch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_model import GPT2, GPT2Config  # noqa: E402
+from gpt2_model import GPT2, GPT2Config
 
 
 def _skip_reason() -> str:
@@ -52,9 +52,15 @@ def _rand(*shape, dtype=torch.bfloat16, seed=0, grad=False):
 
 
 @pytest.mark.parametrize("kernel", ["cublasLt", "cublas"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"]
+)
 def test_routed_linear_gives_the_bits_of_the_same_registry_kernel(kernel, dtype):
-    x, w, b = _rand(3, 77, 96, dtype=dtype), _rand(160, 96, dtype=dtype, seed=1), _rand(160, dtype=dtype, seed=2)
+    x, w, b = (
+        _rand(3, 77, 96, dtype=dtype),
+        _rand(160, 96, dtype=dtype, seed=1),
+        _rand(160, dtype=dtype, seed=2),
+    )
     xrt_torch.set_kernel_policy(matmul=kernel)
     got = F.linear(x, w, b)
     (d,) = [d for d in xrt_torch.decision_log() if d.op == "matmul"]

@@ -19,11 +19,11 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-import xpuruntime.pytorch as xrt_torch  # noqa: E402
-from xpuruntime import _core  # noqa: E402
+import xpuruntime.pytorch as xrt_torch
+from xpuruntime import _core
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
-from gpt2_model import GPT2, GPT2Config  # noqa: E402
+from gpt2_model import GPT2, GPT2Config
 
 OURS = {"matmul": "cublasLt", "attention": "flash_v2", "layernorm": "fused"}
 

@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from xpuruntime import _core  # noqa: E402
-from xpuruntime.pytorch.ops import _launch  # noqa: E402
+from xpuruntime import _core
+from xpuruntime.pytorch.ops import _launch
 
 pytestmark = pytest.mark.skipif(not _launch.available(), reason="this _core has no routed binding")
 
@@ -34,7 +34,11 @@ def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
 
 def _context(inputs, outputs, attrs=None):
     return _core.OpContext(
-        "matmul", [_launch.spec(t) for t in inputs], [_launch.spec(t) for t in outputs], device="cpu", attrs=attrs
+        "matmul",
+        [_launch.spec(t) for t in inputs],
+        [_launch.spec(t) for t in outputs],
+        device="cpu",
+        attrs=attrs,
     )
 
 

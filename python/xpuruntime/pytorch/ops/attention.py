@@ -96,7 +96,9 @@ def flash_attention_support(
         return R.ATTRIBUTE_UNSUPPORTED, f"dropout_p must be in [0, 1), got {dropout_p}"
     if query.device.type == "cpu":
         return None
-    return _bridge.registry_verdict("attention", "flash_v2", _context(query, key, value, attn_mask, dropout_p))
+    return _bridge.registry_verdict(
+        "attention", "flash_v2", _context(query, key, value, attn_mask, dropout_p)
+    )
 
 
 def _context(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, dropout_p: float) -> object:
