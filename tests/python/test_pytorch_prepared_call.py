@@ -117,3 +117,47 @@ def test_the_strides_of_size_one_dimensions_are_normalised():
     col = torch.empty(1, 9).t()  # [9, 1], strides (1, 9)
     assert _launch.strides(col) == (1, 1)
     assert _launch.strides(torch.empty(4, 6).t()) == (1, 6)
+
+
+@pytest.mark.parametrize(
+    "a_shape,a_kind,b_kind,with_bias",
+    [
+        ((13, 37), "contiguous", "weight_t", True),  # F.linear's forward
+        ((2, 5, 37), "contiguous", "weight_t", True),  # 3-D input: rows = 2 * 5
+        ((37, 13), "transposed", "contiguous", False),  # a weight gradient: g^T @ x
+        ((2, 5, 37), "sliced", "weight_t", False),  # a non-contiguous input: reshaped
+        ((1, 37), "contiguous", "weight_t", True),  # one row (its stride is free)
+    ],
+)
+def test_the_matmul_hot_path_runs_the_registry_kernel_on_torch_operands(a_shape, a_kind, b_kind, with_bias):
+    """ops/matmul.py's _run_prepared (the CUDA hot path's code) on CPU tensors with the
+    registry's CPU kernel: operand layouts as routed linears and their gradients hand
+    them, against float64."""
+    from xpuruntime.pytorch.ops import matmul
+
+    kernel = _cpu_matmul_kernel()
+    if a_kind == "transposed":
+        a = _rand(*reversed(a_shape)).t()
+    elif a_kind == "sliced":
+        a = _rand(*a_shape[:-1], 2 * a_shape[-1])[..., ::2]
+    else:
+        a = _rand(*a_shape)
+    w = _rand(29, a.shape[-1], seed=1)
+    b = w.t() if b_kind == "weight_t" else w.t().contiguous()
+    bias = _rand(29, seed=2) if with_bias else None
+    _launch.clear()
+    got = matmul._run_prepared(a, b, bias, kernel, 0)
+    assert got is not None and got.shape == (*a.shape[:-1], 29)
+    want = a.double() @ b.double() + (bias.double() if with_bias else 0.0)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    again = matmul._run_prepared(a, b, bias, kernel, 0)  # the case's prepared call, reused
+    assert len(_launch._calls) == 1
+    assert torch.equal(again, got)
+
+
+def test_the_matmul_hot_path_leaves_batched_and_empty_forms_to_the_general_path():
+    from xpuruntime.pytorch.ops import matmul
+
+    kernel = _cpu_matmul_kernel()
+    assert matmul._run_prepared(_rand(2, 3, 4), _rand(2, 4, 5), None, kernel, 0) is None
+    assert matmul._run_prepared(torch.empty(0, 4), _rand(4, 5), None, kernel, 0) is None

@@ -61,7 +61,9 @@ def _rows(a: Tensor, k: int) -> tuple[Tensor, tuple[int, int], tuple[int, ...]]:
 def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor | None:
     """``a @ b (+ bias)`` for a 2-D ``b`` on the registry kernel ``kernel`` (the one hot
     path: _launch), or None for a form it leaves to :func:`_run_dlpack` (batched ``b``,
-    empty operands). ``a``'s leading dimensions are one GEMM's rows."""
+    empty operands). ``a``'s leading dimensions are one GEMM's rows. CUDA tensors run on
+    torch's current stream of device ``index``; CPU tensors (tests: the registry's CPU
+    kernels through the same code) on the calling thread."""
     if b.dim() != 2 or a.dim() < 2:
         return None
     k, n = b.shape
@@ -76,7 +78,8 @@ def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index:
         sb = (n, 1)
     if bias is not None and n > 1 and bias.stride(0) != 1:
         bias = bias.contiguous()
-    key = ("matmul", kernel, a.dtype, index, a_shape, sa, sb, bias is None)
+    cuda = a.device.type == "cuda"
+    key = ("matmul", kernel, a.dtype, index if cuda else -1, a_shape, sa, sb, bias is None)
     call = _launch._calls.get(key)
     if call is None:
         name = _launch.DTYPE_NAMES[a.dtype]
@@ -89,15 +92,15 @@ def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index:
                 "matmul",
                 inputs,
                 [(name, [a_shape[0], n], [n, 1])],
-                device=f"cuda:{index}",
-                capability=_bridge.capability(index),
+                device=f"cuda:{index}" if cuda else "cpu",
+                capability=_bridge.capability(index) if cuda else 0,
                 node="torch.matmul",
             )
 
         call = _launch.prepared(key, kernel, context)
     out = torch.empty((*a.shape[:-1], n), device=a.device, dtype=a.dtype)
     inputs = (a2, b) if bias is None else (a2, b, bias)
-    _launch.run(call, inputs, (out,), a.device, index, _bridge.raw_stream(index))
+    _launch.run(call, inputs, (out,), a.device, index, _bridge.raw_stream(index) if cuda else 0)
     return out
 
 
