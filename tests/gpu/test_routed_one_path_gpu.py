@@ -98,7 +98,7 @@ def _calls():
     }
 
 
-@pytest.mark.parametrize("name", list(_calls()))
+@pytest.mark.parametrize("name", ["matmul", "linear fwd+bwd", "attention fwd+bwd", "layernorm fwd+bwd"])
 def test_a_routed_call_neither_synchronizes_nor_allocates_outside_torch(name):
     fn = _calls()[name]
     xrt_torch.set_kernel_policy(**POLICY)
