@@ -26,6 +26,11 @@ thread's CPU time). On CUDA two more checks run per call under ``routed_ours``:
 - no allocation outside torch's caching allocator: xpuruntime's own CUDA allocator
   counts no allocation during the calls (after the first call of each case).
 
+The fwd+bwd rows include one ``Tensor.backward()`` call, which any torch function mode
+on the stack sends through torch's Python ``autograd.backward`` (``_make_grads`` with
+symbolic-shape comparisons): about 30 µs once per backward on this CPU (cProfile), a
+per-step cost of having a policy set, not a per-routed-call one.
+
 Goals (issue 31): median over the calls of (routed_ours - torch) <= 5 µs on the GPU;
 no call synchronizes; no call allocates outside torch's allocator. Writes
 benchmarks/results/routed_overhead_<device>.json.
