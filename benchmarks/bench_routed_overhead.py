@@ -219,6 +219,53 @@ def write_profile(path: str, device: str, calls: int) -> None:
         f.write("\n".join(lines))
 
 
+def write_torch_profile(path: str, device: str, calls: int) -> None:
+    """torch.profiler tables of each call under plain torch and under our kernels' policy.
+
+    Unlike cProfile (the calling thread only) this sees the autograd engine's device
+    thread, where a CUDA backward runs, with the Python tracer on (``with_stack``): our
+    autograd functions' backward frames, the aten ops and CUDA runtime calls
+    (``cudaLaunchKernel``, ``cudaMalloc``, ``cudaStreamSynchronize``, ``cudaEventRecord``,
+    ...) they make, with self and total CPU time per call. What a routed call adds over
+    plain torch is the difference of two tables of one call.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    fns = make_calls(device)
+    # (on the CPU our kernels' names run float references: the routing alone is profiled)
+    variants: dict[str, dict[str, str] | None] = (
+        {"torch": None, "routed_ours": OUR_POLICY}
+        if device == "cuda"
+        else {"torch": None, "routed_torch": TORCH_POLICY}
+    )
+    lines = [
+        f"# torch.profiler: {calls} calls of each, CPU time per call in µs = the table's total / {calls}\n"
+    ]
+    for name, fn in fns.items():
+        for variant, policy in variants.items():
+            if policy is not None:
+                xrt_torch.set_kernel_policy(**policy)
+            try:
+                for _ in range(50):
+                    fn()
+                sync()
+                with profile(activities=activities, with_stack=True) as prof:
+                    for _ in range(calls):
+                        fn()
+                    sync()
+            finally:
+                if policy is not None:
+                    xrt_torch.clear_kernel_policy()
+            table = prof.key_averages().table(
+                sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=90
+            )
+            lines.append(f"## {name} -- {variant}\n{table}\n")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+
+
 SLEEP_MS = 50.0  # the GPU sleep queued before the calls of a sync check
 CHECK_CALLS = 20
 
@@ -443,11 +490,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--profile", default="", help="also write a cProfile of routed calls to this file")
+    ap.add_argument(
+        "--torch-profile",
+        default="",
+        help="only write torch.profiler tables of each call (torch vs our policy, all threads) to this file",
+    )
     ap.add_argument("--clock", choices=sorted(CLOCKS), help="default: wall on CUDA, thread on CPU")
     ap.add_argument("--baseline", default="", help="an older xpuruntime/pytorch package folder to compare")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.torch_profile:
+        write_torch_profile(args.torch_profile, device, 200)
+        print("wrote", args.torch_profile)
+        return
     clock = args.clock or ("wall" if device == "cuda" else "thread")
     variants = ["torch", "routed_torch"] + (["routed_ours"] if device == "cuda" else [])
     baseline = load_baseline(args.baseline) if args.baseline else None

@@ -27,6 +27,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_skip_reason()), reason=_
 U_OUT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 
 
+@pytest.fixture(autouse=True)
+def _checking(monkeypatch):
+    """Every prepared call checks its tensors against its case first (_launch.check)."""
+    from xpuruntime.pytorch.ops import _launch
+
+    monkeypatch.setattr(_launch, "CHECK", True)
+
+
 def _check(got, x):
     """Within (rows + 4)·2^-24·Σ|x| (fp32 accumulation) + 2·u_out·|ref| of float64, per column."""
     x64 = x.double()
@@ -96,11 +104,12 @@ def test_custom_op_and_routed_linear_bias_gradient():
     w = torch.randn(96, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     b = torch.randn(96, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(4, 128, 96, device="cuda", dtype=torch.bfloat16)
-    for kernel in ("cublas", "cublasLt"):
-        b.grad = None
-        xrt_torch.set_kernel_policy(matmul=kernel)
-        try:
-            torch.nn.functional.linear(inp, w, b).backward(dy)
-        finally:
-            xrt_torch.clear_kernel_policy()
-        _check(b.grad, dy.reshape(-1, 96))
+    # (cublas has no bias epilogue: a linear with a bias runs on cublasLt or torch)
+    xrt_torch.set_kernel_policy(matmul="cublasLt")
+    xrt_torch.clear_decision_log()
+    try:
+        torch.nn.functional.linear(inp, w, b).backward(dy)
+        assert {d.chosen for d in xrt_torch.decision_log() if d.op == "matmul"} == {"cublasLt"}
+    finally:
+        xrt_torch.clear_kernel_policy()
+    _check(b.grad, dy.reshape(-1, 96))

@@ -38,7 +38,10 @@ POLICY = {"matmul": "cublasLt", "attention": "flash_v2", "layernorm": "fused"}
 
 
 @pytest.fixture(autouse=True)
-def _clean():
+def _clean(monkeypatch):
+    # every prepared call checks its tensors against its case first (_launch.check): a
+    # case reused for other tensors is a typed error, not an illegal memory access
+    monkeypatch.setattr(_launch, "CHECK", True)
     xrt_torch.clear_kernel_policy()
     xrt_torch.clear_decision_log()
     yield
@@ -51,26 +54,58 @@ def _rand(*shape, dtype=torch.bfloat16, seed=0, grad=False):
     return torch.randn(*shape, device="cuda", generator=g).to(dtype).requires_grad_(grad)
 
 
-@pytest.mark.parametrize("kernel", ["cublasLt", "cublas"])
+# cuBLAS (cublasGemmEx) has no bias epilogue: its KernelDef refuses a bias, so only
+# cublasLt runs the linear with one (the bias-less case covers cublas).
+@pytest.mark.parametrize("kernel,with_bias", [("cublasLt", True), ("cublasLt", False), ("cublas", False)])
 @pytest.mark.parametrize(
     "dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"]
 )
-def test_routed_linear_gives_the_bits_of_the_same_registry_kernel(kernel, dtype):
-    x, w, b = (
-        _rand(3, 77, 96, dtype=dtype),
-        _rand(160, 96, dtype=dtype, seed=1),
-        _rand(160, dtype=dtype, seed=2),
-    )
+def test_routed_linear_gives_the_bits_of_the_same_registry_kernel(kernel, with_bias, dtype):
+    x, w = _rand(3, 77, 96, dtype=dtype), _rand(160, 96, dtype=dtype, seed=1)
+    b = _rand(160, dtype=dtype, seed=2) if with_bias else None
     xrt_torch.set_kernel_policy(matmul=kernel)
     got = F.linear(x, w, b)
     (d,) = [d for d in xrt_torch.decision_log() if d.op == "matmul"]
-    assert d.chosen == kernel
+    assert d.chosen == kernel, d.summary()
     xrt_torch.clear_kernel_policy()
     ref = _core.ops.matmul_with_kernel(kernel, x.reshape(-1, 96), w.t(), bias=b)
     assert torch.equal(got.reshape(-1, 160), torch.from_dlpack(ref))
-    want = x.double() @ w.double().t() + b.double()
+    want = x.double() @ w.double().t() + (b.double() if with_bias else 0.0)
     tol = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}[dtype]
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+def test_cublas_refuses_a_bias_so_a_linear_with_one_falls_back_and_says_why():
+    """What the first H200 run of this path saw ('torch' chosen under matmul=cublas): the
+    C++ cublas KernelDef has no epilogue and refuses the bias (the deleted Python copy
+    of its checks accepted it); under 'prefer' the Decision falls back to torch's kernel
+    with that reason, and the result is torch's own."""
+    x, w, b = _rand(3, 77, 96), _rand(160, 96, seed=1), _rand(160, seed=2)
+    xrt_torch.set_kernel_policy(matmul="cublas")
+    got = F.linear(x, w, b)
+    (d,) = [d for d in xrt_torch.decision_log() if d.op == "matmul"]
+    assert d.chosen == "torch" and d.rule == "fallback", d.summary()
+    c = d.candidate("cublas")
+    assert c is not None and c.verdict == "rejected" and c.reason_code == "attribute_unsupported"
+    assert "epilogue" in c.detail
+    xrt_torch.clear_kernel_policy()
+    assert torch.equal(got, F.linear(x, w, b))
+
+
+def test_the_projections_of_a_block_each_get_their_own_prepared_case():
+    """The H200 fault of the first run: c_attn (n = 3d), c_proj (n = d) and fc (n = 4d)
+    share x's shape and the transposed weights' strides; a case key without n reused
+    c_attn's prepared call for c_proj, whose output it overran (illegal memory access)."""
+    d = 256
+    x = _rand(4, 64, d)
+    layers = [(_rand(n, d, seed=n), _rand(n, seed=n + 1)) for n in (3 * d, d, 4 * d)]
+    xrt_torch.set_kernel_policy(matmul="cublasLt")
+    for _ in range(2):
+        for w, b in layers:
+            got = F.linear(x, w, b)
+            want = x.double() @ w.double().t() + b.double()
+            torch.testing.assert_close(got.double(), want, rtol=5e-2, atol=1e-1)
+    torch.cuda.synchronize()
 
 
 def test_routed_linear_gradients_match_float64():

@@ -19,6 +19,12 @@ from xpuruntime.pytorch.ops import _launch
 pytestmark = pytest.mark.skipif(not _launch.available(), reason="this _core has no routed binding")
 
 
+@pytest.fixture(autouse=True)
+def _checking(monkeypatch):
+    """Every run checks its tensors against the prepared case (_launch.check)."""
+    monkeypatch.setattr(_launch, "CHECK", True)
+
+
 def _cpu_matmul_kernel() -> str:
     names = {d["name"] for d in _core.KernelRegistry.instance().list() if d["op"] == "matmul"}
     for name in ("cpu_blocked", "cpu_blas", "cpu_packed"):
@@ -161,3 +167,89 @@ def test_the_matmul_hot_path_leaves_batched_and_empty_forms_to_the_general_path(
     kernel = _cpu_matmul_kernel()
     assert matmul._run_prepared(_rand(2, 3, 4), _rand(2, 4, 5), None, kernel, 0) is None
     assert matmul._run_prepared(torch.empty(0, 4), _rand(4, 5), None, kernel, 0) is None
+
+
+def test_the_projections_of_one_layer_get_one_prepared_case_each():
+    """The H200 fault of the first one-path run: the attention, MLP and output projections
+    of a transformer block share the input's shape and the transposed weights' strides
+    and differ only in n, so a case key without b's shape reused c_attn's prepared call
+    (n = 3 * d) for c_proj (n = d): the kernel wrote past the output. Interleaved calls
+    of the three, each against float64, and one prepared case per projection."""
+    from xpuruntime.pytorch.ops import matmul
+
+    kernel = _cpu_matmul_kernel()
+    d = 16
+    x = _rand(2, 5, d)
+    layers = [(_rand(n, d, seed=n), _rand(n, seed=n + 1)) for n in (d, 3 * d, 4 * d)]
+    _launch.clear()
+    for _ in range(2):
+        for w, bias in layers + [(layers[0][0], None)]:  # a bias-less call of one weight too
+            got = matmul._run_prepared(x, w.t(), bias, kernel, 0)
+            want = x.double() @ w.double().t() + (bias.double() if bias is not None else 0.0)
+            assert got.shape == (2, 5, w.shape[0])
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert len(_launch._calls) == 4
+
+
+def test_the_checking_mode_refuses_tensors_the_case_does_not_describe():
+    """With checking on (the tests' mode), a prepared case run on an output smaller than
+    its view raises a typed error naming the operand, before any kernel writes."""
+    kernel = _cpu_matmul_kernel()
+    a, b = _rand(4, 8), _rand(8, 12, seed=1)
+    call = _core.routed.PreparedCall(kernel, _context([a, b], [torch.empty(4, 12)]))
+    assert call.output_extents == [4 * 12 * 4] and call.input_extents == [4 * 8 * 4, 8 * 12 * 4]
+    small = torch.full((4, 6), 7.0)
+    with pytest.raises(_core.InvalidArgumentError, match=r"output 0 .*spans 192 bytes.*owns 96"):
+        _launch.run(call, (a, b), (small,), torch.device("cpu"), 0, 0)
+    assert torch.all(small == 7.0)
+    with pytest.raises(_core.InvalidArgumentError, match=r"input 1 .*torch.float64"):
+        _launch.run(call, (a, b.double()), (torch.empty(4, 12),), torch.device("cpu"), 0, 0)
+    # a view into a larger tensor owns the memory up to its storage's end
+    big = torch.empty(2, 4, 12)
+    _launch.run(call, (a, b), (big[0],), torch.device("cpu"), 0, 0)
+    torch.testing.assert_close(big[0].double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape", [(6, 24), (2, 3, 24)])
+def test_a_routed_cases_slots_run_the_forward_and_backward_gemms_again(x_shape):
+    """The per-case hot path (ops.matmul.CaseSlots, what a routed linear's launcher keeps):
+    the first call fills the slots, later calls of the case run from them (one allocation
+    and one launch each). Forward and the backward formula (da, the weight's gradient in
+    its own layout, the bias gradient) on the registry's CPU kernel, twice, against
+    float64 autograd."""
+    from types import SimpleNamespace
+
+    from xpuruntime.pytorch.ops import matmul
+
+    kernel = _cpu_matmul_kernel()
+
+    def mm(x, y, bias, _kernel, slot):  # what _run_cuda does with a slot, on the CPU
+        hit = slot[0]
+        if hit is not None:
+            return hit[0].run(x, y, bias, hit[1])
+        return matmul._run_prepared(x, y, bias, kernel, 0, slot)
+
+    def col_sums(g2, slot):
+        return g2.sum(0)
+
+    _launch.clear()
+    slots = matmul.CaseSlots()
+    w, bias = _rand(40, 24, seed=1), _rand(40, seed=2)
+    for seed in (3, 4):
+        x, g = _rand(*x_shape, seed=seed), _rand(*x_shape[:-1], 40, seed=seed + 10)
+        y = mm(x, w.t(), bias, kernel, slots.fwd)
+        assert slots.fwd[0] is not None
+        ctx = SimpleNamespace(
+            saved_tensors=(x, w.t()), has_bias=True, needs_input_grad=(True, True, True), kernel=kernel
+        )
+        dx, dw_t, db, _ = matmul._grads(ctx, g, mm, col_sums, slots)
+        x64, w64, b64 = (t.double().requires_grad_() for t in (x, w, bias))
+        y64 = x64 @ w64.t() + b64
+        y64.backward(g.double())
+        torch.testing.assert_close(y.double(), y64.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(dx.double(), x64.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(dw_t.t().double(), w64.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(db.double(), b64.grad, rtol=1e-5, atol=1e-5)
+        assert dw_t.t().is_contiguous()  # the weight's gradient in the weight's layout
+    assert slots.da[0] is not None and slots.db[0] is not None
+    assert len(_launch._calls) == 3  # forward, da, dw: each prepared once

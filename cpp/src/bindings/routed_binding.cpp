@@ -84,6 +84,10 @@ class PreparedCall {
   const std::string& kernel_name() const { return kernel_->def().name; }
   const std::string& provider() const { return kernel_->def().provider; }
   const OpContext& context() const { return ctx_; }
+  // Bytes each operand's view spans from its pointer (0 for an empty one): what a
+  // caller's checking mode compares with the memory its tensors own.
+  std::vector<std::size_t> input_extents() const { return extents(inputs_); }
+  std::vector<std::size_t> output_extents() const { return extents(outputs_); }
 
   // Runs the kernel on the caller's pointers (one per input and output of the case, 0 for
   // an empty operand) on `stream`. Thread-safe (the kernel's run is).
@@ -116,6 +120,13 @@ class PreparedCall {
     return Tensor(std::move(storage), o.shape, o.strides, 0, o.dtype);
   }
 
+  static std::vector<std::size_t> extents(const std::vector<Operand>& ops) {
+    std::vector<std::size_t> out;
+    out.reserve(ops.size());
+    for (const auto& o : ops) out.push_back(o.nbytes);
+    return out;
+  }
+
   OpContext ctx_;
   std::string algorithm_;
   KernelPtr kernel_;
@@ -142,6 +153,10 @@ void bind_routed(py::module_& m) {
       .def_property_readonly("kernel", &PreparedCall::kernel_name)
       .def_property_readonly("provider", &PreparedCall::provider)
       .def_property_readonly("context", &PreparedCall::context)
+      .def_property_readonly("input_extents", &PreparedCall::input_extents,
+                             "Bytes each input's view spans from its pointer (0: empty).")
+      .def_property_readonly("output_extents", &PreparedCall::output_extents,
+                             "Bytes each output's view spans from its pointer (0: empty).")
       .def("run", &PreparedCall::run, py::arg("inputs"), py::arg("outputs"), py::arg("stream") = 0,
            py::arg("workspace") = 0, py::arg("workspace_bytes") = 0, py::call_guard<py::gil_scoped_release>(),
            "Runs the kernel on data pointers (one per input and output of the case, in its "

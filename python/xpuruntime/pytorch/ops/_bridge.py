@@ -288,22 +288,35 @@ def flash_backward(
     return dq, dk, dv
 
 
-def column_sums(x: torch.Tensor) -> torch.Tensor:
-    """``x.sum(0)`` of a 2-D fp16/bf16 CUDA tensor (unit column stride) on our kernel.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def column_sums(x: torch.Tensor, slot: list | None = None) -> torch.Tensor:
+    """``x.sum(0)`` of a 2-D fp16/bf16 CUDA tensor on our kernel.
 
     fp32 accumulation, one rounding to x's dtype, deterministic (the row split
     depends only on the shape). A linear layer's bias gradient (figures against
     the alternatives: pytorch/ops/matmul.py, _column_sums_direct): the registry's
-    ``column_sums`` kernel on the tensors' pointers (:mod:`._launch`).
+    ``column_sums`` kernel on the tensors' pointers (:mod:`._launch`). The kernel
+    launches on the current device, so ``x``'s device is made current.
+
+    ``slot`` (a one-element list) belongs to a routed call's case whose ``x`` always has
+    one shape and layout: the prepared call of an ``x`` used as it comes is kept there
+    and the case's later calls skip the checks and the key.
     """
+    if slot is not None:
+        hit = slot[0]
+        if hit is not None and hit[1] == _current_device():
+            return _run_column_sums(hit[0], x, hit[1])
     index = x.device.index
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
             return column_sums(x)
     rows, cols = x.shape
+    direct = True
     if x.stride(1) != 1 or (rows > 1 and x.stride(0) < cols):
         x = x.contiguous()
-    out = torch.empty(cols, device=x.device, dtype=x.dtype)
+        direct = False
     key = ("column_sums", x.dtype, index, x.shape, _launch.strides(x))
     call = _launch._calls.get(key)
     if call is None:
@@ -313,12 +326,19 @@ def column_sums(x: torch.Tensor) -> torch.Tensor:
             lambda: _core.OpContext(
                 "column_sums",
                 [_launch.spec(x)],
-                [_launch.spec(out)],
+                [("bfloat16" if x.dtype == torch.bfloat16 else "float16", [cols], [1])],
                 device=f"cuda:{index}",
                 capability=capability(index),
                 node="column_sums",
             ),
         )
+    if slot is not None and direct:
+        slot[0] = (call, index)
+    return _run_column_sums(call, x, index)
+
+
+def _run_column_sums(call: object, x: torch.Tensor, index: int) -> torch.Tensor:
+    out = torch.empty(x.shape[1], device=x.device, dtype=x.dtype)
     _launch.run(call, (x,), (out,), x.device, index, raw_stream(index))
     return out
 

@@ -13,6 +13,7 @@ capture sees only torch allocations.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,14 +21,24 @@ import torch
 
 from ... import _core
 
-__all__ = ["available", "clear", "prepared", "run", "spec", "strides", "workspace", "workspace_tensor"]
+__all__ = [
+    "available",
+    "check",
+    "clear",
+    "prepared",
+    "run",
+    "spec",
+    "strides",
+    "workspace",
+    "workspace_tensor",
+]
 
 _routed = getattr(_core, "routed", None)
 
 #: case key -> _core.routed.PreparedCall
 _calls: dict[tuple, Any] = {}
-#: (device index, raw stream) -> uint8 workspace tensor
-_workspaces: dict[tuple[int, int], torch.Tensor] = {}
+#: (device index, raw stream) -> (uint8 workspace tensor, its pointer, its bytes)
+_workspaces: dict[tuple[int, int], tuple[torch.Tensor, int, int]] = {}
 #: Workspaces kept at most (one per stream that ran our kernels; capture_graph makes streams).
 MAX_WORKSPACES = 8
 #: torch dtype -> the core's dtype name
@@ -41,6 +52,13 @@ DTYPE_NAMES = {
     torch.int32: "int32",
     torch.uint8: "uint8",
 }
+
+
+#: Checking mode (the tests turn it on; ``XRT_ROUTED_CHECK=1`` in the environment): every
+#: run first verifies its tensors against the prepared case (:func:`check`), so a case
+#: reused for tensors it does not describe fails with a typed error instead of a kernel
+#: reading or writing out of bounds. Off by default: it costs host time per call.
+CHECK = os.environ.get("XRT_ROUTED_CHECK", "") == "1"
 
 
 def available() -> bool:
@@ -92,21 +110,32 @@ def workspace_tensor(device: torch.device, index: int, stream: int, nbytes: int)
     must not be replayed concurrently on different streams (as with torch's own cuBLAS
     workspace).
     """
+    return _workspace_entry(device, index, stream, nbytes)[0]
+
+
+def _workspace_entry(
+    device: torch.device, index: int, stream: int, nbytes: int
+) -> tuple[torch.Tensor, int, int]:
     key = (index, stream)
     ws = _workspaces.get(key)
-    if ws is None or ws.numel() < nbytes:
+    if ws is None or ws[2] < nbytes:
         if ws is None and len(_workspaces) >= MAX_WORKSPACES:  # streams come and go: the oldest goes
             del _workspaces[next(iter(_workspaces))]
-        ws = _workspaces[key] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        t = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        ws = _workspaces[key] = (t, t.data_ptr(), nbytes)
     return ws
 
 
 def workspace(device: torch.device, index: int, stream: int, nbytes: int) -> tuple[int, int]:
-    """(pointer, bytes) of :func:`workspace_tensor`; (0, 0) when ``nbytes`` is 0."""
+    """(pointer, bytes) of :func:`workspace_tensor`; (0, 0) when ``nbytes`` is 0.
+
+    A hit is one dictionary lookup: the pointer and size are kept beside the tensor."""
     if nbytes == 0:
         return 0, 0
-    ws = workspace_tensor(device, index, stream, nbytes)
-    return ws.data_ptr(), ws.numel()
+    ws = _workspaces.get((index, stream))
+    if ws is None or ws[2] < nbytes:
+        ws = _workspace_entry(device, index, stream, nbytes)
+    return ws[1], ws[2]
 
 
 def run(
@@ -118,14 +147,48 @@ def run(
     stream: int,
 ) -> None:
     """Runs a PreparedCall on the tensors' pointers (None or an empty tensor: 0) on ``stream``."""
+    if CHECK:
+        check(call, inputs, outputs)
     ws, nbytes = workspace(device, index, stream, call.workspace_bytes)
     call.run(
-        tuple(0 if t is None else t.data_ptr() for t in inputs),
-        tuple(t.data_ptr() for t in outputs),
+        [0 if t is None else t.data_ptr() for t in inputs],
+        [t.data_ptr() for t in outputs],
         stream,
         ws,
         nbytes,
     )
+
+
+def check(call: Any, inputs: Sequence[torch.Tensor | None], outputs: Sequence[torch.Tensor]) -> None:
+    """Raises InvalidArgumentError unless each tensor fits its operand of the prepared case:
+    the case's dtype, and at least the bytes the case's view spans from the tensor's
+    pointer within the memory the tensor owns (what the kernel will read or write)."""
+    ctx = call.context
+    for role, tensors, specs, extents in (
+        ("input", inputs, ctx.inputs, call.input_extents),
+        ("output", outputs, ctx.outputs, call.output_extents),
+    ):
+        if len(tensors) != len(specs):
+            raise _core.InvalidArgumentError(
+                f"routed {ctx.op} ({call.kernel}): the case has {len(specs)} {role}s, "
+                f"the call passed {len(tensors)}"
+            )
+        for i, (t, s, need) in enumerate(zip(tensors, specs, extents)):
+            where = f"routed {ctx.op} ({call.kernel}), {role} {i} {s!r}"
+            if t is None or t.numel() == 0:
+                if need:
+                    raise _core.InvalidArgumentError(f"{where}: no tensor for a non-empty operand")
+                continue
+            if DTYPE_NAMES.get(t.dtype) != s.dtype:
+                raise _core.InvalidArgumentError(f"{where}: the tensor is {t.dtype}")
+            st = t.untyped_storage()
+            owned = st.data_ptr() + st.nbytes() - t.data_ptr()
+            if need > owned:
+                raise _core.InvalidArgumentError(
+                    f"{where}: the case's view spans {need} bytes from the pointer, the tensor "
+                    f"{tuple(t.shape)} strides {t.stride()} owns {owned}: a prepared case was "
+                    "reused for tensors it does not describe (its key misses a shape or stride)"
+                )
 
 
 def clear() -> None:

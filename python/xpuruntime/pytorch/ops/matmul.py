@@ -19,7 +19,7 @@ from torch import Tensor
 from ... import _core
 from . import _bridge, _launch
 
-__all__ = ["matmul_forward", "xrt_column_sums", "xrt_matmul"]
+__all__ = ["CaseSlots", "matmul_forward", "xrt_column_sums", "xrt_matmul"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
@@ -58,12 +58,54 @@ def _rows(a: Tensor, k: int) -> tuple[Tensor, tuple[int, int], tuple[int, ...]]:
     return a2, tuple(a2.shape), st
 
 
-def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor | None:
+class _Gemm:
+    """One prepared GEMM case of the hot path: the registry kernel's PreparedCall for
+    ``a2 @ b (+ bias)`` (a2: ``a``'s leading dimensions as rows) and what a run needs
+    besides the pointers, so a run is one allocation (the output) and one launch."""
+
+    __slots__ = ("call", "cuda", "device", "dtype", "index", "ws_bytes")
+
+    def __init__(self, call: object, a: Tensor, index: int) -> None:
+        self.call = call
+        self.dtype, self.device = a.dtype, a.device
+        self.cuda = a.device.type == "cuda"
+        self.index = index if self.cuda else -1
+        self.ws_bytes = int(call.workspace_bytes)
+
+    def run(self, a2: Tensor, b: Tensor, bias: Tensor | None, out_shape: tuple[int, ...]) -> Tensor:
+        """Runs the case on tensors in its layout; returns the output (``out_shape``)."""
+        out = torch.empty(out_shape, dtype=self.dtype, device=self.device)
+        stream = _raw_stream(self.index) if self.cuda else 0
+        ws, nbytes = _launch.workspace(self.device, self.index, stream, self.ws_bytes)
+        if _launch.CHECK:
+            _launch.check(self.call, (a2, b) if bias is None else (a2, b, bias), (out,))
+        if bias is None:
+            self.call.run([a2.data_ptr(), b.data_ptr()], [out.data_ptr()], stream, ws, nbytes)
+        else:
+            self.call.run(
+                [a2.data_ptr(), b.data_ptr(), bias.data_ptr()], [out.data_ptr()], stream, ws, nbytes
+            )
+        return out
+
+
+def _raw_stream(index: int) -> int:
+    return _bridge.raw_stream(index)
+
+
+def _run_prepared(
+    a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int, slot: list | None = None
+) -> Tensor | None:
     """``a @ b (+ bias)`` for a 2-D ``b`` on the registry kernel ``kernel`` (the one hot
     path: _launch), or None for a form it leaves to :func:`_run_dlpack` (batched ``b``,
     empty operands). ``a``'s leading dimensions are one GEMM's rows. CUDA tensors run on
     torch's current stream of device ``index``; CPU tensors (tests: the registry's CPU
-    kernels through the same code) on the calling thread."""
+    kernels through the same code) on the calling thread.
+
+    ``slot`` (a one-element list) belongs to a routed call's case, whose tensors routing
+    has checked to be of one dtype, shape and layout: a case whose operands are used as
+    they come (``a`` contiguous or an addressable 2-D view, ``b`` addressable, the bias
+    unit-strided) is stored there as ``(gemm, output shape)``, and :func:`_run_cuda`
+    runs the case's later calls from it without the checks and the key below."""
     if b.dim() != 2 or a.dim() < 2:
         return None
     k, n = b.shape
@@ -72,16 +114,25 @@ def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index:
     a2, a_shape, sa = _rows(a, k)
     if a_shape[0] == 0:
         return None
+    direct = a2 is a
     sb = _launch.strides(b)
     if not _blas_addressable((k, n), sb):
         b = b.contiguous()
         sb = (n, 1)
+        direct = False
     if bias is not None and n > 1 and bias.stride(0) != 1:
         bias = bias.contiguous()
+        direct = False
     cuda = a.device.type == "cuda"
-    key = ("matmul", kernel, a.dtype, index if cuda else -1, a_shape, sa, sb, bias is None)
-    call = _launch._calls.get(key)
-    if call is None:
+    # Everything the prepared case depends on: both operands' shapes and strides (b's
+    # shape is not implied by a's: the projections of one layer share a and b's
+    # strides and differ in n), and the bias's dtype.
+    key = (
+        "matmul", kernel, a.dtype, index if cuda else -1, a_shape, sa, k, n, sb,
+        None if bias is None else bias.dtype,
+    )  # fmt: skip
+    gemm = _launch._calls.get(key)
+    if gemm is None:
         name = _launch.DTYPE_NAMES[a.dtype]
 
         def context() -> object:
@@ -97,11 +148,11 @@ def _run_prepared(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index:
                 node="torch.matmul",
             )
 
-        call = _launch.prepared(key, kernel, context)
-    out = torch.empty((*a.shape[:-1], n), device=a.device, dtype=a.dtype)
-    inputs = (a2, b) if bias is None else (a2, b, bias)
-    _launch.run(call, inputs, (out,), a.device, index, _bridge.raw_stream(index) if cuda else 0)
-    return out
+        gemm = _launch._calls[key] = _Gemm(_launch.prepared(key, kernel, context), a, index)
+    out_shape = (*a.shape[:-1], n)
+    if slot is not None and direct:
+        slot[0] = (gemm, out_shape)
+    return gemm.run(a2, b, bias, out_shape)
 
 
 def _run_dlpack(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: int) -> Tensor:
@@ -125,12 +176,21 @@ def _run_dlpack(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, index: i
     return out
 
 
-def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def _run_cuda(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, slot: list | None = None) -> Tensor:
+    """``a @ b (+ bias)`` of CUDA tensors on ``kernel``; ``slot``: see :func:`_run_prepared`
+    (a hit there is the whole call: one allocation and one launch)."""
+    if slot is not None:
+        hit = slot[0]
+        if hit is not None and hit[0].index == _current_device():
+            return hit[0].run(a, b, bias, hit[1])
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
             return _run_cuda(a, b, bias, kernel)
-    out = _run_prepared(a, b, bias, kernel, index)
+    out = _run_prepared(a, b, bias, kernel, index, slot)
     return out if out is not None else _run_dlpack(a, b, bias, kernel, index)
 
 
@@ -168,21 +228,36 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.has_bias = bias is not None
 
 
+class CaseSlots:
+    """What the hot path keeps for one routed call's case (routing checked its tensors:
+    one dtype, shape and layout per argument), filled on first use: the forward GEMM
+    and, for its backward, the two gradient GEMMs and the bias gradient's column sums
+    (the gradient is made contiguous, so their layouts follow from the case)."""
+
+    __slots__ = ("da", "db", "dbias", "fwd")
+
+    def __init__(self) -> None:
+        self.fwd: list = [None]
+        self.da: list = [None]
+        self.db: list = [None]
+        self.dbias: list = [None]
+
+
 def _grads(
-    ctx,
-    grad,
-    mm: Callable[[Tensor, Tensor, Tensor | None, str], Tensor],
-    col_sums: Callable[[Tensor], Tensor],
+    ctx, grad, mm: Callable[..., Tensor], col_sums: Callable[..., Tensor], slots: CaseSlots | None = None
 ):
-    """(da, db, dbias, None): the gradient products computed by ``mm``, the bias
-    gradient (the output gradient's column sums) by ``col_sums``."""
+    """(da, db, dbias, None, ...): the gradient products computed by ``mm``, the bias
+    gradient (the output gradient's column sums) by ``col_sums``. With ``slots`` (the
+    direct path of a routed case) ``mm`` and ``col_sums`` get the case's slot of each."""
     a, b = ctx.saved_tensors
     grad = grad.contiguous()
     da = db = dbias = None
     want_dbias = ctx.has_bias and ctx.needs_input_grad[2]
+    extra = (lambda s: (s,)) if slots is not None else (lambda s: ())
     if ctx.needs_input_grad[0]:
-        da = _sum_to(mm(grad, b.transpose(-1, -2), None, ctx.kernel), a.shape)
+        da = _sum_to(mm(grad, b.transpose(-1, -2), None, ctx.kernel, *extra(slots and slots.da)), a.shape)
     if ctx.needs_input_grad[1]:
+        db_slot = extra(slots and slots.db)
         if b.dim() == 2:  # the linear case: one GEMM over all leading dimensions
             k, n = b.shape
             a2, g2 = a.reshape(-1, k), grad.reshape(-1, n)
@@ -191,18 +266,19 @@ def _grads(
                 # gradient in the weight's own layout (g^T a) and hand back its
                 # transpose, so the gradient autograd accumulates is contiguous and no
                 # strided copy of every weight gradient runs after the backward.
-                db = mm(g2.transpose(0, 1), a2, None, ctx.kernel).transpose(0, 1)
+                db = mm(g2.transpose(0, 1), a2, None, ctx.kernel, *db_slot).transpose(0, 1)
             else:
-                db = mm(a2.transpose(0, 1), g2, None, ctx.kernel)
+                db = mm(a2.transpose(0, 1), g2, None, ctx.kernel, *db_slot)
         else:
-            db = _sum_to(mm(a.transpose(-1, -2), grad, None, ctx.kernel), b.shape)
+            db = _sum_to(mm(a.transpose(-1, -2), grad, None, ctx.kernel, *db_slot), b.shape)
     if want_dbias:
-        dbias = col_sums(grad.reshape(-1, grad.shape[-1]))
+        dbias = col_sums(grad.reshape(-1, grad.shape[-1]), *extra(slots and slots.dbias))
     return da, db, dbias, None
 
 
-def _column_sums_direct(g2: Tensor) -> Tensor:
+def _column_sums_direct(g2: Tensor, slot: list | None = None) -> Tensor:
     """g2.sum(0): fp16/bf16 CUDA gradients on our column-sum kernel, the rest in torch.
+    ``slot``: a routed case's (see :func:`_bridge.column_sums`).
 
     The 48 bias gradients of a GPT-2-small step (8192 tokens) on an H200 take
     0.50 ms on it, against 1.05 ms through torch's column reduction (both in
@@ -217,7 +293,7 @@ def _column_sums_direct(g2: Tensor) -> Tensor:
         and g2.shape[0] > 1
         and not _bridge.cuda_kernels_unavailable()
     ):
-        return _bridge.column_sums(g2)
+        return _bridge.column_sums(g2, slot)
     return g2.sum(0)
 
 
@@ -250,22 +326,30 @@ class _DirectMatmul(torch.autograd.Function):
     """The CUDA kernels called directly, with the custom op's gradient formula."""
 
     @staticmethod
-    def forward(ctx, a, b, bias, kernel):  # type: ignore[override]
+    def forward(ctx, a, b, bias, kernel, slots=None):  # type: ignore[override]
         _setup_context(ctx, (a, b, bias, kernel), None)
-        return _run_cuda(a, b, bias, kernel)
+        ctx.slots = slots
+        return _run_cuda(a, b, bias, kernel, slots.fwd if slots is not None else None)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad, *ctx.saved_tensors):
-            return _backward(ctx, grad)  # create_graph, or a mode that must see the op
-        return _grads(ctx, grad, _run_cuda, _column_sums_direct)
+            return (*_backward(ctx, grad), None)  # create_graph, or a mode that must see the op
+        return (*_grads(ctx, grad, _run_cuda, _column_sums_direct, ctx.slots), None)
 
 
-def matmul_forward(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
-    """``a @ b (+ bias)`` on ``kernel`` for a supported case, on the cheapest equivalent path."""
+def matmul_forward(
+    a: Tensor, b: Tensor, bias: Tensor | None, kernel: str, slots: CaseSlots | None = None
+) -> Tensor:
+    """``a @ b (+ bias)`` on ``kernel`` for a supported case, on the cheapest equivalent path.
+
+    ``slots``: the routed case's (only a caller whose tensors routing checked against
+    one case passes them; see :class:`CaseSlots`)."""
     if a.device.type == "cuda" and _bridge.eager_direct_ok(a, b, bias):
         grad = torch.is_grad_enabled() and (
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
         )
-        return _DirectMatmul.apply(a, b, bias, kernel) if grad else _run_cuda(a, b, bias, kernel)
+        if grad:
+            return _DirectMatmul.apply(a, b, bias, kernel, slots)
+        return _run_cuda(a, b, bias, kernel, slots.fwd if slots is not None else None)
     return xrt_matmul(a, b, bias, kernel)
