@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import _kernels, _log, _routing
+from . import _calls, _kernels, _log, _routing
 from .ops.attention import attention_forward, draw_rng_state
 from .ops.layernorm import layer_norm_forward
 from .ops.matmul import CaseSlots, matmul_forward
@@ -331,7 +331,7 @@ def _cast(t: Any, dtype: torch.dtype) -> Any:
 
 
 def _matmul_launch(kernel: str, func: Callable, low: torch.dtype | None) -> Launch:
-    kind = _routing._FUNCS[func]
+    kind = _calls._FUNCS[func]
     # The case's tensors are checked by the lookup (dtype, shape, layout), so the ops
     # keep what they prepared for it here: a hit's GEMM is then one allocation and one
     # launch, its backward's likewise (ops.matmul.CaseSlots).

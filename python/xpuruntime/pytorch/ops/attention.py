@@ -104,17 +104,17 @@ def flash_attention_support(
 def _context(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, dropout_p: float) -> object:
     """The OpContext of this attention call, as routing builds it (the bridge hands the
     kernels a floating mask as float32, so the case states it that way)."""
-    from .. import _routing  # routing imports this module
+    from .. import _calls
 
     if attn_mask is not None and attn_mask.dtype.is_floating_point:
         attn_mask = attn_mask.to(torch.float32)
     enable_gqa = query.shape[1] != key.shape[1]
-    call = _routing.parse_call(
+    call = _calls.parse_call(
         F.scaled_dot_product_attention,
         (query, key, value),
         {"attn_mask": attn_mask, "dropout_p": dropout_p, "enable_gqa": enable_gqa},
     )
-    return _routing.context(call)
+    return _calls.context(call)
 
 
 # ---- CPU reference ----------------------------------------------------------------

@@ -66,10 +66,10 @@ def layernorm_support(
             return R.DEVICE_MISMATCH, f"{name} is on {t.device}, input on {device}"
     if device.type == "cpu":
         return None
-    from .. import _routing  # routing imports this module
+    from .. import _calls
 
-    call = _routing.parse_call(torch.nn.functional.layer_norm, (x, list(shape), weight, bias), {})
-    return _bridge.registry_verdict("layernorm", "fused", _routing.context(call))
+    call = _calls.parse_call(torch.nn.functional.layer_norm, (x, list(shape), weight, bias), {})
+    return _bridge.registry_verdict("layernorm", "fused", _calls.context(call))
 
 
 # ---- CPU reference -------------------------------------------------------------------

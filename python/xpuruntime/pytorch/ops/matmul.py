@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ... import _core
+from .._calls import output_shape
 from . import _bridge, _launch
 
 __all__ = ["CaseSlots", "matmul_forward", "xrt_column_sums", "xrt_matmul"]
@@ -25,18 +26,6 @@ MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
 # cuBLAS's recommendation for Hopper).
 _WORKSPACE_BYTES = 32 << 20
-
-
-def output_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
-    """The shape of ``a @ b`` (batch dimensions broadcast)."""
-    # The common cases without torch.broadcast_shapes, which costs tens of
-    # microseconds of host time (it runs through torch._refs) on every call.
-    if b.dim() == 2 or a.shape[:-2] == b.shape[:-2]:
-        return (*a.shape[:-1], b.shape[-1])
-    if a.dim() == 2:
-        return (*b.shape[:-2], a.shape[-2], b.shape[-1])
-    batch = torch.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
-    return (*batch, a.shape[-2], b.shape[-1])
 
 
 def _blas_addressable(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
