@@ -412,10 +412,20 @@ def layernorm_backward(
     dw = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dweight else None
     db = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dbias else None
     w = weight.contiguous() if weight is not None else None
-    nbytes = int(
-        _core.cuda_kernels.layernorm_backward_workspace_bytes(dtype=LN_DTYPES[x.dtype], rows=rows, cols=cols)
-    )
-    ws = torch.empty(max(nbytes // 4, 4), device=x.device, dtype=torch.float32)
+    key = (x.dtype, rows, cols, index)
+    need = _ln_workspace_bytes.get(key)
+    if need is None:  # sized without pointers (aligned: the larger plan), so it fits every call
+        need = _ln_workspace_bytes[key] = max(
+            int(
+                _core.cuda_kernels.layernorm_backward_workspace_bytes(
+                    dtype=LN_DTYPES[x.dtype], rows=rows, cols=cols
+                )
+            ),
+            16,
+        )
+    stream = raw_stream(index)
+    # the stream's workspace (torch's allocator, kept per stream: _launch.workspace)
+    ws, ws_bytes = _launch.workspace(x.device, index, stream, need)
     _core.cuda_kernels.layernorm_backward(
         dtype=LN_DTYPES[x.dtype],
         rows=rows,
@@ -428,8 +438,12 @@ def layernorm_backward(
         dx=dx.data_ptr(),
         dweight=dw.data_ptr() if dw is not None else 0,
         dbias=db.data_ptr() if db is not None else 0,
-        workspace=ws.data_ptr(),
-        workspace_bytes=ws.numel() * 4,
-        stream=raw_stream(index),
+        workspace=ws,
+        workspace_bytes=ws_bytes,
+        stream=stream,
     )
     return dx, dw, db
+
+
+#: (dtype, rows, cols, device index) -> bytes of workspace layernorm_backward needs
+_ln_workspace_bytes: dict[tuple, int] = {}
