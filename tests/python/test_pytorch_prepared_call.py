@@ -253,3 +253,38 @@ def test_a_routed_cases_slots_run_the_forward_and_backward_gemms_again(x_shape):
         assert dw_t.t().is_contiguous()  # the weight's gradient in the weight's layout
     assert slots.da[0] is not None and slots.db[0] is not None
     assert len(_launch._calls) == 3  # forward, da, dw: each prepared once
+
+
+def test_the_direct_autograd_function_runs_its_case_from_the_slots(monkeypatch):
+    """ops.matmul._DirectMatmul (the eager CUDA path of a routed linear with grad) with its
+    kernels swapped for the registry's CPU kernel through the same slots: autograd gets
+    one gradient per input (the slots' None included), twice, against float64."""
+    from xpuruntime.pytorch.ops import _bridge, matmul
+
+    kernel = _cpu_matmul_kernel()
+
+    def run_cpu(a, b, bias, _kernel, slot=None):  # _run_cuda's slot logic on the CPU
+        hit = slot[0] if slot is not None else None
+        if hit is not None:
+            return hit[0].run(a, b, bias, hit[1])
+        return matmul._run_prepared(a, b, bias, kernel, 0, slot)
+
+    monkeypatch.setattr(matmul, "_run_cuda", run_cpu)
+    monkeypatch.setattr(matmul, "_column_sums_direct", lambda g2, slot=None: g2.sum(0))
+    monkeypatch.setattr(_bridge, "eager_direct_ok", lambda *ts: True)
+    _launch.clear()
+    slots = matmul.CaseSlots()
+    for seed in (0, 1):
+        x = _rand(3, 5, 16, seed=seed).requires_grad_()
+        w = _rand(24, 16, seed=seed + 2).requires_grad_()
+        b = _rand(24, seed=seed + 4).requires_grad_()
+        g = _rand(3, 5, 24, seed=seed + 6)
+        y = matmul._DirectMatmul.apply(x, w.t(), b, kernel, slots)
+        y.backward(g)
+        x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+        y64 = x64 @ w64.t() + b64
+        y64.backward(g.double())
+        torch.testing.assert_close(y.detach().double(), y64.detach(), rtol=1e-5, atol=1e-5)
+        for got, want in ((x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert all(s[0] is not None for s in (slots.fwd, slots.da, slots.db))

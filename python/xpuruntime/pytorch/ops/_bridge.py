@@ -326,7 +326,7 @@ def column_sums(x: torch.Tensor, slot: list | None = None) -> torch.Tensor:
             lambda: _core.OpContext(
                 "column_sums",
                 [_launch.spec(x)],
-                [("bfloat16" if x.dtype == torch.bfloat16 else "float16", [cols], [1])],
+                [(_launch.DTYPE_NAMES[x.dtype], [cols], [1])],
                 device=f"cuda:{index}",
                 capability=capability(index),
                 node="column_sums",
