@@ -288,3 +288,41 @@ def test_the_direct_autograd_function_runs_its_case_from_the_slots(monkeypatch):
         for got, want in ((x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     assert all(s[0] is not None for s in (slots.fwd, slots.da, slots.db))
+
+
+def test_a_support_verdict_is_asked_once_per_case():
+    """The direct APIs' support checks (fused_attention, fused_layernorm on CUDA) ask the
+    registry's KernelDef through an OpContext; _bridge.cached_verdict builds it on a
+    case's first call only, and keeps the refusal with its reason as well."""
+    from xpuruntime.pytorch.ops import _bridge
+
+    kernel = _cpu_matmul_kernel()
+    made = []
+
+    def make(a, b):
+        def context():
+            made.append(1)
+            return _context([a, b], [torch.empty(a.shape[0], b.shape[1])])
+
+        return context
+
+    a, b, bad = _rand(2, 3), _rand(3, 4), _rand(5, 4)
+    _bridge._verdicts.clear()
+    for _ in range(3):
+        assert (
+            _bridge.cached_verdict(
+                ("t", _bridge.tensor_case(a), _bridge.tensor_case(b)), "matmul", kernel, make(a, b)
+            )
+            is None
+        )
+    code, detail = _bridge.cached_verdict(
+        ("t", _bridge.tensor_case(a), _bridge.tensor_case(bad)), "matmul", kernel, make(a, bad)
+    )
+    assert code == "shape_unsupported" and "inner dimensions" in detail
+    assert (
+        _bridge.cached_verdict(
+            ("t", _bridge.tensor_case(a), _bridge.tensor_case(bad)), "matmul", kernel, make(a, bad)
+        )[0]
+        == code
+    )
+    assert len(made) == 2

@@ -108,6 +108,29 @@ def registry_verdict(op: str, kernel: str, ctx: object) -> tuple[str, str] | Non
     return None if ok else (str(code), str(detail))
 
 
+#: case -> the registry's verdict (support checks of the direct APIs, per call)
+_verdicts: dict[tuple, tuple[str, str] | None] = {}
+
+
+def tensor_case(t: torch.Tensor | None) -> tuple | None:
+    """What a support verdict depends on of one tensor: dtype, shape, strides, device."""
+    return None if t is None else (t.dtype, tuple(t.shape), t.stride(), t.device)
+
+
+def cached_verdict(
+    case: tuple, op: str, kernel: str, make_context: Callable[[], object]
+) -> tuple[str, str] | None:
+    """:func:`registry_verdict` of a case, asked once (the OpContext is built on a miss only)."""
+    try:
+        return _verdicts[case]
+    except KeyError:
+        pass
+    if len(_verdicts) >= 4096:
+        _verdicts.clear()
+    v = _verdicts[case] = registry_verdict(op, kernel, make_context())
+    return v
+
+
 def rows_aligned(t: torch.Tensor) -> torch.Tensor:
     """``t`` with a contiguous last dimension and 16-byte aligned rows and base (a copy when needed)."""
     esize = t.element_size()

@@ -96,8 +96,9 @@ def flash_attention_support(
         return R.ATTRIBUTE_UNSUPPORTED, f"dropout_p must be in [0, 1), got {dropout_p}"
     if query.device.type == "cpu":
         return None
-    return _bridge.registry_verdict(
-        "attention", "flash_v2", _context(query, key, value, attn_mask, dropout_p)
+    case = ("attention", *(_bridge.tensor_case(t) for t in (query, key, value, attn_mask)), float(dropout_p))
+    return _bridge.cached_verdict(
+        case, "attention", "flash_v2", lambda: _context(query, key, value, attn_mask, dropout_p)
     )
 
 

@@ -68,8 +68,13 @@ def layernorm_support(
         return None
     from .. import _calls
 
-    call = _calls.parse_call(torch.nn.functional.layer_norm, (x, list(shape), weight, bias), {})
-    return _bridge.registry_verdict("layernorm", "fused", _calls.context(call))
+    def context() -> object:
+        return _calls.context(
+            _calls.parse_call(torch.nn.functional.layer_norm, (x, list(shape), weight, bias), {})
+        )
+
+    case = ("layernorm", *(_bridge.tensor_case(t) for t in (x, weight, bias)), shape)
+    return _bridge.cached_verdict(case, "layernorm", "fused", context)
 
 
 # ---- CPU reference -------------------------------------------------------------------
