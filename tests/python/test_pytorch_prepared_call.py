@@ -326,3 +326,30 @@ def test_a_support_verdict_is_asked_once_per_case():
         == code
     )
     assert len(made) == 2
+
+
+def test_prefer_cublas_for_a_linear_with_a_bias_falls_back_and_says_why():
+    """The first H200 run's 'torch' under matmul=cublas, decided here without a GPU (the
+    CUDA plugin registers its KernelDefs without one): the Dispatcher asks the C++ cublas
+    KernelDef, which has no epilogue and refuses the bias; routing's fallback is torch's
+    kernel. (The Python copy of the checks deleted in this series accepted the bias.)"""
+    import xpuruntime as xrt
+    from xpuruntime.pytorch import _kernels, policy
+
+    _core.DeviceManager.instance().get_device_count()  # loads the device plugins
+    names = {d["name"] for d in _core.KernelRegistry.instance().list() if d["op"] == "matmul"}
+    if "cublas" not in names:
+        pytest.skip("no CUDA plugin with its matmul kernels in this build")
+    bf16 = "bfloat16"
+    inputs = [(bf16, [231, 96], [96, 1]), (bf16, [96, 160], [1, 96])]
+    out = [(bf16, [231, 160], [160, 1])]
+    dispatcher = _core.Dispatcher.instance()
+    opts = {"runnable": _kernels.RUNNABLE["matmul"], "fallback_kernel": _kernels.FALLBACK, "record": False}
+    view = policy._PolicyView(xrt.KernelPolicy(matmul="cublas"))
+    with_bias = _core.OpContext("matmul", [*inputs, (bf16, [160], [1])], out, device="cuda:0", capability=90)
+    d = dispatcher.select(with_bias, view.core, **opts)
+    assert (d.chosen, d.rule) == ("torch", "fallback")
+    (c,) = [c for c in d.candidates if c.kernel == "cublas"]
+    assert (c.verdict, c.reason_code) == ("rejected", "attribute_unsupported") and "epilogue" in c.detail
+    no_bias = _core.OpContext("matmul", inputs, out, device="cuda:0", capability=90)
+    assert dispatcher.select(no_bias, view.core, **opts).chosen == "cublas"
