@@ -426,6 +426,34 @@ def _part_us(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
     return statistics.median(times)
 
 
+class _Identity(torch.autograd.Function):
+    """An autograd function that does nothing: what any Python backward node costs."""
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        return g
+
+
+def autograd_parts(device: str) -> dict[str, float]:
+    """Host µs of a forward + backward through autograd with no Python node and with one
+    Python node that does nothing (on CUDA the backward runs on autograd's device thread,
+    which a Python node must take the GIL on), each on an 8x64 tensor: the floor a routed
+    call's Python backward (an autograd.Function) pays before its own work."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    x = torch.randn(8, 64, device=device, requires_grad=True)
+    ones = torch.ones(8, 64, device=device)
+    return {
+        "fwd+bwd, torch op only (x * 2)": round(_part_us(lambda: (x * 2).backward(ones), sync), 3),
+        "fwd+bwd, torch op + identity autograd.Function": round(
+            _part_us(lambda: (_Identity.apply(x) * 2).backward(ones), sync), 3
+        ),
+    }
+
+
 def parts(device: str) -> dict[str, float]:
     """Host µs of the steps a routed matmul took per call before issue 31 (the DLPack path
     of ops/matmul.py, ``_run_dlpack`` now) and of the one-path step that replaces them
@@ -557,6 +585,7 @@ def main() -> None:
             }
         )
     step_parts = parts(device)
+    step_parts.update(autograd_parts(device))
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     doc = {
         "benchmark": "bench_routed_overhead",
