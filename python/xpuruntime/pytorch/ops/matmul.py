@@ -77,8 +77,7 @@ class _Gemm:
         return out
 
 
-def _raw_stream(index: int) -> int:
-    return _bridge.raw_stream(index)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _bridge.raw_stream
 
 
 def _run_prepared(
