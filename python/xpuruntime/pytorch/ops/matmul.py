@@ -1,12 +1,13 @@
-"""``xpuruntime::matmul``: torch matmuls on our cuBLASLt / cuBLAS kernels.
+"""``xpuruntime::matmul``: torch matmuls on the registry's cuBLASLt / cuBLAS kernels.
 
-The matmul kernels live in ``_core.ops`` (``matmul_with_kernel``: NumPy matmul
-semantics, an optional bias fused as a cuBLASLt epilogue). This custom op wraps
-them for torch: it runs them on torch's current stream (our runtime's current
-stream is set to a borrowed handle of it for the call), writes into a tensor
-torch allocated, and carries an autograd formula whose gradient products use
-the same kernel. The CPU implementation is the float reference (so CI tests the
-dispatch and autograd paths); the kernels themselves are CUDA-only.
+A product with a 2-D right operand (every linear layer and its gradients) runs the
+registry kernel through ``_core.routed.PreparedCall`` on the tensors' pointers, on
+torch's current stream, with a workspace from torch's allocator (:mod:`._launch`);
+a routed call's case keeps its prepared GEMMs (:class:`CaseSlots`). Batched right
+operands go through ``_core.ops.matmul_with_kernel`` on DLPack views. The custom op
+carries an autograd formula whose gradient products use the same kernel, and the bias
+gradient our column-sum kernel. The CPU implementation is the float reference (so CI
+tests the dispatch and autograd paths); the kernels themselves are CUDA-only.
 """
 
 from __future__ import annotations
