@@ -27,6 +27,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_skip_reason()), reason=_
 U_OUT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 
 
+@pytest.fixture(autouse=True)
+def _checking(monkeypatch):
+    """Every prepared call checks its tensors against its case first (_launch.check)."""
+    from xpuruntime.pytorch.ops import _launch
+
+    monkeypatch.setattr(_launch, "CHECK", True)
+
+
 def _check(got, x):
     """Within (rows + 4)·2^-24·Σ|x| (fp32 accumulation) + 2·u_out·|ref| of float64, per column."""
     x64 = x.double()
@@ -61,20 +69,30 @@ def test_row_strided_views_and_no_rows():
 
 
 def test_refusals_are_typed_and_leave_the_output_alone():
+    """The registry's column_sums kernel through _core.routed (the one path): a dtype its
+    KernelDef does not take is refused when the case is prepared, a workspace smaller
+    than it needs when it runs; the output is untouched and the kernel still usable."""
+    from xpuruntime.pytorch.ops import _launch
+
     x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
     out = torch.full((32,), 3.0, device="cuda", dtype=torch.float16)
-    k = xrt._core.cuda_kernels
-    ws = torch.empty(k.column_sums_workspace_bytes(rows=64, cols=32) // 4, device="cuda")
-    common = dict(rows=64, cols=32, x=x.data_ptr(), ld=32, out=out.data_ptr(), workspace=ws.data_ptr())
-    with pytest.raises(xrt.InvalidArgumentError, match="too small"):
-        k.column_sums(dtype="float16", workspace_bytes=4, **common)
-    with pytest.raises(xrt.InvalidArgumentError, match="'float16' or 'bfloat16'"):
-        k.column_sums(dtype="float32", workspace_bytes=ws.numel() * 4, **common)
-    with pytest.raises(xrt.InvalidArgumentError, match="row stride"):
-        k.column_sums(dtype="float16", workspace_bytes=ws.numel() * 4, **{**common, "ld": 16})
+
+    def ctx(t):
+        return xrt._core.OpContext(
+            "column_sums", [_launch.spec(t)], [_launch.spec(t[0])], device="cuda:0", capability=90
+        )
+
+    with pytest.raises(xrt.UnsupportedOperationError, match="dtype"):
+        xrt._core.routed.PreparedCall("column_sums", ctx(x.float()))
+    call = xrt._core.routed.PreparedCall("column_sums", ctx(x))
+    assert call.workspace_bytes > 0
+    ws = torch.empty(call.workspace_bytes, device="cuda", dtype=torch.uint8)
+    stream = torch.cuda.current_stream().cuda_stream
+    with pytest.raises(xrt.InvalidArgumentError, match="workspace"):
+        call.run((x.data_ptr(),), (out.data_ptr(),), stream, ws.data_ptr(), 4)
     torch.cuda.synchronize()
     assert bool((out == 3.0).all())
-    k.column_sums(dtype="float16", workspace_bytes=ws.numel() * 4, **common)  # still usable
+    call.run((x.data_ptr(),), (out.data_ptr(),), stream, ws.data_ptr(), ws.numel())  # still usable
     _check(out, x)
 
 
@@ -86,11 +104,12 @@ def test_custom_op_and_routed_linear_bias_gradient():
     w = torch.randn(96, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     b = torch.randn(96, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(4, 128, 96, device="cuda", dtype=torch.bfloat16)
-    for kernel in ("cublas", "cublasLt"):
-        b.grad = None
-        xrt_torch.set_kernel_policy(matmul=kernel)
-        try:
-            torch.nn.functional.linear(inp, w, b).backward(dy)
-        finally:
-            xrt_torch.clear_kernel_policy()
-        _check(b.grad, dy.reshape(-1, 96))
+    # (cublas has no bias epilogue: a linear with a bias runs on cublasLt or torch)
+    xrt_torch.set_kernel_policy(matmul="cublasLt")
+    xrt_torch.clear_decision_log()
+    try:
+        torch.nn.functional.linear(inp, w, b).backward(dy)
+        assert {d.chosen for d in xrt_torch.decision_log() if d.op == "matmul"} == {"cublasLt"}
+    finally:
+        xrt_torch.clear_kernel_policy()
+    _check(b.grad, dy.reshape(-1, 96))

@@ -379,8 +379,8 @@ def test_an_equal_policy_set_again_keeps_the_compiled_graph():
 
 @pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
 def test_compile_with_dynamic_shapes_gives_torchs_results():
-    """Symbolic sizes are no trace-time constants: dynamo breaks the graph at a routed
-    call (it runs eagerly there); the results stay right, gradients included."""
+    """Symbolic sizes are no trace-time constants: a routed call specializes the sizes it
+    sees (one static case per size, decided at trace time); the results stay right."""
     torch.manual_seed(1)
     m = _Tiny()
     xs = [torch.randn(2, 8, 32), torch.randn(2, 12, 32)]

@@ -17,6 +17,7 @@ void bind_policy(py::module_& m);    // KernelPolicy, ExecutionPolicy
 void bind_dispatch(py::module_& m);  // KernelRegistry, Dispatcher, OpContext (after bind_policy)
 void bind_ops(py::module_& m);       // _core.ops: matmul (after bind_dispatch)
 void bind_cuda_kernels(py::module_& m);  // _core.cuda_kernels: attention, layernorm
+void bind_routed(py::module_& m);        // _core.routed: registry kernels on raw pointers (after bind_dispatch)
 void bind_graph(py::module_& m);         // _core.graph: the native engine (after bind_policy)
 
 }  // namespace xpuruntime::bindings

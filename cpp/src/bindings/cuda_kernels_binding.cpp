@@ -1,5 +1,5 @@
 // _core.cuda_kernels: our attention and LayerNorm CUDA kernels for callers that
-// own their tensors (xpuruntime.pytorch passes raw device pointers, element
+// own their tensors (the column sums run as the registry's kernel: _core.routed) (xpuruntime.pytorch passes raw device pointers, element
 // strides and the current torch stream as integers, so _core never links torch).
 // Declarations and exports only: the kernels live in the CUDA plugin and are
 // reached through plugin_lookup with the C ABI of xpuruntime/cuda_kernels_abi.h,
@@ -184,43 +184,6 @@ void bind_cuda_kernels(py::module_& m) {
       py::arg("dropout_p") = 0.0f, py::arg("rng_state") = 0, py::arg("stream") = 0,
       "FlashAttention-2 backward. dk/dv are per query head [B, Hq, Sk, D] (sum groups for GQA); "
       "dq_accum fp32 [B, Hq, Sq, D] and dsum fp32 [B, Hq, Sq] are caller-provided workspace.");
-
-  k.def(
-      "column_sums_workspace_bytes",
-      [](int64_t rows, int64_t cols) {
-        const auto fn = entry<ck::ColumnSumsWorkspaceEntry>(ck::entry::kColumnSumsWorkspace);
-        char err[1024] = {0};
-        int64_t bytes = 0;
-        ck::throw_kernel_status(fn(rows, cols, &bytes, err, sizeof(err)), err);
-        return bytes;
-      },
-      py::kw_only(), py::arg("rows"), py::arg("cols"),
-      "Bytes of fp32 workspace column_sums needs for a [rows, cols] matrix.");
-
-  k.def(
-      "column_sums",
-      [](const std::string& dtype, int64_t rows, int64_t cols, int64_t x, int64_t ld, int64_t out,
-         int64_t workspace, int64_t workspace_bytes, int64_t stream) {
-        ck::ColumnSumsArgs a;
-        if (dtype == "float16") {
-          a.dtype = ck::KernelDType::kFloat16;
-        } else if (dtype == "bfloat16") {
-          a.dtype = ck::KernelDType::kBFloat16;
-        } else {
-          XRT_THROW(InvalidArgumentError, "column_sums: dtype must be 'float16' or 'bfloat16', got '",
-                    dtype, "'");
-        }
-        a.rows = rows, a.cols = cols, a.ld = ld;
-        a.x = ptr(x), a.out = mptr(out);
-        a.workspace = static_cast<float*>(mptr(workspace));
-        a.workspace_bytes = workspace_bytes;
-        a.stream = mptr(stream);
-        call(ck::entry::kColumnSums, a);
-      },
-      py::kw_only(), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"), py::arg("ld"),
-      py::arg("out"), py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream") = 0,
-      "Column sums of a row-major [rows, cols] fp16/bf16 matrix (row stride ld) into out [cols] "
-      "(fp32 accumulation, deterministic; a linear layer's bias gradient).");
 
   k.def(
       "layernorm_forward",

@@ -16,5 +16,6 @@ PYBIND11_MODULE(_core, m) {
   bind_dispatch(m);
   bind_ops(m);
   bind_cuda_kernels(m);
+  bind_routed(m);
   bind_graph(m);
 }

@@ -6,14 +6,14 @@ among kernels of the one KernelRegistry. This module registers the torch side:
 * torch's own kernels: ``torch`` (matmul, attention, layernorm) and the SDPA
   backends ``cudnn``, ``torch_flash``, ``efficient``, ``math``, with ``supports``
   in Python where only torch can answer (``torch.backends.cuda.can_use_*``);
-* our CUDA kernels reached through the torch bridge (``flash_v2``, ``fused``,
-  ``cublasLt``, ``cublas``): where the CUDA plugin registered a C++ KernelDef under
-  that name, that definition (and its ``supports``) is the kernel on its devices;
-  on the devices it does not cover (the CPU) and where no plugin is loaded, this
-  module registers the bridge's own definition, whose CPU path is the reference
-  implementation in :mod:`.ops`. The registry keeps the two as one kernel split by
-  device, so a routed call on CPU tensors runs the reference with or without the
-  plugin.
+* our kernels (``flash_v2``, ``fused``, ``cublasLt``, ``cublas``) are the CUDA
+  plugin's C++ KernelDefs: their ``supports`` is the only statement of what they
+  run, for routed calls as for inference nodes. This module adds, for ``flash_v2``
+  and ``fused``, a CPU definition whose run is the float reference implementation in
+  :mod:`.ops` (checked only for the call making sense); the registry keeps the two as
+  one kernel split by device, so a routed call on CPU tensors runs the reference
+  with or without the plugin. Where the plugin is not loaded, a CUDA case finds no
+  CUDA kernel under those names and the decision says so.
 
 All of them are ``requested_only``: only a selection that names them as runnable
 (routing does) or a policy that names them lists them, so the native engine's auto
@@ -36,7 +36,6 @@ import torch
 from .. import _core
 from .ops.attention import flash_attention_support
 from .ops.layernorm import layernorm_support
-from .ops.matmul import matmul_support
 
 R = _core.reason
 
@@ -60,16 +59,6 @@ def checking(call: Any) -> Iterator[None]:
 # ---- supports: why a kernel cannot run a call -------------------------------------------
 def _always(call: Any) -> Verdict:
     return None
-
-
-def _matmul(kernel: str) -> Callable[[Any], Verdict]:
-    def check(call: Any) -> Verdict:
-        f = call.fields
-        if not f["plain"]:
-            return R.ATTRIBUTE_UNSUPPORTED, "this call form (beta/alpha/out=/vector operand) stays with torch"
-        return matmul_support(kernel, f["a"], f["b"], f["bias"])
-
-    return check
 
 
 def _flash(call: Any) -> Verdict:
@@ -137,26 +126,14 @@ class TorchSideKernel:
 _BOTH = ("cpu", "cuda")
 # Priorities keep torch's own kernel last: it is what the fallback rule takes.
 KERNELS: tuple[TorchSideKernel, ...] = (
-    TorchSideKernel(
-        "matmul",
-        "cublasLt",
-        ("cuda",),
-        30,
-        _matmul("cublasLt"),
-        "cuBLASLt through the torch bridge (bias fused as an epilogue)",
-        ours=True,
-    ),
-    TorchSideKernel(
-        "matmul", "cublas", ("cuda",), 20, _matmul("cublas"), "cuBLAS through the torch bridge", ours=True
-    ),
     TorchSideKernel("matmul", "torch", _BOTH, -100, _always, "torch's own matmul/linear/addmm"),
     TorchSideKernel(
         "attention",
         "flash_v2",
-        _BOTH,
-        50,
+        ("cpu",),
+        100,
         _flash,
-        "our FlashAttention-2 (CUDA); float64 reference on the CPU",
+        "our FlashAttention-2: its float reference on the CPU (CUDA: the plugin's KernelDef)",
         ours=True,
     ),
     TorchSideKernel("attention", "cudnn", ("cuda",), 40, _sdpa_backend("cudnn"), "torch SDPA, cuDNN backend"),
@@ -182,17 +159,23 @@ KERNELS: tuple[TorchSideKernel, ...] = (
     TorchSideKernel(
         "layernorm",
         "fused",
-        _BOTH,
-        10,
+        ("cpu",),
+        100,
         _layernorm,
-        "our fused LayerNorm (CUDA); reference on the CPU",
+        "our fused LayerNorm: its float reference on the CPU (CUDA: the plugin's KernelDef)",
         ours=True,
     ),
     TorchSideKernel("layernorm", "torch", _BOTH, -100, _always, "torch's own layer_norm"),
 )
 
+#: Our kernels that exist only as the CUDA plugin's C++ KernelDefs (no torch-side
+#: definition: where the plugin is not loaded they are listed, rejected with the reason).
+NATIVE_ONLY: tuple[tuple[str, str], ...] = (("matmul", "cublasLt"), ("matmul", "cublas"))
+
 #: op -> the kernel names routing can run (what SelectOptions.runnable says).
 RUNNABLE: dict[str, list[str]] = {}
+for _op, _name in NATIVE_ONLY:
+    RUNNABLE.setdefault(_op, []).append(_name)
 for _k in KERNELS:
     RUNNABLE.setdefault(_k.op, []).append(_k.name)
 

@@ -38,10 +38,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import _kernels, _log, _routing
+from . import _calls, _kernels, _log, _routing
 from .ops.attention import attention_forward, draw_rng_state
 from .ops.layernorm import layer_norm_forward
-from .ops.matmul import matmul_forward
+from .ops.matmul import CaseSlots, matmul_forward
 
 __all__ = ["case_key", "lookup", "prepare", "prepare_torch"]
 
@@ -331,16 +331,20 @@ def _cast(t: Any, dtype: torch.dtype) -> Any:
 
 
 def _matmul_launch(kernel: str, func: Callable, low: torch.dtype | None) -> Launch:
-    kind = _routing._FUNCS[func]
+    kind = _calls._FUNCS[func]
+    # The case's tensors are checked by the lookup (dtype, shape, layout), so the ops
+    # keep what they prepared for it here: a hit's GEMM is then one allocation and one
+    # launch, its backward's likewise (ops.matmul.CaseSlots).
+    slots = CaseSlots()
     if low is None:
 
         def run(a: Any, b: Any, bias: Any) -> Any:
-            return matmul_forward(a, b, bias, kernel)
+            return matmul_forward(a, b, bias, kernel, slots)
 
     else:
 
         def run(a: Any, b: Any, bias: Any) -> Any:
-            return matmul_forward(_cast(a, low), _cast(b, low), _cast(bias, low), kernel)
+            return matmul_forward(_cast(a, low), _cast(b, low), _cast(bias, low), kernel, slots)
 
     # Our kernels run the plain forms only (parse_call's "plain"; other forms decide
     # torch's kernel): the parameters are the torch function's, so Python binds them.

@@ -30,9 +30,10 @@ the common call forms a C++ check of the tensors against the cases seen at the c
 site, finds the case's prepared launcher (:mod:`._prepared`), which for torch's own
 kernel is the torch function itself; the Dispatcher is asked on the first call of a
 case only. Under ``torch.compile`` the kernel is decided when the
-graph is traced (and recorded then) and runs as our custom ops, without graph breaks
-for static shapes (a dimension dynamo made dynamic breaks the graph at the routed
-call, which then runs eagerly).
+graph is traced (and recorded then) and runs as our custom ops, without graph breaks;
+the policy's fingerprint is a guard of the graph, so another policy retraces it. A
+dimension dynamo made dynamic is specialized at a routed call (one static case per
+size, decided at trace time).
 
 :func:`clear_kernel_policy` pops the mode: torch then runs exactly as it does
 without xpuruntime (nothing stays registered). Like torch's own modes, the policy
@@ -41,6 +42,7 @@ applies to the thread that set it.
 
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Any
 
@@ -124,19 +126,24 @@ class _PolicyMode(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         if _is_compiling() or _tracing_state() is not None:
             return _compiled_call(_state.view, op, func, args, kwargs or {})
-        # The hot path: the case's entry (_prepared.lookup), its launcher called like func.
-        entry = _lookup(func, args, kwargs, _state.precision_hint)
-        if type(entry) is not _Entry:  # a miss: what came back is the case key (or None)
-            return _miss(_state.view, op, func, args, kwargs or {}, entry)
-        entry.pending += 1
-        try:
-            if _state.profiling:
-                with torch.profiler.record_function(f"xpuruntime.{entry.count_key}"):
-                    return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
-            return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
-        except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
-            key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
-            return _run_failed(_state.view, op, func, args, kwargs or {}, key, entry.kernel, e)
+        return _eager_call(op, func, args, kwargs)
+
+
+def _eager_call(op: str, func, args: tuple, kwargs: dict | None) -> Any:
+    """A routed call outside torch.compile: the case's prepared launcher, or a miss."""
+    # The hot path: the case's entry (_prepared.lookup), its launcher called like func.
+    entry = _lookup(func, args, kwargs, _state.precision_hint)
+    if type(entry) is not _Entry:  # a miss: what came back is the case key (or None)
+        return _miss(_state.view, op, func, args, kwargs or {}, entry)
+    entry.pending += 1
+    try:
+        if _state.profiling:
+            with torch.profiler.record_function(f"xpuruntime.{entry.count_key}"):
+                return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
+        return entry.launch(*args, **kwargs) if kwargs else entry.launch(*args)
+    except (_core.UnsupportedOperationError, _core.InvalidArgumentError) as e:
+        key = _prepared.case_key(func, args, kwargs, _state.precision_hint)
+        return _run_failed(_state.view, op, func, args, kwargs or {}, key, entry.kernel, e)
 
 
 _is_compiling = torch.compiler.is_compiling
@@ -209,22 +216,32 @@ def _run_failed(view, op, func, args, kwargs, key, kernel: str, error: Exception
 def _spec(a: Any) -> Any:
     """A constant describing an argument (what dynamo can pass to a constant function).
 
-    Static shapes only: with dynamic shapes (``dynamic=True``, or dims dynamo made
-    dynamic after a recompile) a symbolic size is no constant, and dynamo breaks the
-    graph at the routed call (fullgraph=True raises), which then runs eagerly.
+    Sizes and strides go through ``operator.index``, which dynamo specializes: a
+    dimension it made dynamic (``dynamic=True``, or automatic dynamic shapes after a
+    recompile) becomes the traced value, guarded, so the routed call is one static case
+    decided at trace time (``int()`` would keep it symbolic, which no constant function
+    takes). The graph then recompiles for another size of such a dimension. Floats go
+    through their exact hex form, which dynamo specializes likewise.
     """
     if isinstance(a, torch.Tensor):
         return (
             "tensor",
             str(a.dtype).replace("torch.", ""),
-            tuple(int(s) for s in a.shape),
-            tuple(int(s) for s in a.stride()),
+            tuple([_index(s) for s in a.shape]),
+            tuple([_index(s) for s in a.stride()]),
             str(a.device),
             bool(a.requires_grad),
         )
     if isinstance(a, (tuple, list)):
         return ("seq", tuple(_spec(x) for x in a))
+    if type(a) is int:
+        return ("value", _index(a))
+    if type(a) is float:  # an unspecialized float (a module's eps under dynamic=True)
+        return ("value", float.fromhex(a.hex()))
     return ("value", a)
+
+
+_index = operator.index
 
 
 def _materialize(spec: tuple) -> Any:
@@ -248,7 +265,7 @@ def _compile_time_kernel(
     """The kernel a routed call runs in a graph being compiled, decided (and recorded)
     when the graph is traced: dynamo runs this function then and bakes its answer in.
 
-    The Dispatcher and the Python support checks need tensors: empty tensors with the
+    The Dispatcher and the torch-side support checks need tensors: empty tensors with the
     traced ones' dtypes, shapes, strides and devices stand for them. One decision per
     case and policy (dynamo may trace a frame more than once).
     """
@@ -281,17 +298,16 @@ _FUNC_INDEX = {f: i for i, f in enumerate(_routing.routed_functions())}
 def _compiled_call(view: _PolicyView, op: str, func, args: tuple, kwargs: dict) -> Any:
     """A routed call while torch.compile traces (or torch.jit traces): the kernel is
     decided at trace time and the call runs through our custom ops, which the graph
-    records (the eager cache and its direct launches are not used)."""
+    records (the eager cache and its direct launches are not used). Sizes dynamo made
+    dynamic are specialized at the routed call (:func:`_spec`)."""
     call = _routing.parse_call(func, args, kwargs)
     if call is None:
         return func(*args, **kwargs)
     if torch.compiler.is_compiling():
+        arg_specs = tuple(_spec(a) for a in args)
+        kw_specs = tuple((k, _spec(v)) for k, v in kwargs.items())
         kernel = _compile_time_kernel(
-            _FUNC_INDEX[func],
-            tuple(_spec(a) for a in args),
-            tuple((k, _spec(v)) for k, v in kwargs.items()),
-            _state.precision_hint,
-            _state.generation,
+            _FUNC_INDEX[func], arg_specs, kw_specs, _state.precision_hint, _state.generation
         )
     else:  # torch.jit.trace: decided like an eager miss, not cached
         try:

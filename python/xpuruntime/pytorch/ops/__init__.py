@@ -4,12 +4,10 @@ implementations and autograd formulas."""
 
 from .attention import flash_attention_support, fused_attention
 from .layernorm import fused_layernorm, layernorm_support
-from .matmul import matmul_support
 
 __all__ = [
     "flash_attention_support",
     "fused_attention",
     "fused_layernorm",
     "layernorm_support",
-    "matmul_support",
 ]

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import torch
 
 from ... import _core
+from . import _launch
 
 FLASH_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 LN_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-FLASH_HEAD_DIMS = (64, 128)
 #: The plugin's kernels are built for sm_90 (machine code plus PTX for newer GPUs).
 MIN_CAPABILITY = (9, 0)
 
@@ -75,6 +75,13 @@ def cuda_kernels_unavailable() -> str:
 
 
 @functools.cache
+def capability(device_index: int) -> int:
+    """Compute capability of CUDA device ``device_index`` as major * 10 + minor (90 = Hopper)."""
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return major * 10 + minor
+
+
+@functools.cache
 def capability_problem(device_index: int) -> str:
     """Why device ``device_index`` cannot run our kernels ("" when it can)."""
     cap = torch.cuda.get_device_capability(device_index)
@@ -84,6 +91,44 @@ def capability_problem(device_index: int) -> str:
             "(the kernels are built for sm_90)"
         )
     return ""
+
+
+def registry_verdict(op: str, kernel: str, ctx: object) -> tuple[str, str] | None:
+    """Why the registry's ``kernel`` for ``op`` cannot run the case ``ctx`` (an OpContext):
+    ``(reason_code, detail)``, or None when it can. The C++ KernelDef and its supports()
+    answer (the checks the Dispatcher makes), so no Python copy of them can drift."""
+    _core.DeviceManager.instance().get_device_count()  # loads the device plugins (once)
+    try:
+        ok, code, detail = _core.KernelRegistry.instance().check(op, kernel, ctx)
+    except _core.InvalidArgumentError:  # no such kernel registered in this process
+        why = cuda_kernels_unavailable() or f"no '{kernel}' kernel for op '{op}' is registered"
+        return _core.reason.BACKEND_UNAVAILABLE, why
+    if not ok and code == _core.reason.DEVICE_MISMATCH and cuda_kernels_unavailable():
+        return _core.reason.BACKEND_UNAVAILABLE, f"{detail}: {cuda_kernels_unavailable()}"
+    return None if ok else (str(code), str(detail))
+
+
+#: case -> the registry's verdict (support checks of the direct APIs, per call)
+_verdicts: dict[tuple, tuple[str, str] | None] = {}
+
+
+def tensor_case(t: torch.Tensor | None) -> tuple | None:
+    """What a support verdict depends on of one tensor: dtype, shape, strides, device."""
+    return None if t is None else (t.dtype, tuple(t.shape), t.stride(), t.device)
+
+
+def cached_verdict(
+    case: tuple, op: str, kernel: str, make_context: Callable[[], object]
+) -> tuple[str, str] | None:
+    """:func:`registry_verdict` of a case, asked once (the OpContext is built on a miss only)."""
+    try:
+        return _verdicts[case]
+    except KeyError:
+        pass
+    if len(_verdicts) >= 4096:
+        _verdicts.clear()
+    v = _verdicts[case] = registry_verdict(op, kernel, make_context())
+    return v
 
 
 def rows_aligned(t: torch.Tensor) -> torch.Tensor:
@@ -266,35 +311,58 @@ def flash_backward(
     return dq, dk, dv
 
 
-def column_sums(x: torch.Tensor) -> torch.Tensor:
-    """``x.sum(0)`` of a 2-D fp16/bf16 CUDA tensor (unit column stride) on our kernel.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def column_sums(x: torch.Tensor, slot: list | None = None) -> torch.Tensor:
+    """``x.sum(0)`` of a 2-D fp16/bf16 CUDA tensor on our kernel.
 
     fp32 accumulation, one rounding to x's dtype, deterministic (the row split
     depends only on the shape). A linear layer's bias gradient (figures against
-    the alternatives: pytorch/ops/matmul.py, _column_sums_direct).
+    the alternatives: pytorch/ops/matmul.py, _column_sums_direct): the registry's
+    ``column_sums`` kernel on the tensors' pointers (:mod:`._launch`). The kernel
+    launches on the current device, so ``x``'s device is made current.
+
+    ``slot`` (a one-element list) belongs to a routed call's case whose ``x`` always has
+    one shape and layout: the prepared call of an ``x`` used as it comes is kept there
+    and the case's later calls skip the checks and the key.
     """
+    if slot is not None:
+        hit = slot[0]
+        if hit is not None and hit[1] == _current_device():
+            return _run_column_sums(hit[0], x, hit[1])
     index = x.device.index
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
             return column_sums(x)
     rows, cols = x.shape
+    direct = True
     if x.stride(1) != 1 or (rows > 1 and x.stride(0) < cols):
         x = x.contiguous()
-    out = torch.empty(cols, device=x.device, dtype=x.dtype)
-    k = _core.cuda_kernels
-    ws_bytes = k.column_sums_workspace_bytes(rows=rows, cols=cols)
-    ws = torch.empty((ws_bytes + 3) // 4, device=x.device, dtype=torch.float32)
-    k.column_sums(
-        dtype=FLASH_DTYPES[x.dtype],
-        rows=rows,
-        cols=cols,
-        x=x.data_ptr(),
-        ld=x.stride(0) if rows > 1 else cols,
-        out=out.data_ptr(),
-        workspace=ws.data_ptr(),
-        workspace_bytes=ws_bytes,
-        stream=raw_stream(index),
-    )
+        direct = False
+    key = ("column_sums", x.dtype, index, x.shape, _launch.strides(x))
+    call = _launch._calls.get(key)
+    if call is None:
+        call = _launch.prepared(
+            key,
+            "column_sums",
+            lambda: _core.OpContext(
+                "column_sums",
+                [_launch.spec(x)],
+                [(_launch.DTYPE_NAMES[x.dtype], [cols], [1])],
+                device=f"cuda:{index}",
+                capability=capability(index),
+                node="column_sums",
+            ),
+        )
+    if slot is not None and direct:
+        slot[0] = (call, index)
+    return _run_column_sums(call, x, index)
+
+
+def _run_column_sums(call: object, x: torch.Tensor, index: int) -> torch.Tensor:
+    out = torch.empty(x.shape[1], device=x.device, dtype=x.dtype)
+    _launch.run(call, (x,), (out,), x.device, index, raw_stream(index))
     return out
 
 
@@ -367,10 +435,20 @@ def layernorm_backward(
     dw = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dweight else None
     db = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dbias else None
     w = weight.contiguous() if weight is not None else None
-    nbytes = int(
-        _core.cuda_kernels.layernorm_backward_workspace_bytes(dtype=LN_DTYPES[x.dtype], rows=rows, cols=cols)
-    )
-    ws = torch.empty(max(nbytes // 4, 4), device=x.device, dtype=torch.float32)
+    key = (x.dtype, rows, cols, index)
+    need = _ln_workspace_bytes.get(key)
+    if need is None:  # sized without pointers (aligned: the larger plan), so it fits every call
+        need = _ln_workspace_bytes[key] = max(
+            int(
+                _core.cuda_kernels.layernorm_backward_workspace_bytes(
+                    dtype=LN_DTYPES[x.dtype], rows=rows, cols=cols
+                )
+            ),
+            16,
+        )
+    stream = raw_stream(index)
+    # the stream's workspace (torch's allocator, kept per stream: _launch.workspace)
+    ws, ws_bytes = _launch.workspace(x.device, index, stream, need)
     _core.cuda_kernels.layernorm_backward(
         dtype=LN_DTYPES[x.dtype],
         rows=rows,
@@ -383,8 +461,12 @@ def layernorm_backward(
         dx=dx.data_ptr(),
         dweight=dw.data_ptr() if dw is not None else 0,
         dbias=db.data_ptr() if db is not None else 0,
-        workspace=ws.data_ptr(),
-        workspace_bytes=ws.numel() * 4,
-        stream=raw_stream(index),
+        workspace=ws,
+        workspace_bytes=ws_bytes,
+        stream=stream,
     )
     return dx, dw, db
+
+
+#: (dtype, rows, cols, device index) -> bytes of workspace layernorm_backward needs
+_ln_workspace_bytes: dict[tuple, int] = {}

@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ... import _core
@@ -51,8 +52,11 @@ def flash_attention_support(
 ) -> tuple[str, str] | None:
     """Why ``flash_v2`` cannot run this case: ``(reason_code, detail)``, or None when it can.
 
-    CPU tensors always run (the reference implementation); CUDA tensors need our
-    kernels' dtypes, head dimensions and device capability.
+    The call itself must make sense (shapes that match, a mask that broadcasts, a
+    dropout probability in [0, 1)); then CPU tensors run the reference implementation,
+    and on another device the registry's ``flash_v2`` KernelDef says whether our kernel
+    runs the case (its dtypes, head dimensions, size limits, capability): the C++
+    definition the Dispatcher checks, not a Python copy of it.
     """
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return R.SHAPE_UNSUPPORTED, "query/key/value must be 4-D [batch, heads, seq, head_dim]"
@@ -92,23 +96,26 @@ def flash_attention_support(
         return R.ATTRIBUTE_UNSUPPORTED, f"dropout_p must be in [0, 1), got {dropout_p}"
     if query.device.type == "cpu":
         return None
-    if query.device.type != "cuda":
-        return R.DEVICE_MISMATCH, f"no flash_v2 kernel for device type {query.device.type}"
-    if query.dtype not in _bridge.FLASH_DTYPES:
-        return R.DTYPE_UNSUPPORTED, f"CUDA kernels take float16/bfloat16, got {query.dtype}"
-    if D not in _bridge.FLASH_HEAD_DIMS:
-        return R.SHAPE_UNSUPPORTED, f"head_dim {D} has no CUDA kernel (supported: 64, 128)"
-    if max(Sq, key.shape[2]) >= 2**31 or B > 65535 or Hq > 65535:
-        return R.SHAPE_UNSUPPORTED, "sequence, batch or head count too large for the kernels"
-    why = _bridge.cuda_kernels_unavailable()
-    if why:
-        return R.BACKEND_UNAVAILABLE, why
-    why = _bridge.capability_problem(
-        query.device.index if query.device.index is not None else torch.cuda.current_device()
+    case = ("attention", *(_bridge.tensor_case(t) for t in (query, key, value, attn_mask)), float(dropout_p))
+    return _bridge.cached_verdict(
+        case, "attention", "flash_v2", lambda: _context(query, key, value, attn_mask, dropout_p)
     )
-    if why:
-        return R.CAPABILITY_TOO_LOW, why
-    return None
+
+
+def _context(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, dropout_p: float) -> object:
+    """The OpContext of this attention call, as routing builds it (the bridge hands the
+    kernels a floating mask as float32, so the case states it that way)."""
+    from .. import _calls
+
+    if attn_mask is not None and attn_mask.dtype.is_floating_point:
+        attn_mask = attn_mask.to(torch.float32)
+    enable_gqa = query.shape[1] != key.shape[1]
+    call = _calls.parse_call(
+        F.scaled_dot_product_attention,
+        (query, key, value),
+        {"attn_mask": attn_mask, "dropout_p": dropout_p, "enable_gqa": enable_gqa},
+    )
+    return _calls.context(call)
 
 
 # ---- CPU reference ----------------------------------------------------------------

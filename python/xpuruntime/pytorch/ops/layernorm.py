@@ -37,8 +37,11 @@ def layernorm_support(
 ) -> tuple[str, str] | None:
     """Why the ``fused`` kernel cannot run this case: ``(reason_code, detail)``, or None.
 
-    On every call of fused_layernorm and of routed F.layer_norm, so written for
-    host time (~2 us): one ``x.device`` object, torch.Size compared as a tuple.
+    The call itself must make sense (normalized_shape the input's trailing shape,
+    weight and bias of that shape, dtype and device); then CPU tensors run the
+    reference implementation, and on another device the registry's ``fused``
+    KernelDef says whether our kernel runs the case: the C++ definition the
+    Dispatcher checks, not a Python copy of it.
     """
     shape = tuple([int(s) for s in normalized_shape])
     n = len(shape)
@@ -63,18 +66,15 @@ def layernorm_support(
             return R.DEVICE_MISMATCH, f"{name} is on {t.device}, input on {device}"
     if device.type == "cpu":
         return None
-    if device.type != "cuda":
-        return R.DEVICE_MISMATCH, f"no fused kernel for device type {device.type}"
-    if dtype not in _bridge.LN_DTYPES:
-        return R.DTYPE_UNSUPPORTED, f"CUDA kernels take float32/float16/bfloat16, got {dtype}"
-    why = _bridge.cuda_kernels_unavailable()
-    if why:
-        return R.BACKEND_UNAVAILABLE, why
-    index = device.index
-    why = _bridge.capability_problem(index if index is not None else torch.cuda.current_device())
-    if why:
-        return R.CAPABILITY_TOO_LOW, why
-    return None
+    from .. import _calls
+
+    def context() -> object:
+        return _calls.context(
+            _calls.parse_call(torch.nn.functional.layer_norm, (x, list(shape), weight, bias), {})
+        )
+
+    case = ("layernorm", *(_bridge.tensor_case(t) for t in (x, weight, bias)), shape)
+    return _bridge.cached_verdict(case, "layernorm", "fused", context)
 
 
 # ---- CPU reference -------------------------------------------------------------------
