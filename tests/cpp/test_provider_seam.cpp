@@ -1,4 +1,4 @@
-// The execution-provider seam (graph/provider.h), shown rather than claimed: a
+// The execution-provider seam (xpuruntime/provider.h), shown rather than claimed: a
 // provider for a device kind that exists only in this test ("counting") is
 // registered at run time and runs plans built for it, with nothing under graph/
 // knowing it. It runs the CPU kernels but keeps its own arena and "device"
@@ -20,7 +20,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/profiler.h"
 
 namespace xpuruntime::graph {
@@ -109,7 +109,7 @@ class CountingProvider final : public ExecutionProvider {
  public:
   explicit CountingProvider(FusionSupport f = {}) : fusions_(f) {}
   const std::string& name() const override { return name_; }
-  DeviceType kernel_device() const override { return DeviceType::kCPU; }  // runs the CPU kernels
+  DeviceKind kernel_device() const override { return DeviceKind::cpu(); }  // runs the CPU kernels
   Device device() const override { return Device::cpu(); }
   FusionSupport fusions() const override { return fusions_; }
   bool host_memory() const override { return false; }  // its own memory: copies at the edges
@@ -416,7 +416,7 @@ TEST_F(SeamTest, RegistryRefusesBadProvidersAndReplacesOnlyWhenAsked) {
   EXPECT_FALSE(reg.remove("counting"));
   // The process registry has the CPU provider without anyone here adding it.
   ASSERT_NE(ProviderRegistry::instance().find("cpu"), nullptr);
-  EXPECT_EQ(ProviderRegistry::instance().find("cpu")->kernel_device(), DeviceType::kCPU);
+  EXPECT_EQ(ProviderRegistry::instance().find("cpu")->kernel_device(), DeviceKind::cpu());
   EXPECT_TRUE(ProviderRegistry::instance().find("cpu")->host_memory());
 }
 
