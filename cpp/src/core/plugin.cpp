@@ -35,6 +35,7 @@ struct PluginSource {
 };
 constexpr PluginSource kPluginSources[] = {
     {"cuda", "gpu", nullptr},
+    {"null", nullptr, nullptr},
     {"cpu", nullptr, &cpu_plugin_init},
 };
 constexpr std::size_t kSourceCount = sizeof(kPluginSources) / sizeof(kPluginSources[0]);
