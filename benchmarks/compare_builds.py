@@ -7,6 +7,9 @@ this script reads those folders, takes each figure's median over the runs of eac
 build, and writes one results file with the ratio current / baseline per figure and
 a top-level ``goals`` list (every figure within the tolerance).
 
+Also reads bench_native_cuda.py (``native_cuda_*.json``) and bench_native_cpu.py
+(``native_cpu*.json``) results, so the native engine's A/B goes through it too.
+
 Usage: python3 benchmarks/compare_builds.py --base DIR[,DIR...] --head DIR[,DIR...]
            --tolerance 0.03 --out benchmarks/results/seam_compare_<device>.json
 """
@@ -61,6 +64,25 @@ def _figures(bench: str, d: dict[str, Any]) -> dict[str, float]:
     elif bench == "gpt2_step":
         for m in ("policy_graph_ms", "policy_eager_ms"):
             out[f"gpt2_step {m}"] = d[m]
+    elif bench == "native_cuda":
+        # bench_native_cuda.py: the native CUDA engine per model (plans run through the
+        # execution provider), and over torch's CUDA graph of the same process.
+        for m in d["models"]:
+            ms = m.get("ms", {})
+            if "native" in ms:
+                out[f"native_cuda {m['model']} native_ms"] = ms["native"]
+                if ms.get("torch_graph"):
+                    out[f"native_cuda {m['model']} native_over_torch_graph"] = (
+                        ms["native"] / ms["torch_graph"]
+                    )
+    elif bench.startswith("native_cpu"):
+        # bench_native_cpu.py: the native CPU engine's p50 per model, and over ONNX Runtime's
+        # p50 of the same process (a build-independent yardstick for the machine's state).
+        for r in d["results"]:
+            if r.get("native_p50_ms"):
+                out[f"native_cpu {r['model']} native_p50_ms"] = r["native_p50_ms"]
+            if r.get("ratio_native_over_ort"):
+                out[f"native_cpu {r['model']} native_over_ort"] = r["ratio_native_over_ort"]
     return out
 
 

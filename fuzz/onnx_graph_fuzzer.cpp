@@ -40,7 +40,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/graph/plan.h"
 #include "xpuruntime/ops/op_schema.h"
 

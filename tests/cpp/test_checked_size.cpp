@@ -79,7 +79,7 @@ TEST(CheckedSize, NumelAndNbytes) {
 }
 
 TEST(CheckedSize, AllocationsThatWouldWrapAreOutOfMemory) {
-  CachingAllocator alloc(DeviceManager::instance().backend(DeviceType::kCPU), Device::cpu());
+  CachingAllocator alloc(DeviceManager::instance().backend(DeviceKind::cpu()), Device::cpu());
   for (std::size_t n : {~std::size_t{0}, ~std::size_t{0} - 4096, kMaxAllocationBytes + 1}) {
     EXPECT_THROW(alloc.allocate(n), OutOfMemoryError) << n;
     EXPECT_THROW(round_size_class(n), OutOfMemoryError) << n;

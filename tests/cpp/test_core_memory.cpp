@@ -9,7 +9,7 @@ namespace xpuruntime {
 namespace {
 
 CachingAllocator make_cpu_allocator() {
-  return CachingAllocator(DeviceManager::instance().backend(DeviceType::kCPU), Device::cpu());
+  return CachingAllocator(DeviceManager::instance().backend(DeviceKind::cpu()), Device::cpu());
 }
 
 TEST(SizeClass, RoundsUpWithinAQuarterPowerOfTwo) {
@@ -48,7 +48,7 @@ TEST(CachingAllocator, ReusesFreedBlockOfTheSameClassAndCounts) {
 
 TEST(CachingAllocator, DifferentStreamsDoNotShareCachedBlocks) {
   auto a = make_cpu_allocator();
-  auto& ops = DeviceManager::instance().backend(DeviceType::kCPU).streams();
+  auto& ops = DeviceManager::instance().backend(DeviceKind::cpu()).streams();
   NativeStream s1 = ops.create_stream(0, 0), s2 = ops.create_stream(0, 0);
   void* p = a.allocate(4096, s1);
   a.free(p);
@@ -62,7 +62,7 @@ TEST(CachingAllocator, DifferentStreamsDoNotShareCachedBlocks) {
 
 TEST(CachingAllocator, RecordStreamDefersReuseUntilEventsComplete) {
   auto a = make_cpu_allocator();
-  auto& ops = DeviceManager::instance().backend(DeviceType::kCPU).streams();
+  auto& ops = DeviceManager::instance().backend(DeviceKind::cpu()).streams();
   NativeStream s1 = ops.create_stream(0, 0), s2 = ops.create_stream(0, 0);
   void* p = a.allocate(2048, s1);
   a.record_stream(p, s2);
@@ -137,7 +137,7 @@ TEST(MemoryManager, PinnedMemoryWithoutCudaIsHostMemory) {
 namespace xpuruntime {
 namespace {
 TEST(CachingAllocator, ReusedLargerBlockKeepsItsRealSizeInTheStatistics) {
-  auto a = CachingAllocator(DeviceManager::instance().backend(DeviceType::kCPU), Device::cpu());
+  auto a = CachingAllocator(DeviceManager::instance().backend(DeviceKind::cpu()), Device::cpu());
   void* big = a.allocate(20u << 20);  // 20 MiB class
   a.free(big);
   void* smaller = a.allocate((20u << 20) - (1u << 20));  // a smaller class, same block reused

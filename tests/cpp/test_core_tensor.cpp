@@ -32,30 +32,68 @@ TEST(DType, NamesRoundTripAndAliasesParse) {
 }
 
 TEST(Device, ParsesAndRejects) {
+  const DeviceKind cuda = DeviceKind::named("cuda");
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());
-  EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));
-  EXPECT_EQ(Device::parse("cuda"), Device::cuda(0));
+  EXPECT_EQ(Device::parse("cuda:3"), (Device{cuda, 3}));
+  EXPECT_EQ(Device::parse("cuda"), (Device{cuda, 0}));
+  EXPECT_EQ(Device::parse("gpu:1"), (Device{cuda, 1})) << "the plugin table's alias";
+  EXPECT_EQ((Device{cuda, 2}).str(), "cuda:2");
+  EXPECT_EQ(Device::cpu().str(), "cpu");
   EXPECT_THROW(Device::parse("tpu:0"), InvalidArgumentError);
   EXPECT_THROW(Device::parse("cuda:x"), InvalidArgumentError);
   EXPECT_THROW(Device::parse("cpu:1"), InvalidArgumentError);
+}
+
+TEST(DeviceKind, InternedFromThePluginTable) {
+  const std::vector<DeviceKind> kinds = DeviceKind::all();
+  ASSERT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.back(), DeviceKind::cpu()) << "accelerators first";
+  EXPECT_EQ(DeviceKind::accelerator(), kinds.front());
+  for (DeviceKind k : kinds) {
+    EXPECT_EQ(DeviceKind::named(k.name()), k);
+    EXPECT_EQ(k.is_cpu(), k.name() == "cpu");
+  }
+  EXPECT_EQ(DeviceKind::cpu(), DeviceKind());
+  try {
+    DeviceKind::named("warpdrive");
+    FAIL() << "an unknown kind";
+  } catch (const InvalidArgumentError& e) {
+    for (DeviceKind k : kinds) EXPECT_NE(std::string(e.what()).find(std::string(k.name())), std::string::npos);
+  }
+}
+
+TEST(DeviceBackend, CpuAnswersByKeyAndCopiesStrided) {
+  DeviceBackend& cpu = DeviceManager::instance().backend(DeviceKind::cpu());
+  EXPECT_EQ(cpu.kind(), DeviceKind::cpu());
+  EXPECT_EQ(cpu.attribute(0, "capability"), "");
+  EXPECT_EQ(cpu.dlpack_device_type(), kDLPackCPU);
+  EXPECT_EQ(DeviceManager::instance().device_from_dlpack(kDLPackCPU, 0), Device::cpu());
+  EXPECT_THROW(DeviceManager::instance().device_from_dlpack(987, 0), UnsupportedOperationError);
+  // A 2x3 transpose through copy_strided, against the index arithmetic.
+  const float src[6] = {1, 2, 3, 4, 5, 6};
+  float dst[6] = {};
+  const int64_t shape[2] = {3, 2}, dst_strides[2] = {2, 1}, src_strides[2] = {1, 3};
+  cpu.copy_strided(0, dst, dst_strides, src, src_strides, shape, sizeof(float), nullptr);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) EXPECT_EQ(dst[i * 2 + j], src[j * 3 + i]);
 }
 
 TEST(DeviceManager, EnumeratesCpuAndExplainsMissingCuda) {
   auto& dm = DeviceManager::instance();
   auto all = dm.get_all_devices();
   ASSERT_FALSE(all.empty());
-  EXPECT_EQ(all.back().device_type, DeviceType::kCPU);
+  EXPECT_EQ(all.back().device_type, DeviceKind::cpu());
   EXPECT_GT(all.back().total_memory, 0u);
   EXPECT_GT(all.back().sm_count, 0);
   EXPECT_EQ(static_cast<int>(all.size()), dm.get_device_count() + 1);
   if (dm.get_device_count() == 0) {
-    EXPECT_FALSE(dm.cuda_unavailable_reason().empty());
+    EXPECT_FALSE(dm.accelerator_unavailable_reason().empty());
     EXPECT_EQ(dm.get_current_device(), Device::cpu());
     EXPECT_THROW(dm.get_device_info(0), InvalidArgumentError);
-    EXPECT_THROW(dm.backend(DeviceType::kCUDA), BackendUnavailableError);
-    EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), InvalidArgumentError);
+    EXPECT_THROW(dm.backend(DeviceKind::named("cuda")), BackendUnavailableError);
+    EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::parse("cuda:0")), InvalidArgumentError);
   }
-  EXPECT_THROW(dm.set_current_device(Device::cuda(99)), InvalidArgumentError);
+  EXPECT_THROW(dm.set_current_device(Device::parse("cuda:99")), InvalidArgumentError);
 }
 
 TEST(Tensor, EmptyIsContiguousAndSized) {

@@ -11,7 +11,7 @@
 #include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::graph {
 namespace {
@@ -58,7 +58,7 @@ TEST(CudaUnavailable, CompilingForCudaWithoutAUsableDeviceSaysWhy) {
   } catch (const BackendUnavailableError &e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("device 'cuda'"), std::string::npos) << m;
-    const std::string reason = dm.cuda_unavailable_reason();
+    const std::string reason = dm.accelerator_unavailable_reason();
     if (!reason.empty()) EXPECT_NE(m.find(reason), std::string::npos) << m;
     EXPECT_NE(m.find("device='cpu'"), std::string::npos) << "says how to go on: " << m;
   }

@@ -34,7 +34,7 @@ void naive_matmul(KernelLaunch& l) {
   }
 }
 
-KernelDef def(std::string name, DeviceType dev, int priority, std::vector<DType> dtypes = {}) {
+KernelDef def(std::string name, DeviceKind dev, int priority, std::vector<DType> dtypes = {}) {
   KernelDef d;
   d.op = "matmul";
   d.name = std::move(name);
@@ -58,12 +58,12 @@ struct DispatchTest : ::testing::Test {
   std::atomic<int> runs_a{0}, runs_b{0};
   void SetUp() override {
     reg.register_kernel(std::make_shared<FunctionKernel>(
-        def("cpu_blas", DeviceType::kCPU, 10, {DType::kFloat32}),
+        def("cpu_blas", DeviceKind::cpu(), 10, {DType::kFloat32}),
         [this](KernelLaunch& l) { ++runs_a; naive_matmul(l); }, only_2d));
     reg.register_kernel(std::make_shared<FunctionKernel>(
-        def("cpu_blocked", DeviceType::kCPU, 5),
+        def("cpu_blocked", DeviceKind::cpu(), 5),
         [this](KernelLaunch& l) { ++runs_b; naive_matmul(l); }, only_2d));
-    KernelDef lt = def("cublasLt", DeviceType::kCUDA, 20, {DType::kFloat16});
+    KernelDef lt = def("cublasLt", DeviceKind::named("cuda"), 20, {DType::kFloat16});
     lt.min_capability = 80;
     reg.register_kernel(std::make_shared<FunctionKernel>(lt, [](KernelLaunch&) {
       throw std::runtime_error("not runnable in CPU tests");
@@ -101,13 +101,13 @@ TEST_F(DispatchTest, RegistryOrderingAndErrors) {
   EXPECT_EQ(ks[0]->def().name, "cublasLt");  // priority 20
   EXPECT_EQ(ks[1]->def().name, "cpu_blas");
   EXPECT_EQ(ks[2]->def().name, "cpu_blocked");
-  EXPECT_EQ(reg.list(std::string("matmul"), DeviceType::kCPU).size(), 2u);
+  EXPECT_EQ(reg.list(std::string("matmul"), DeviceKind::cpu()).size(), 2u);
   EXPECT_EQ(reg.list(std::string("conv")).size(), 0u);
   EXPECT_THROW(reg.register_kernel(std::make_shared<FunctionKernel>(
-                   def("cpu_blas", DeviceType::kCPU, 0), [](KernelLaunch&) {})),
+                   def("cpu_blas", DeviceKind::cpu(), 0), [](KernelLaunch&) {})),
                InvalidArgumentError);
   EXPECT_THROW(reg.register_kernel(std::make_shared<FunctionKernel>(
-                   def("auto", DeviceType::kCPU, 0), [](KernelLaunch&) {})),
+                   def("auto", DeviceKind::cpu(), 0), [](KernelLaunch&) {})),
                InvalidArgumentError);
   uint64_t g = reg.generation();
   EXPECT_TRUE(reg.unregister_kernel("matmul", "cpu_blocked"));
@@ -182,7 +182,7 @@ TEST_F(DispatchTest, PreferFallsBackRequireRaises) {
 TEST_F(DispatchTest, CapabilityWorkspaceDeterminismLayout) {
   Dispatcher d(reg);
   OpContext c = ctx(DType::kFloat16);
-  c.device = Device::cuda(0);
+  c.device = Device::parse("cuda:0");
   c.capability = 75;
   EXPECT_THROW(d.select(c), UnsupportedOperationError);
   Decision failed = d.log().snapshot(1).at(0);
@@ -193,7 +193,7 @@ TEST_F(DispatchTest, CapabilityWorkspaceDeterminismLayout) {
   EXPECT_EQ(d.select(c).chosen, "cublasLt");
   EXPECT_EQ(c.case_key().substr(0, 16), "matmul|cuda:sm90");
 
-  KernelDef big = def("big_ws", DeviceType::kCPU, 100);
+  KernelDef big = def("big_ws", DeviceKind::cpu(), 100);
   big.workspace_bytes = 1 << 20;
   big.deterministic = false;
   big.layouts = {"contiguous"};
@@ -216,7 +216,7 @@ TEST_F(DispatchTest, CapabilityWorkspaceDeterminismLayout) {
 
 TEST_F(DispatchTest, SupportsThatThrowsIsARejectionNotACrash) {
   reg.register_kernel(std::make_shared<FunctionKernel>(
-      def("broken", DeviceType::kCPU, 99), naive_matmul,
+      def("broken", DeviceKind::cpu(), 99), naive_matmul,
       [](const OpContext&) -> Support { throw std::runtime_error("boom"); }));
   Dispatcher d(reg);
   Decision dec = d.select(ctx());
@@ -292,13 +292,13 @@ TEST_F(DispatchTest, BestPerformanceTunesOnceCachesAndExportsPins) {
   std::atomic<int> slow_runs{0}, tunable_runs{0};
   std::atomic<int> last_algo_fast{0};
   reg.register_kernel(std::make_shared<FunctionKernel>(
-      def("slow", DeviceType::kCPU, 50), [&](KernelLaunch& l) {
+      def("slow", DeviceKind::cpu(), 50), [&](KernelLaunch& l) {
         ++slow_runs;
         std::this_thread::sleep_for(std::chrono::milliseconds(4));
         naive_matmul(l);
       }));
   reg.register_kernel(std::make_shared<FunctionKernel>(
-      def("tunable", DeviceType::kCPU, 40),
+      def("tunable", DeviceKind::cpu(), 40),
       [&](KernelLaunch& l) {
         ++tunable_runs;
         last_algo_fast = l.algorithm == "fast";
@@ -371,7 +371,7 @@ TEST_F(DispatchTest, BestPerformanceTunesOnceCachesAndExportsPins) {
 
 TEST_F(DispatchTest, TuningExcludesKernelsThatFail) {
   reg.register_kernel(std::make_shared<FunctionKernel>(
-      def("liar", DeviceType::kCPU, 99), [](KernelLaunch&) { throw std::runtime_error("bad"); }));
+      def("liar", DeviceKind::cpu(), 99), [](KernelLaunch&) { throw std::runtime_error("bad"); }));
   Dispatcher d(reg);
   d.set_tuning_options({0, 1});
   KernelPolicy p;

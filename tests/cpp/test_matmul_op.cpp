@@ -176,7 +176,7 @@ TEST(MatmulOp, CpuKernelsAreRegisteredWithMetadata) {
   EXPECT_EQ(ks[3]->def().name, "cpu_blocked");
   OpContext c = ctx_of({spec({3, 4}), spec({4, 6})}, spec({3, 6}));
   EXPECT_TRUE(KernelRegistry::check(*ks[3], c).ok);
-  c.device = Device::cuda(0);
+  c.device = Device::parse("cuda:0");
   EXPECT_EQ(KernelRegistry::check(*ks[3], c).reason_code, reason::kDeviceMismatch);
 }
 

@@ -20,7 +20,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::graph {
 namespace {
@@ -413,7 +413,7 @@ class EnvProvider final : public ExecutionProvider {
  public:
   explicit EnvProvider(ProviderPtr cpu) : cpu_(std::move(cpu)) {}
   const std::string& name() const override { return name_; }
-  DeviceType kernel_device() const override { return cpu_->kernel_device(); }
+  DeviceKind kernel_device() const override { return cpu_->kernel_device(); }
   Device device() const override { return cpu_->device(); }
   FusionSupport fusions() const override { return cpu_->fusions(); }
   bool host_memory() const override { return cpu_->host_memory(); }

@@ -1,4 +1,4 @@
-// The execution-provider seam (graph/provider.h), shown rather than claimed: a
+// The execution-provider seam (xpuruntime/provider.h), shown rather than claimed: a
 // provider for a device kind that exists only in this test ("counting") is
 // registered at run time and runs plans built for it, with nothing under graph/
 // knowing it. It runs the CPU kernels but keeps its own arena and "device"
@@ -20,7 +20,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/profiler.h"
 
 namespace xpuruntime::graph {
@@ -109,7 +109,7 @@ class CountingProvider final : public ExecutionProvider {
  public:
   explicit CountingProvider(FusionSupport f = {}) : fusions_(f) {}
   const std::string& name() const override { return name_; }
-  DeviceType kernel_device() const override { return DeviceType::kCPU; }  // runs the CPU kernels
+  DeviceKind kernel_device() const override { return DeviceKind::cpu(); }  // runs the CPU kernels
   Device device() const override { return Device::cpu(); }
   FusionSupport fusions() const override { return fusions_; }
   bool host_memory() const override { return false; }  // its own memory: copies at the edges
@@ -275,6 +275,72 @@ TEST_F(SeamTest, PlanRunsOnARuntimeRegisteredProviderLikeOnTheCpu) {
   EXPECT_GE(counting->counters.allocations, static_cast<int>(plan.constants.size()) + 1 + 2 + 2);
 }
 
+// The null device (backends/null/): a real device kind of the plugin table, served
+// by the one execution provider over its backend. It runs the CPU's kernels on its
+// own (host) memory, so a plan on it gives the CPU's results while every input and
+// output crosses the plan's edge through the backend's copies, and its runs take a
+// stream from the provider's pool.
+struct NullDeviceTest : SeamTest {
+  void SetUp() override { setenv("XRT_NULL_DEVICE", "1", 1); }
+  void TearDown() override {
+    unsetenv("XRT_NULL_DEVICE");
+    SeamTest::TearDown();
+  }
+};
+
+TEST_F(NullDeviceTest, PlanRunsOnTheNullDeviceLikeOnTheCpu) {
+  ProviderPtr null_provider = ProviderRegistry::instance().find("null");
+  ASSERT_NE(null_provider, nullptr) << "the null plugin registers its provider when it loads";
+  EXPECT_FALSE(null_provider->host_memory());
+  EXPECT_EQ(null_provider->device(), Device::parse("null:0"));
+  EXPECT_EQ(null_provider->kernel_device(), DeviceKind::cpu()) << "it runs the CPU's kernels";
+  const HostTensor w = randn({3, 5}, 31), b = randn({5}, 32);
+  ExecutionPlan cpu_plan = compile(small_model(w, b), CompileOptions{});
+  CompileOptions opt;
+  opt.device = "null";
+  ExecutionPlan plan = compile(small_model(w, b), opt);
+  EXPECT_EQ(plan.header.device, "null");
+  ASSERT_EQ(plan.steps.size(), cpu_plan.steps.size()) << "the same fusions as the CPU";
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) EXPECT_EQ(plan.steps[i].kernel, cpu_plan.steps[i].kernel);
+  for (const std::string& d : plan.decisions)
+    EXPECT_EQ(nlohmann::json::parse(d).at("device"), "null:0") << "dispatched for the null device";
+
+  const HostTensor x = randn({4, 3}, 33), reps = ints({2, 3});
+  auto want = Executor(std::make_shared<ExecutionPlan>(cpu_plan)).run({"x", "reps"}, {x, reps});
+  Executor ex(std::make_shared<ExecutionPlan>(plan));
+  RunStats st;
+  Profiler::instance().enable();
+  auto got = ex.run({"x", "reps"}, {x, reps}, {}, &st);
+  const ProfilerCounters pc = Profiler::instance().counters();
+  Profiler::instance().disable();
+  EXPECT_EQ(pc.copies_h2d, 2u) << "the edge copies are the backend's copies";
+  EXPECT_EQ(pc.copies_d2h, 2u);
+  EXPECT_EQ(st.copies_to_device, 2);
+  EXPECT_EQ(st.copies_to_host, 2);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].shape, want[i].shape);
+    ASSERT_EQ(std::memcmp(got[i].data, want[i].data, got[i].nbytes()), 0) << "same kernels, same bits: " << i;
+  }
+  // A second run reuses the pooled stream and the allocator's blocks.
+  auto again = ex.run({"x", "reps"}, {x, reps});
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(again[i].data, want[i].data, again[i].nbytes()), 0);
+}
+
+TEST_F(NullDeviceTest, OffUnlessAskedForAndSaysHow) {
+  unsetenv("XRT_NULL_DEVICE");
+  const HostTensor w = randn({3, 5}, 34), b = randn({5}, 35);
+  CompileOptions opt;
+  opt.device = "null";
+  try {
+    compile(small_model(w, b), opt);
+    FAIL() << "compiled for the null device while it is off";
+  } catch (const BackendUnavailableError& e) {
+    EXPECT_NE(std::string(e.what()).find("XRT_NULL_DEVICE=1"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(SeamTest, PlanSavedForTheProviderReloadsAndRunsOnIt) {
   auto counting = std::make_shared<CountingProvider>();
   ASSERT_TRUE(ProviderRegistry::instance().add(counting));
@@ -416,7 +482,7 @@ TEST_F(SeamTest, RegistryRefusesBadProvidersAndReplacesOnlyWhenAsked) {
   EXPECT_FALSE(reg.remove("counting"));
   // The process registry has the CPU provider without anyone here adding it.
   ASSERT_NE(ProviderRegistry::instance().find("cpu"), nullptr);
-  EXPECT_EQ(ProviderRegistry::instance().find("cpu")->kernel_device(), DeviceType::kCPU);
+  EXPECT_EQ(ProviderRegistry::instance().find("cpu")->kernel_device(), DeviceKind::cpu());
   EXPECT_TRUE(ProviderRegistry::instance().find("cpu")->host_memory());
 }
 

@@ -48,6 +48,24 @@ def test_devices_enumerate_cpu_last_and_explain_missing_cuda():
     xrt.synchronize()  # on the current device: must not raise
 
 
+def test_device_kinds_come_from_the_core_plugin_table():
+    kinds = xrt.runtime.device.device_kinds()
+    assert kinds[-1] == "cpu" and len(set(kinds)) == len(kinds)
+    assert xrt.runtime.device.accelerator_kind() == kinds[0]
+    for kind in kinds:
+        spec = xrt._core.DeviceSpec(kind if kind == "cpu" else f"{kind}:3")
+        assert spec.type == kind
+        assert str(spec) == ("cpu" if kind == "cpu" else f"{kind}:3")
+        assert xrt._core.DeviceSpec(str(spec)) == spec
+    with pytest.raises(xrt.InvalidArgumentError) as e:
+        xrt._core.DeviceSpec("tpu:0")
+    for kind in kinds:  # the error lists what this build knows
+        assert f"'{kind}'" in str(e.value)
+    # The backend answers attributes by key: the CPU has no capability.
+    assert xrt.runtime.device.device_attribute("cpu", "capability") == ""
+    assert xrt.runtime.device.unavailable_reason("cpu") == ""
+
+
 # ---- DLPack and numpy ----------------------------------------------------------
 
 

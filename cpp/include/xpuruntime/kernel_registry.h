@@ -24,7 +24,7 @@
 #include "xpuruntime/backend.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/dtype.h"
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime {
@@ -74,7 +74,7 @@ struct OpContext {
   std::string op;    // canonical op key: matmul, conv, attention, layernorm, softmax, ...
   std::string node;  // graph node / call site name, for the decision log
   Device device;
-  int capability = 0;  // CUDA: sm major*10+minor (90 = Hopper); 0 on CPU
+  int capability = 0;  // the backend's attribute "capability" (CUDA: sm major*10+minor); 0 on CPU
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::map<std::string, std::string> attrs;  // op attributes as text ("1", "0.5", "gelu")
@@ -133,14 +133,14 @@ struct KernelDef {
   std::string op;
   std::string name;      // unique within op: "cublasLt", "flash_v2", "cpu_blas", ...
   std::string provider;  // "cpu", "cublas", "cublasLt", "cuda_raw", "python", ...
-  DeviceType device = DeviceType::kCPU;
+  DeviceKind device = DeviceKind::cpu();
   // Further device kinds it runs on: a Python kernel over torch tensors (torch's own
   // matmul, the math SDPA backend) runs wherever torch does. Usually empty.
-  std::vector<DeviceType> more_devices;
+  std::vector<DeviceKind> more_devices;
   std::vector<DType> dtypes;         // accepted input dtypes; empty = any
   std::vector<std::string> layouts;  // accepted input layouts (TensorSpec::layout); empty = any
-  int min_capability = 0;            // CUDA only; 0 = no minimum
-  int max_capability = 0;            // CUDA only; 0 = no maximum
+  int min_capability = 0;            // devices with a capability only; 0 = no minimum
+  int max_capability = 0;            // devices with a capability only; 0 = no maximum
   std::size_t workspace_bytes = 0;   // default need; Kernel::workspace_bytes(ctx) refines it
   int priority = 0;                  // higher first among auto candidates
   bool deterministic = true;         // bitwise reproducible run to run (no atomics races)
@@ -151,7 +151,7 @@ struct KernelDef {
   bool requested_only = false;
   std::string description;
 
-  bool runs_on(DeviceType t) const {
+  bool runs_on(DeviceKind t) const {
     return t == device || std::find(more_devices.begin(), more_devices.end(), t) != more_devices.end();
   }
 };
@@ -280,7 +280,7 @@ class KernelRegistry {
   std::vector<KernelPtr> kernels(const std::string& op) const;
   // Definitions, optionally filtered, ordered by op, then priority, then name.
   std::vector<KernelDef> list(const std::optional<std::string>& op = std::nullopt,
-                              const std::optional<DeviceType>& device = std::nullopt) const;
+                              const std::optional<DeviceKind>& device = std::nullopt) const;
   // Metadata checks (device kind, dtypes, layouts, capability, workspace), then the
   // kernel's own supports(). Never throws for an unsupported case.
   static Support check(const Kernel& kernel, const OpContext& ctx);

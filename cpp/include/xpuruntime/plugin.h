@@ -11,14 +11,15 @@
 // plugin registers its kernels into KernelRegistry::instance() and its provider into
 // graph's ProviderRegistry; the DeviceManager takes its backend.
 //
-// How to add a device: a folder backends/<device>/ with a DeviceBackend, its kernels
-// and an xpuruntime_plugin_init; then one line in the core's plugin table naming the
-// file that serves the device type (plugin.cpp).
+// How to add a device (docs/adding_a_device.md): a folder backends/<device>/ with a
+// DeviceBackend, its kernels and an xpuruntime_plugin_init; then one line in the
+// core's plugin table (plugin.cpp), which also makes <device> a DeviceKind.
 //
 // Thread-safe; plugins stay loaded until process exit.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,13 +35,13 @@ class ExecutionProvider;
 
 // Bumped whenever PluginEntry or the meaning of its fields changes. The core refuses a
 // plugin built against another version, and a plugin refuses a core of another version.
-inline constexpr int kPluginApiVersion = 1;
+inline constexpr int kPluginApiVersion = 2;  // 2: DeviceKind, copy_strided, attribute, DLPack codes
 inline constexpr const char* kPluginInitSymbol = "xpuruntime_plugin_init";
 
 // What a plugin's init fills in. Everything it points to lives until process exit.
 struct PluginEntry {
   int api_version = 0;  // the version the plugin was built against
-  DeviceType device_type = DeviceType::kCPU;
+  DeviceKind device_type;  // the kind it serves: DeviceKind::named(<its table name>)
   // The device backend; null when the plugin cannot serve its device at all (then
   // unavailable_reason says why). A backend with zero devices is not null.
   DeviceBackend* backend = nullptr;
@@ -52,6 +53,10 @@ struct PluginEntry {
   // The address of a named entry point, or null when the plugin has none by that name.
   void* (*lookup)(const char* name) = nullptr;
   std::string unavailable_reason;  // "" when the backend is usable
+  // A device whose memory is host memory may run another kind's kernels instead of
+  // its own (the null device runs the CPU's): KernelRegistry::check then accepts
+  // that kind's kernels for calls on this device. Unset: its own kernels only.
+  std::optional<DeviceKind> runs_kernels_of;
 };
 
 // The one symbol a plugin library exports. Returns 0 and fills *out, or returns
@@ -63,13 +68,13 @@ using PluginInitFn = int (*)(int api_version, PluginEntry* out);
 int cpu_plugin_init(int api_version, PluginEntry* out);
 
 struct PluginStatus {
-  std::string name;     // "cuda"
+  std::string name;     // the plugin table's name, e.g. "cpu"
   std::string path;     // the file tried ("built-in" for the CPU)
   bool loaded = false;  // init ran and returned an entry
   std::string error;    // dlerror(), the version mismatch or the plugin's own reason
 };
 
-// Loads (once) the plugin `name` ("cpu", "cuda" → libxpuruntime_cuda.so), runs its
+// Loads (once) the plugin `name` ("cpu" built in, others libxpuruntime_<name>.so), runs its
 // init, registers its kernels and provider; returns its status. A missing library is
 // a status, not an exception.
 const PluginStatus& load_plugin(const std::string& name);
@@ -77,10 +82,10 @@ const PluginStatus& load_plugin(const std::string& name);
 // error), so their kernels are registered: list_kernels() shows every kernel that
 // could run in this process.
 void load_device_plugins();
-// The name of the plugin serving a device type ("cpu", "cuda").
-std::string plugin_for_device(DeviceType type);
-// The device types some plugin serves, accelerators first.
-std::vector<DeviceType> plugin_device_types();
+// The name of the plugin serving a device kind (the kind's name).
+std::string plugin_for_device(DeviceKind kind);
+// The device kinds some plugin serves, accelerators first (DeviceKind::all()).
+std::vector<DeviceKind> plugin_device_kinds();
 // The device backend of a loaded plugin, or nullptr with *why set (plugin absent,
 // failed to initialize).
 DeviceBackend* plugin_backend(const std::string& plugin, std::string* why = nullptr);
@@ -88,12 +93,15 @@ DeviceBackend* plugin_backend(const std::string& plugin, std::string* why = null
 // absent or has no such entry.
 void* plugin_lookup(const std::string& plugin, const char* name);
 // plugin_lookup cast to the entry's function type, e.g.
-// plugin_entry<cuda_kernels::StridedCopyEntry>("cuda", cuda_kernels::entry::kStridedCopy).
+// plugin_entry<cuda_kernels::StridedCopyEntry>(plugin, cuda_kernels::entry::kStridedCopy).
 template <typename Fn>
 Fn plugin_entry(const std::string& plugin, const char* name) {
   return reinterpret_cast<Fn>(plugin_lookup(plugin, name));
 }
 std::vector<PluginStatus> plugin_statuses();
+// The kind whose kernels a loaded plugin's device runs (PluginEntry::runs_kernels_of),
+// or nullopt (its own kernels; or its plugin is not loaded).
+std::optional<DeviceKind> kernels_run_by(DeviceKind kind);
 // The folder holding libxpuruntime_core.so (where plugins are looked up).
 std::string core_library_dir();
 

@@ -25,7 +25,7 @@ using Stride4 = std::array<int64_t, 4>;
 using Shape6 = std::array<int32_t, 6>;
 
 const std::string& plugin_name() {
-  static const std::string name = plugin_for_device(DeviceType::kCUDA);
+  static const std::string name = "cuda";  // the CUDA plugin's kernel entries (cuda_kernels_abi.h)
   return name;
 }
 

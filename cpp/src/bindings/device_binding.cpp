@@ -3,29 +3,35 @@
 #include <cstdint>
 
 #include "bindings/bindings.h"
+#include "xpuruntime/backend.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/plugin.h"
 
 namespace xpuruntime::bindings {
 
 void bind_device(py::module_& m) {
-  py::enum_<DeviceType>(m, "DeviceType")
-      .value("CPU", DeviceType::kCPU)
-      .value("CUDA", DeviceType::kCUDA);
+  // The device kinds of this build's plugin table, accelerators first ("cuda", "cpu").
+  m.def("device_kinds", [] {
+    std::vector<std::string> out;
+    for (DeviceKind k : DeviceKind::all()) out.emplace_back(k.name());
+    return out;
+  });
+  // The kind the seed API's integer device ids name (the table's first line).
+  m.def("accelerator_kind", [] { return std::string(DeviceKind::accelerator().name()); });
 
   py::class_<Device>(m, "DeviceSpec")
       .def(py::init([](const std::string& s) { return Device::parse(s); }), py::arg("device"))
-      .def_readonly("type", &Device::type)
+      .def_property_readonly("type", [](const Device& d) { return std::string(d.kind.name()); })
       .def_readonly("index", &Device::index)
       .def("__str__", &Device::str)
       .def("__repr__", [](const Device& d) { return "DeviceSpec('" + d.str() + "')"; })
       .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
-      .def("__hash__", [](const Device& d) { return static_cast<int>(d.type) * 1000 + d.index; });
+      .def("__hash__", [](const Device& d) { return static_cast<int>(d.kind.id()) * 1000 + d.index; });
 
   py::class_<DeviceInfo>(m, "DeviceInfo")
       .def_readonly("device_id", &DeviceInfo::device_id)
       .def_property_readonly("device_type",
-                             [](const DeviceInfo& i) { return std::string(device_type_name(i.device_type)); })
+                             [](const DeviceInfo& i) { return std::string(i.device_type.name()); })
       .def_readonly("name", &DeviceInfo::name)
       .def_readonly("total_memory", &DeviceInfo::total_memory)
       .def_readonly("free_memory", &DeviceInfo::free_memory)
@@ -39,7 +45,7 @@ void bind_device(py::module_& m) {
       .def_readonly("runtime_version", &DeviceInfo::runtime_version)
       .def_readonly("pci_bus_id", &DeviceInfo::pci_bus_id)
       .def("__repr__", [](const DeviceInfo& info) {
-        return "<DeviceInfo: " + std::string(device_type_name(info.device_type)) + ":" +
+        return "<DeviceInfo: " + std::string(info.device_type.name()) + ":" +
                std::to_string(info.device_id) + " " + info.name + " (" +
                std::to_string(info.total_memory / (1024ull * 1024 * 1024)) + " GB)>";
       });
@@ -48,6 +54,12 @@ void bind_device(py::module_& m) {
   py::class_<DeviceManager, std::unique_ptr<DeviceManager, py::nodelete>>(m, "DeviceManager")
       .def_static("instance", &DeviceManager::instance, py::return_value_policy::reference)
       .def("get_device_count", py::overload_cast<>(&DeviceManager::get_device_count, py::const_))
+      .def(
+          "get_device_count_of",
+          [](const DeviceManager& dm, const std::string& kind) {
+            return dm.get_device_count(DeviceKind::named(kind));
+          },
+          py::arg("kind"))
       .def("get_all_devices", &DeviceManager::get_all_devices)
       .def("get_device_info", py::overload_cast<int>(&DeviceManager::get_device_info, py::const_),
            py::arg("device_id"))
@@ -70,7 +82,22 @@ void bind_device(py::module_& m) {
              py::gil_scoped_release release;
              dm.synchronize(dev);
            })
-      .def("cuda_unavailable_reason", &DeviceManager::cuda_unavailable_reason);
+      .def("cuda_unavailable_reason", &DeviceManager::accelerator_unavailable_reason)
+      .def("accelerator_unavailable_reason", &DeviceManager::accelerator_unavailable_reason)
+      .def(
+          "unavailable_reason",
+          [](const DeviceManager& dm, const std::string& kind) {
+            return dm.unavailable_reason(DeviceKind::named(kind));
+          },
+          py::arg("kind"))
+      .def(
+          "attribute",
+          [](const DeviceManager& dm, const std::string& device, const std::string& key) {
+            const Device d = Device::parse(device);
+            dm.check_device(d);
+            return dm.backend(d.kind).attribute(d.index, key);
+          },
+          py::arg("device"), py::arg("key"));
 
   m.def(
       "plugin_lookup",

@@ -152,7 +152,7 @@ TensorSpec spec_arg(const py::handle& h) {
 }
 
 NativeStream current_stream_of(const Device& d) {
-  return d.is_cuda() ? StreamManager::instance().current_stream(d)->native() : nullptr;
+  return !d.is_cpu() ? StreamManager::instance().current_stream(d)->native() : nullptr;
 }
 
 // ---- Python kernels -------------------------------------------------------------
@@ -285,10 +285,10 @@ py::dict def_to_dict(const KernelDef& d) {
   o["op"] = d.op;
   o["name"] = d.name;
   o["provider"] = d.provider;
-  o["device"] = std::string(device_type_name(d.device));
+  o["device"] = std::string(d.device.name());
   py::list devices;
-  devices.append(std::string(device_type_name(d.device)));
-  for (DeviceType t : d.more_devices) devices.append(std::string(device_type_name(t)));
+  devices.append(std::string(d.device.name()));
+  for (DeviceKind t : d.more_devices) devices.append(std::string(t.name()));
   o["devices"] = devices;
   py::list dts;
   for (DType t : d.dtypes) dts.append(std::string(dtype_name(t)));
@@ -448,8 +448,8 @@ void bind_dispatch(py::module_& m) {
              d.op = op;
              d.name = name;
              d.provider = "python";
-             d.device = Device::parse(device).type;
-             for (const auto& m : more_devices) d.more_devices.push_back(Device::parse(m).type);
+             d.device = Device::parse(device).kind;
+             for (const auto& m : more_devices) d.more_devices.push_back(Device::parse(m).kind);
              if (!dtypes.is_none()) {
                for (const auto& t : dtypes) d.dtypes.push_back(dtype_from_name(py::str(t).cast<std::string>()));
              }
@@ -475,8 +475,8 @@ void bind_dispatch(py::module_& m) {
       .def("list",
            [](const KernelRegistry& r, const std::optional<std::string>& op,
               const std::optional<std::string>& device) {
-             std::optional<DeviceType> dev;
-             if (device) dev = Device::parse(*device).type;
+             std::optional<DeviceKind> dev;
+             if (device) dev = Device::parse(*device).kind;
              py::list out;
              for (const auto& d : r.list(op, dev)) out.append(def_to_dict(d));
              return out;

@@ -15,10 +15,12 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
+#include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/stream.h"
 
@@ -148,16 +150,31 @@ int import_managed(DLManagedTensorVersioned* tensor, void** out_py_object) {
   }
 }
 
+std::string kinds_text() {
+  std::string out;
+  for (DeviceKind k : DeviceKind::all()) out += (out.empty() ? "" : ", ") + std::string(k.name());
+  return out;
+}
+
 int allocate_managed(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
                      void (*set_error)(void*, const char*, const char*)) {
   *out = nullptr;
   try {
-    const DLDeviceType kind = prototype->device.device_type;
-    XRT_CHECK(kind == kDLCPU || kind == kDLCUDA, UnsupportedOperationError,
-              "xpuruntime allocates DLPack tensors on kDLCPU or kDLCUDA only, not device type ", int(kind));
+    const int kind = static_cast<int>(prototype->device.device_type);
+    Device d = Device::cpu();
+    bool ours = true;
+    try {
+      d = from_dl_device(prototype->device);
+    } catch (const UnsupportedOperationError&) {
+      ours = false;
+    }
+    // A device's own code only: not the host memory a backend also names (pinned).
+    XRT_CHECK(ours && DeviceManager::instance().dlpack_device_type(d) == kind, UnsupportedOperationError,
+              "xpuruntime allocates DLPack tensors on kDLCPU or its devices' own codes only (device "
+              "kinds of this build: ",
+              kinds_text(), "), not device type ", kind);
     XRT_CHECK(prototype->ndim >= 0, InvalidArgumentError, "DLPack prototype has ndim ", prototype->ndim);
     Shape shape(prototype->shape, prototype->shape + prototype->ndim);
-    Device d = from_dl_device(prototype->device);
     Tensor t = Tensor::empty(shape, from_dl_dtype(prototype->dtype), d, current_native_stream(d));
     *out = to_managed_versioned(t, false);
     return 0;
@@ -175,7 +192,13 @@ int allocate_managed(DLTensor* prototype, DLManagedTensorVersioned** out, void* 
 
 int current_work_stream(DLDeviceType device_type, int32_t device_id, void** out_current_stream) {
   try {
-    *out_current_stream = device_type == kDLCUDA ? current_native_stream(Device::cuda(device_id)) : nullptr;
+    *out_current_stream = nullptr;
+    std::optional<Device> d;
+    try {
+      d = DeviceManager::instance().device_from_dlpack(static_cast<int>(device_type), device_id);
+    } catch (const UnsupportedOperationError&) {  // not a device of ours: no stream to name
+    }
+    if (d && !d->is_cpu()) *out_current_stream = current_native_stream(*d);
     return 0;
   } catch (...) {
     PyGILState_STATE gil = PyGILState_Ensure();  // callers need not hold the GIL
@@ -224,7 +247,8 @@ bool same_device(PyObject* dl_device, const Device& d) {
     PyErr_Clear();  // the general path reports it with its own message
     return false;
   }
-  return d.is_cpu() ? type == kDLCPU : (type == kDLCUDA && id == d.index);
+  if (d.is_cpu()) return type == kDLCPU;
+  return type == DeviceManager::instance().dlpack_device_type(d) && id == d.index;
 }
 
 // __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
@@ -266,9 +290,9 @@ PyObject* dunder_dlpack(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
       if (fast) {
         const long long value = PyLong_AsLongLong(stream);
         if (value == -1 && PyErr_Occurred()) return nullptr;
-        // CPU: only -1 is allowed; CUDA: 0 is disallowed. The general path says why.
-        fast = value == -1 || (d.is_cuda() && value != 0);
-        order = d.is_cuda() && value != -1;
+        // CPU: only -1 is allowed; a device: 0 is disallowed. The general path says why.
+        fast = value == -1 || (!d.is_cpu() && value != 0);
+        order = !d.is_cpu() && value != -1;
         consumer = value == 1 ? nullptr : reinterpret_cast<NativeStream>(static_cast<intptr_t>(value));
       }
     }
@@ -290,7 +314,8 @@ PyObject* dunder_dlpack(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
 PyObject* dunder_dlpack_device(PyObject* self, PyObject* /*unused*/) {
   try {
     const Device d = tensor_of(self).device();
-    return d.is_cpu() ? Py_BuildValue("(ii)", int(kDLCPU), 0) : Py_BuildValue("(ii)", int(kDLCUDA), d.index);
+    return d.is_cpu() ? Py_BuildValue("(ii)", int(kDLCPU), 0)
+                      : Py_BuildValue("(ii)", DeviceManager::instance().dlpack_device_type(d), d.index);
   } catch (...) {
     set_python_error();
     return nullptr;
@@ -333,9 +358,10 @@ PyObject* to_torch_method(PyObject* self, PyObject* /*unused*/) {
       return py::module_::import("torch").attr("from_dlpack")(py::handle(self)).release().ptr();
     }
     const Tensor& t = tensor_of(self);
-    if (t.device().is_cuda()) {  // torch's current stream waits for ours
+    if (!t.device().is_cpu()) {  // torch's current stream waits for ours
       void* theirs = nullptr;
-      if (api->current_work_stream(kDLCUDA, t.device().index, &theirs) != 0)
+      const auto code = static_cast<DLDeviceType>(DeviceManager::instance().dlpack_device_type(t.device()));
+      if (api->current_work_stream(code, t.device().index, &theirs) != 0)
         throw_python_error("torch's current_work_stream");
       order_streams(t.device(), current_native_stream(t.device()), theirs);
     }
@@ -383,7 +409,7 @@ void count_dlpack(DLPackRoute r) noexcept {
 }
 
 void order_streams(const Device& d, NativeStream producer, NativeStream consumer) {
-  if (producer == consumer || !d.is_cuda()) return;
+  if (producer == consumer || d.is_cpu()) return;
   // One reusable event per device and thread: a wait takes the event's state when it
   // is enqueued, so recording the event again later leaves earlier waits intact.
   thread_local std::vector<std::unique_ptr<Event>> events;
@@ -403,9 +429,11 @@ bool try_import_via_exchange_api(const py::handle& obj, Tensor* out) {
     throw_python_error("the producer's managed_tensor_from_py_object_no_sync");
   const DLDevice where = m->dl_tensor.device;  // read before adopt_versioned owns m
   Tensor t = adopt_versioned(m);
-  if (where.device_type == kDLCUDA) {  // our current stream waits for the producer's
+  // Device memory under the device's own code: our current stream waits for the producer's.
+  if (!t.device().is_cpu() &&
+      static_cast<int>(where.device_type) == DeviceManager::instance().dlpack_device_type(t.device())) {
     void* theirs = nullptr;
-    if (api->current_work_stream(kDLCUDA, where.device_id, &theirs) != 0)
+    if (api->current_work_stream(where.device_type, where.device_id, &theirs) != 0)
       throw_python_error("the producer's current_work_stream");
     order_streams(t.device(), theirs, current_native_stream(t.device()));
   }

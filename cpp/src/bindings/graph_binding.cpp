@@ -14,7 +14,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/ops/op_schema.h"
 #include "xpuruntime/plugin.h"
@@ -345,7 +345,7 @@ void bind_graph(py::module_& m) {
               XRT_CHECK(t.is_contiguous(), InvalidArgumentError, what,
                         " must be contiguous (call .contiguous() on it first)");
               const Device d = t.device();
-              XRT_CHECK(d.is_cpu() || (d.type == plan_dev.type && d.index == plan_dev.index),
+              XRT_CHECK(d.is_cpu() || (d.kind == plan_dev.kind && d.index == plan_dev.index),
                         InvalidArgumentError, what, " is on ", d.str(), " but the plan runs on ",
                         plan_dev.str(), "; move it there first");
               keep.push_back(t);

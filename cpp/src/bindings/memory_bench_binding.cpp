@@ -58,7 +58,7 @@ BenchResult bench_alloc_free(const std::vector<int64_t>& sizes, const std::vecto
   }
   const Device dev = Device::parse(device);
   DeviceManager::instance().check_device(dev);
-  DeviceBackend& backend = DeviceManager::instance().backend(dev.type);
+  DeviceBackend& backend = DeviceManager::instance().backend(dev.kind);
   BenchResult result;
   if (mode == "caching") {
     CachingAllocator alloc(backend, dev);  // fresh: its first pass starts cold

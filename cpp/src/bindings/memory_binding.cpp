@@ -14,7 +14,7 @@ CachingAllocator& alloc_of(const std::string& device) {
 NativeStream stream_arg(const std::string& device, py::object stream) {
   if (stream.is_none()) {
     Device d = Device::parse(device);
-    return d.is_cuda() ? StreamManager::instance().current_stream(d)->native() : nullptr;
+    return !d.is_cpu() ? StreamManager::instance().current_stream(d)->native() : nullptr;
   }
   return reinterpret_cast<NativeStream>(stream.cast<uintptr_t>());
 }

@@ -10,6 +10,7 @@
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
 #include "xpuruntime/dlpack_abi.h"
+#include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/stream.h"
 #include "xpuruntime/tensor.h"
@@ -83,24 +84,16 @@ DType from_dl_dtype(DLDataType dt) {
             ") has no xpuruntime equivalent");
 }
 
+// The backends say which DLPack codes are theirs (pinned host memory is host memory).
 Device from_dl_device(DLDevice d) {
-  switch (d.device_type) {
-    case kDLCPU:
-    case kDLCUDAHost:  // pinned host memory is host memory
-      return Device::cpu();
-    case kDLCUDA:
-    case kDLCUDAManaged:
-      return Device::cuda(d.device_id);
-    default:
-      XRT_THROW(UnsupportedOperationError, "DLPack device type ", int(d.device_type),
-                " is not supported (cpu and cuda are)");
-  }
+  return DeviceManager::instance().device_from_dlpack(static_cast<int>(d.device_type), d.device_id);
 }
 
 namespace {
 
 DLDevice to_dl_device(const Device& d) {
-  return d.is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, d.index};
+  if (d.is_cpu()) return DLDevice{kDLCPU, 0};
+  return DLDevice{static_cast<DLDeviceType>(DeviceManager::instance().dlpack_device_type(d)), d.index};
 }
 
 // What an exported tensor owns: a view of our tensor. DLPack's shape/strides point

@@ -8,6 +8,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/tensor_convert.h"
+#include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/stream.h"
 
@@ -61,10 +62,11 @@ DType dtype_of_numpy(const py::dtype& dt) {
 // DLPack stream argument (array API): None/1 legacy default, 2 per-thread default,
 // -1 no synchronization, other values a cudaStream_t.
 void sync_for_consumer(const Tensor& t, const py::object& stream) {
-  if (!t.device().is_cuda() || stream.is_none()) return;
+  if (t.device().is_cpu() || stream.is_none()) return;
   auto value = stream.cast<int64_t>();
   if (value == -1) return;
-  XRT_CHECK(value != 0, InvalidArgumentError, "DLPack stream 0 is disallowed for CUDA (use 1 or 2)");
+  XRT_CHECK(value != 0, InvalidArgumentError, "DLPack stream 0 is disallowed for ", t.device().kind.name(),
+            " (use 1 or 2)");
   auto consumer = reinterpret_cast<NativeStream>(value == 1 ? 0 : value);
   order_streams(t.device(), current_native_stream(t.device()), consumer);
 }
@@ -72,7 +74,7 @@ void sync_for_consumer(const Tensor& t, const py::object& stream) {
 }  // namespace
 
 NativeStream current_native_stream(const Device& d) {
-  return d.is_cuda() ? StreamManager::instance().current_stream(d)->native() : nullptr;
+  return !d.is_cpu() ? StreamManager::instance().current_stream(d)->native() : nullptr;
 }
 
 py::object tensor_dlpack(const Tensor& self, const py::object& stream, const py::object& max_version,
@@ -83,11 +85,17 @@ py::object tensor_dlpack(const Tensor& self, const py::object& stream, const py:
   bool copy_required = !copy.is_none() && copy.cast<bool>();
   if (!dl_device.is_none()) {
     auto pair = dl_device.cast<std::pair<int, int>>();
-    Device want = (pair.first == 1 || pair.first == 3) ? Device::cpu() : Device::cuda(pair.second);
+    Device want = t.device();
+    try {
+      want = DeviceManager::instance().device_from_dlpack(pair.first, pair.second);
+    } catch (const UnsupportedOperationError&) {  // a device this build does not serve: not ours
+      if (!copy_allowed) throw py::buffer_error("__dlpack__: dl_device differs and copy=False");
+      throw;
+    }
     if (want != t.device()) {
       if (!copy_allowed) throw py::buffer_error("__dlpack__: dl_device differs and copy=False");
       py::gil_scoped_release release;
-      t = t.to(want, current_native_stream(want.is_cuda() ? want : t.device()), true);
+      t = t.to(want, current_native_stream(!want.is_cpu() ? want : t.device()), true);
       copied = true;
     }
   }
@@ -175,8 +183,9 @@ Tensor tensor_from_python(const py::handle& obj) {
     py::object stream = py::none();
     if (py::hasattr(obj, "__dlpack_device__")) {
       auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
-      if (dev.first == 2) {  // CUDA: ask the producer to order its work before our stream
-        NativeStream ours = current_native_stream(Device::cuda(dev.second));
+      const Device dd = DeviceManager::instance().device_from_dlpack(dev.first, dev.second);
+      if (!dd.is_cpu()) {  // a device: ask the producer to order its work before our stream
+        NativeStream ours = current_native_stream(dd);
         stream = py::int_(ours ? reinterpret_cast<int64_t>(ours) : 1);
       }
     }
@@ -244,7 +253,7 @@ void bind_tensor_class(py::module_& m) {
            [](const Tensor& t, const std::string& device, bool copy) {
              Device d = Device::parse(device);
              py::gil_scoped_release release;
-             return t.to(d, current_native_stream(d.is_cuda() ? d : t.device()), copy);
+             return t.to(d, current_native_stream(!d.is_cpu() ? d : t.device()), copy);
            },
            py::arg("device"), py::arg("copy") = false)
       .def("contiguous",
@@ -258,7 +267,7 @@ void bind_tensor_class(py::module_& m) {
            [](Tensor& t, py::object src) {
              Tensor s = tensor_from_python(src);
              py::gil_scoped_release release;
-             t.copy_from(s, current_native_stream(t.device().is_cuda() ? t.device() : s.device()));
+             t.copy_from(s, current_native_stream(!t.device().is_cpu() ? t.device() : s.device()));
              return t;
            },
            py::arg("src"))

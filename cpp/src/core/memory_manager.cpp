@@ -22,7 +22,7 @@ Allocators& allocators() {
   return a.get();
 }
 // Pinned blocks handed out and not yet freed, with the backend that allocated each:
-// free_pinned takes only these, and frees each with its own backend (the CUDA plugin
+// free_pinned takes only these, and frees each with its own backend (a device plugin
 // may load after a block came from the CPU backend).
 struct PinnedBlocks {
   std::mutex mu;
@@ -31,6 +31,17 @@ struct PinnedBlocks {
 PinnedBlocks& pinned_blocks() {
   static NoDestructor<PinnedBlocks> p;
   return p.get();
+}
+// Pinned host memory comes from the first backend in the plugin table's order that
+// has a device and says its host memory is page-locked; else from the CPU's.
+DeviceBackend& pinned_host_backend() {
+  DeviceManager& dm = DeviceManager::instance();
+  for (DeviceKind kind : DeviceKind::all()) {
+    if (kind.is_cpu()) continue;
+    DeviceBackend* b = dm.backend_or_null(kind);
+    if (b != nullptr && b->attribute(0, "host_memory") == "pinned") return *b;
+  }
+  return dm.backend(DeviceKind::cpu());
 }
 }  // namespace
 
@@ -42,11 +53,11 @@ MemoryManager& MemoryManager::instance() {
 CachingAllocator& MemoryManager::allocator(const Device& d) {
   auto& a = allocators();
   std::lock_guard<std::mutex> lock(a.mu);
-  auto key = std::make_pair(static_cast<int>(d.type), d.index);
+  auto key = std::make_pair(static_cast<int>(d.kind.id()), d.index);
   auto it = a.by_device.find(key);
   if (it != a.by_device.end()) return *it->second;
   DeviceManager::instance().check_device(d);
-  auto& backend = DeviceManager::instance().backend(d.type);
+  auto& backend = DeviceManager::instance().backend(d.kind);
   auto alloc = std::make_unique<CachingAllocator>(backend, d);
   return *a.by_device.emplace(key, std::move(alloc)).first->second;
 }
@@ -56,9 +67,7 @@ void* MemoryManager::allocate_pinned(std::size_t bytes) {
   XRT_CHECK(bytes <= kMaxAllocationBytes, OutOfMemoryError, "could not allocate ", bytes,
             " bytes of pinned host memory: more than any machine holds (at most ",
             kMaxAllocationBytes, " bytes)");
-  DeviceManager& dm = DeviceManager::instance();
-  DeviceBackend* cuda = dm.backend_or_null(DeviceType::kCUDA);
-  DeviceBackend& backend = cuda ? *cuda : dm.backend(DeviceType::kCPU);
+  DeviceBackend& backend = pinned_host_backend();
   void* p = backend.host_alloc(bytes);
   XRT_CHECK(p != nullptr, OutOfMemoryError, "could not allocate ", bytes, " bytes of pinned host memory");
   auto& blocks = pinned_blocks();

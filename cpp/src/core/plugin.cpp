@@ -11,7 +11,8 @@
 #include <mutex>
 
 #include "core/no_destructor.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/error.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime {
@@ -22,18 +23,39 @@ struct PluginRecord {
   PluginEntry entry;
 };
 
-// Which plugin serves which device type: the only place the core names a device
-// plugin. Built-in plugins have an init function, the others a library file name.
+// Which plugin serves which device kind: the only place the core names a device.
+// Each line makes its name a DeviceKind (and its alias another spelling of it in
+// Device::parse). Built-in plugins have an init function, the others a library file
+// name. Accelerators first: DeviceManager lists devices in this order, and the first
+// line's kind is the one the seed API's integer device ids name.
 struct PluginSource {
   const char* name;
-  DeviceType type;
+  const char* alias;     // another name Device::parse accepts, or nullptr
   PluginInitFn builtin;  // nullptr: libxpuruntime_<name>.so
 };
-// Accelerators first: DeviceManager lists devices in this order.
 constexpr PluginSource kPluginSources[] = {
-    {"cuda", DeviceType::kCUDA, nullptr},
-    {"cpu", DeviceType::kCPU, &cpu_plugin_init},
+    {"cuda", "gpu", nullptr},
+    {"null", nullptr, nullptr},
+    {"cpu", nullptr, &cpu_plugin_init},
 };
+constexpr std::size_t kSourceCount = sizeof(kPluginSources) / sizeof(kPluginSources[0]);
+
+// The kind id of table line i: the CPU is 0 (DeviceKind's default), the others
+// 1, 2, ... in table order.
+constexpr uint8_t kind_id_of_line(std::size_t i) {
+  uint8_t id = 1;
+  for (std::size_t j = 0; j < i; ++j) {
+    if (kPluginSources[j].builtin != &cpu_plugin_init) ++id;
+  }
+  return kPluginSources[i].builtin == &cpu_plugin_init ? 0 : id;
+}
+
+std::size_t line_of(uint8_t id) {
+  for (std::size_t i = 0; i < kSourceCount; ++i) {
+    if (kind_id_of_line(i) == id) return i;
+  }
+  return kSourceCount;
+}
 
 // Guards records(); held while a plugin initializes, so init runs once. Recursive:
 // a plugin's registration may itself reach the plugin registry on this thread.
@@ -115,6 +137,37 @@ PluginRecord& load_locked(const std::string& name) {
 
 }  // namespace
 
+// Interns the kinds: DeviceKind's constructor is private to the table.
+struct DeviceKindTable {
+  static DeviceKind of_line(std::size_t i) { return DeviceKind(kind_id_of_line(i)); }
+};
+
+DeviceKind DeviceKind::named(std::string_view name) {
+  for (std::size_t i = 0; i < kSourceCount; ++i) {
+    const PluginSource& s = kPluginSources[i];
+    if (name == s.name || (s.alias != nullptr && name == s.alias)) return DeviceKindTable::of_line(i);
+  }
+  std::string known;
+  for (const PluginSource& s : kPluginSources) {
+    known += (known.empty() ? "'" : ", '") + std::string(s.name) + "'";
+  }
+  XRT_THROW(InvalidArgumentError, "unknown device kind '", name, "'; this build knows ", known,
+            " (NPUs are reached through engines: InferenceSession(device='npu'))");
+}
+
+std::vector<DeviceKind> DeviceKind::all() {
+  std::vector<DeviceKind> out;
+  for (std::size_t i = 0; i < kSourceCount; ++i) out.push_back(DeviceKindTable::of_line(i));
+  return out;
+}
+
+DeviceKind DeviceKind::accelerator() { return DeviceKindTable::of_line(0); }
+
+std::string_view DeviceKind::name() const {
+  const std::size_t i = line_of(id_);
+  return i < kSourceCount ? std::string_view(kPluginSources[i].name) : std::string_view("unknown");
+}
+
 std::string core_library_dir() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&core_library_dir), &info) == 0 || !info.dli_fname) return ".";
@@ -123,18 +176,9 @@ std::string core_library_dir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-std::string plugin_for_device(DeviceType type) {
-  for (const PluginSource& s : kPluginSources) {
-    if (s.type == type) return s.name;
-  }
-  return std::string(device_type_name(type));
-}
+std::string plugin_for_device(DeviceKind kind) { return std::string(kind.name()); }
 
-std::vector<DeviceType> plugin_device_types() {
-  std::vector<DeviceType> out;
-  for (const PluginSource& s : kPluginSources) out.push_back(s.type);
-  return out;
-}
+std::vector<DeviceKind> plugin_device_kinds() { return DeviceKind::all(); }
 
 void load_device_plugins() {
   for (const PluginSource& s : kPluginSources) load_plugin(s.name);
@@ -166,6 +210,14 @@ void* plugin_lookup(const std::string& plugin, const char* name) {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
   const PluginRecord& rec = load_locked(plugin);
   return rec.entry.lookup != nullptr ? rec.entry.lookup(name) : nullptr;
+}
+
+std::optional<DeviceKind> kernels_run_by(DeviceKind kind) {
+  if (kind.is_cpu()) return std::nullopt;
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  auto it = records().find(std::string(kind.name()));
+  if (it == records().end() || !it->second.status.loaded) return std::nullopt;
+  return it->second.entry.runs_kernels_of;
 }
 
 std::vector<PluginStatus> plugin_statuses() {

@@ -10,11 +10,11 @@ namespace xpuruntime {
 namespace {
 DeviceBackend& backend_of(const Device& d) {
   DeviceManager::instance().check_device(d);
-  return DeviceManager::instance().backend(d.type);
+  return DeviceManager::instance().backend(d.kind);
 }
 // Per-thread current stream per device.
 thread_local std::map<std::pair<int, int>, std::shared_ptr<Stream>> t_current;
-std::pair<int, int> key_of(const Device& d) { return {static_cast<int>(d.type), d.index}; }
+std::pair<int, int> key_of(const Device& d) { return {static_cast<int>(d.kind.id()), d.index}; }
 }  // namespace
 
 std::shared_ptr<Stream> Stream::wrap(const Device& d, NativeStream s) {
@@ -23,7 +23,7 @@ std::shared_ptr<Stream> Stream::wrap(const Device& d, NativeStream s) {
 
 Stream::~Stream() {
   if (owned_ && native_) {
-    if (DeviceBackend* b = DeviceManager::instance().backend_or_null(device_.type))
+    if (DeviceBackend* b = DeviceManager::instance().backend_or_null(device_.kind))
       b->streams().destroy_stream(device_.index, native_);
   }
 }
@@ -41,7 +41,7 @@ Event::Event(const Device& d, bool enable_timing) : device_(d) {
 
 Event::~Event() {
   if (native_) {
-    if (DeviceBackend* b = DeviceManager::instance().backend_or_null(device_.type))
+    if (DeviceBackend* b = DeviceManager::instance().backend_or_null(device_.kind))
       b->streams().destroy_event(device_.index, native_);
   }
 }
@@ -74,7 +74,7 @@ float Event::elapsed_ms_since(const Event& start) const {
 
 Graph::~Graph() {
   if (native_) {
-    if (DeviceBackend* b = DeviceManager::instance().backend_or_null(device_.type))
+    if (DeviceBackend* b = DeviceManager::instance().backend_or_null(device_.kind))
       if (auto* g = b->graphs()) g->destroy(device_.index, native_);
   }
 }

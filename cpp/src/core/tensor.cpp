@@ -5,18 +5,18 @@
 #include <optional>
 #include <sstream>
 
+#include "core/host_copy.h"
+#include "xpuruntime/backend.h"
 #include "xpuruntime/checked.h"
-#include "xpuruntime/cuda_kernels_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/memory.h"
 #include "xpuruntime/plugin.h"
 
 namespace xpuruntime {
-namespace {
 
-// Strided copy on the host, innermost run copied with memcpy when contiguous.
-void cpu_strided_copy(char* dst, const Shape& dst_strides, const char* src,
-                      const Shape& src_strides, const Shape& shape, std::size_t esize) {
+void host_strided_copy(char* dst, std::span<const int64_t> dst_strides, const char* src,
+                       std::span<const int64_t> src_strides, std::span<const int64_t> shape,
+                       std::size_t esize) {
   const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t total = 1;
   for (int64_t d : shape) total *= d;
@@ -47,8 +47,6 @@ void cpu_strided_copy(char* dst, const Shape& dst_strides, const char* src,
     }
   }
 }
-
-}  // namespace
 
 Shape Tensor::contiguous_strides(const Shape& shape) {
   Shape strides(shape.size(), 1);
@@ -112,9 +110,9 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, const Device& device) {
     std::memset(t.data_ptr(), 0, t.nbytes());
   } else {
     std::vector<char> host(t.nbytes(), 0);
-    DeviceManager::instance().backend(device.type).copy(t.data_ptr(), device, host.data(),
+    DeviceManager::instance().backend(device.kind).copy(t.data_ptr(), device, host.data(),
                                                          Device::cpu(), host.size(), nullptr);
-    DeviceManager::instance().backend(device.type).synchronize_device(device.index);
+    DeviceManager::instance().backend(device.kind).synchronize_device(device.index);
   }
   return t;
 }
@@ -190,40 +188,39 @@ void Tensor::copy_from(const Tensor& src, NativeStream stream) {
   if (numel() == 0) return;
   const Device sd = src.device(), dd = device();
   if (sd.is_cpu() && dd.is_cpu()) {
-    cpu_strided_copy(static_cast<char*>(data_ptr()), strides_, static_cast<const char*>(src.data_ptr()),
-                     src.strides_, shape_, element_size());
+    host_strided_copy(static_cast<char*>(data_ptr()), strides_, static_cast<const char*>(src.data_ptr()),
+                      src.strides_, shape_, element_size());
     return;
   }
-  DeviceBackend& cuda = DeviceManager::instance().backend(DeviceType::kCUDA);
+  if (!sd.is_cpu() && !dd.is_cpu() && sd.kind != dd.kind) {  // two device kinds: through the host
+    copy_from(src.to(Device::cpu(), stream), stream);
+    return;
+  }
+  // The backend of the device side (both sides' when they are one kind).
+  DeviceBackend& be = DeviceManager::instance().backend(dd.is_cpu() ? sd.kind : dd.kind);
+  const int index = dd.is_cpu() ? sd.index : dd.index;
   if (src.is_contiguous() && is_contiguous()) {
-    cuda.copy(data_ptr(), dd, src.data_ptr(), sd, nbytes(), stream);
+    be.copy(data_ptr(), dd, src.data_ptr(), sd, nbytes(), stream);
     // The host reads the result as soon as we return.
-    if (dd.is_cpu()) cuda.streams().synchronize_stream(sd.index, stream);
+    if (dd.is_cpu()) be.streams().synchronize_stream(sd.index, stream);
     return;
   }
-  if (sd == dd) {  // same CUDA device, some side strided: one kernel
-    namespace ck = cuda_kernels;
-    const auto fn = plugin_entry<ck::StridedCopyEntry>(plugin_for_device(dd.type), ck::entry::kStridedCopy);
-    XRT_CHECK(fn != nullptr, BackendUnavailableError, "the ", device_type_name(dd.type),
-              " plugin has no strided copy kernel (rebuild and reinstall xpuruntime)");
-    char err[512] = {0};
-    ck::throw_kernel_status(fn(data_ptr(), src.data_ptr(), static_cast<int32_t>(dim()), shape_.data(),
-                               strides_.data(), src.strides_.data(), static_cast<int32_t>(element_size()),
-                               stream, err, sizeof(err)),
-                            err);
+  if (sd == dd) {  // same device, some side strided: the backend's strided copy
+    be.copy_strided(dd.index, data_ptr(), strides_, src.data_ptr(), src.strides_, shape_, element_size(),
+                    stream);
     return;
   }
   // Across devices with strides: make the source contiguous where it lives, then
   // copy the bytes, then scatter on the destination side.
   Tensor csrc = src.contiguous(stream);
   if (is_contiguous()) {
-    cuda.copy(data_ptr(), dd, csrc.data_ptr(), sd, nbytes(), stream);
+    be.copy(data_ptr(), dd, csrc.data_ptr(), sd, nbytes(), stream);
   } else {
     Tensor staging = empty(shape_, dtype_, dd, stream);
-    cuda.copy(staging.data_ptr(), dd, csrc.data_ptr(), sd, nbytes(), stream);
+    be.copy(staging.data_ptr(), dd, csrc.data_ptr(), sd, nbytes(), stream);
     copy_from(staging, stream);
   }
-  cuda.streams().synchronize_stream(dd.is_cuda() ? dd.index : sd.index, stream);
+  be.streams().synchronize_stream(index, stream);
 }
 
 std::string Tensor::str() const {

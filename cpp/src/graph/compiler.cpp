@@ -13,8 +13,8 @@
 #include "xpuruntime/decision.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/host_threads.h"
-#include "xpuruntime/graph/provider.h"
 #include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::graph {
@@ -150,7 +150,7 @@ class PreviewProvider final : public ExecutionProvider {
         capability_(base_->target_capability(target)),
         environment_(base_->target_environment(target)) {}
   const std::string& name() const override { return base_->name(); }
-  DeviceType kernel_device() const override { return base_->kernel_device(); }
+  DeviceKind kernel_device() const override { return base_->kernel_device(); }
   Device device() const override { return Device{base_->kernel_device(), 0}; }
   int capability() const override { return capability_; }
   FusionSupport fusions() const override { return base_->fusions(); }

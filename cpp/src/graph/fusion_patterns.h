@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "graph/passes.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime::graph::passes::patterns {

@@ -1,4 +1,4 @@
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 #include <algorithm>
 #include <cmath>

@@ -69,7 +69,7 @@ KernelPtr fold_kernel(const OpContext& ctx) {
   KernelPtr first;
   for (const KernelPtr& k : KernelRegistry::instance().kernels(ctx.op)) {
     const KernelDef& d = k->def();
-    if (d.device != DeviceType::kCPU || d.requested_only || d.allocates_outputs) continue;
+    if (d.device != DeviceKind::cpu() || d.requested_only || d.allocates_outputs) continue;
     if (!first) first = k;
     if (KernelRegistry::check(*k, ctx).ok) return k;
   }

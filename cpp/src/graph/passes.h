@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "xpuruntime/graph/ir.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/ir.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/policy.h"
 
 namespace xpuruntime::graph::passes {

@@ -11,7 +11,7 @@
 #include "graph/prepare.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/plan.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::graph {
 namespace {

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "xpuruntime/graph/plan.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::graph {
 

@@ -1,7 +1,7 @@
 // Plan building and memory planning (compiler.cpp calls these last).
 #pragma once
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/graph/plan.h"
 
 namespace xpuruntime::graph {

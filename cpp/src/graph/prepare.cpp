@@ -202,7 +202,7 @@ class Preparer {
       have += (have.empty() ? "" : ", ") + d.name;
     XRT_THROW(UnsupportedOperationError, where, ": kernel '", kernel, "' for op '", ctx.op,
               "' cannot run inside a native plan on device '", provider_.name(), "' (",
-              k ? "it runs on " + std::string(device_type_name(k->def().device))
+              k ? "it runs on " + std::string(k->def().device.name())
                 : std::string("this build has no such kernel"),
               "; kernels of op '", ctx.op, "' here: ", have.empty() ? "none" : have,
               "); choose one of those in the KernelPolicy, or recompile the plan "

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "xpuruntime/graph/plan.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/policy.h"
 
 namespace xpuruntime::graph {

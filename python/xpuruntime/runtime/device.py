@@ -7,15 +7,26 @@ from .. import _core
 _manager = _core.DeviceManager.instance()
 
 
-class Device:
-    """A CPU or CUDA device and its properties.
+def device_kinds() -> tuple[str, ...]:
+    """The device kinds of this build (its plugin table), accelerators first, e.g.
+    ``("cuda", "cpu")``."""
+    return tuple(_core.device_kinds())
 
-    ``Device(0)`` is CUDA device 0 (the seed's form); ``Device("cpu")`` and
-    ``Device("cuda:1")`` name devices explicitly.
+
+def accelerator_kind() -> str:
+    """The kind the seed API's integer device ids name (the plugin table's first)."""
+    return str(_core.accelerator_kind())
+
+
+class Device:
+    """A device of one of :func:`device_kinds` and its properties.
+
+    ``Device(0)`` is accelerator device 0 (the seed's form); ``Device("cpu")`` and
+    ``Device("<kind>:1")`` name devices explicitly.
     """
 
     def __init__(self, device: int | str = 0) -> None:
-        spec = _core.DeviceSpec(f"cuda:{device}" if isinstance(device, int) else device)
+        spec = _core.DeviceSpec(f"{accelerator_kind()}:{device}" if isinstance(device, int) else device)
         self._spec = spec
         self._info = _manager.get_device_info_for(str(spec))
 
@@ -26,7 +37,7 @@ class Device:
 
     @property
     def type(self) -> str:
-        """``"cpu"`` or ``"cuda"``."""
+        """The device kind, one of :func:`device_kinds`."""
         return self._info.device_type
 
     @property
@@ -78,17 +89,17 @@ class Device:
 
 
 def get_device_count() -> int:
-    """Number of CUDA devices (0 without a GPU or driver; see :func:`cuda_unavailable_reason`)."""
+    """Number of accelerator devices (0 without one; see :func:`cuda_unavailable_reason`)."""
     return _manager.get_device_count()
 
 
 def get_all_devices() -> list[Device]:
-    """Every device: the CUDA devices by index, then the CPU."""
-    return [Device(i) for i in range(get_device_count())] + [Device("cpu")]
+    """Every device: each kind's devices by index in :func:`device_kinds` order (the CPU last)."""
+    return [Device(f"{info.device_type}:{info.device_id}") for info in _manager.get_all_devices()]
 
 
 def get_current_device() -> Device:
-    """The calling thread's current device (CUDA device if any, else the CPU)."""
+    """The calling thread's current device (the accelerator's if any, else the CPU)."""
     return Device(_manager.get_current_device())
 
 
@@ -111,10 +122,20 @@ def synchronize(device_id: int | str | None = None) -> None:
 
 
 def cuda_unavailable_reason() -> str:
-    """Why CUDA reports no devices (empty when CUDA is usable)."""
-    return _manager.cuda_unavailable_reason()
+    """Why the accelerator (CUDA) reports no devices (empty when it is usable)."""
+    return _manager.accelerator_unavailable_reason()
+
+
+def unavailable_reason(kind: str) -> str:
+    """Why device kind ``kind`` reports no devices (empty when it is usable)."""
+    return _manager.unavailable_reason(kind)
+
+
+def device_attribute(device: str, key: str) -> str:
+    """A device attribute by key from its backend ("capability", "arch"; "" when none)."""
+    return _manager.attribute(device, key)
 
 
 def best_device() -> str:
-    """``"cuda:0"`` when a CUDA device exists, else ``"cpu"``."""
-    return "cuda:0" if get_device_count() > 0 else "cpu"
+    """Accelerator device 0 (``"cuda:0"``) when one exists, else ``"cpu"``."""
+    return f"{accelerator_kind()}:0" if get_device_count() > 0 else "cpu"

@@ -38,9 +38,9 @@ class CudaBackendTest : public ::testing::Test {
   void SetUp() override {
     DeviceManager& dm = DeviceManager::instance();
     if (dm.get_device_count() == 0) {
-      GTEST_SKIP() << "no CUDA device: " << dm.cuda_unavailable_reason();
+      GTEST_SKIP() << "no CUDA device: " << dm.accelerator_unavailable_reason();
     }
-    backend_ = &dm.backend(DeviceType::kCUDA);
+    backend_ = &dm.backend(DeviceKind::named("cuda"));
     spin_ = plugin_entry<SpinFn>("cuda", ck::entry::kTestSpin);
     axpy_ = plugin_entry<AxpyFn>("cuda", ck::entry::kTestAxpy);
     error_name_ = plugin_entry<ErrorNameFn>("cuda", ck::entry::kTestErrorName);
@@ -65,7 +65,7 @@ class CudaBackendTest : public ::testing::Test {
     return v;
   }
 
-  const Device dev_ = Device::cuda(0);
+  const Device dev_ = Device::parse("cuda:0");
   DeviceBackend* backend_ = nullptr;
   SpinFn spin_ = nullptr;
   AxpyFn axpy_ = nullptr;
@@ -76,10 +76,10 @@ class CudaBackendTest : public ::testing::Test {
 
 TEST_F(CudaBackendTest, DeviceInfoIsComplete) {
   DeviceManager& dm = DeviceManager::instance();
-  EXPECT_EQ(dm.cuda_unavailable_reason(), "");
+  EXPECT_EQ(dm.accelerator_unavailable_reason(), "");
   DeviceInfo info = dm.get_device_info(0);
   EXPECT_EQ(info.device_id, 0);
-  EXPECT_EQ(info.device_type, DeviceType::kCUDA);
+  EXPECT_EQ(info.device_type, DeviceKind::named("cuda"));
   EXPECT_FALSE(info.name.empty());
   EXPECT_GT(info.total_memory, std::size_t{1} << 30);
   EXPECT_GT(info.free_memory, 0u);
@@ -99,7 +99,7 @@ TEST_F(CudaBackendTest, DeviceInfoIsComplete) {
   auto all = dm.get_all_devices();
   ASSERT_EQ(static_cast<int>(all.size()), dm.get_device_count() + 1);
   EXPECT_EQ(all.front().name, info.name);
-  EXPECT_EQ(all.back().device_type, DeviceType::kCPU);
+  EXPECT_EQ(all.back().device_type, DeviceKind::cpu());
 }
 
 TEST_F(CudaBackendTest, BadDeviceIndexIsATypedError) {
@@ -119,7 +119,7 @@ TEST_F(CudaBackendTest, BadDeviceIndexIsATypedError) {
 TEST_F(CudaBackendTest, CurrentDeviceIsPerThread) {
   DeviceManager& dm = DeviceManager::instance();
   dm.set_current_device(0);
-  EXPECT_EQ(dm.get_current_device(), Device::cuda(0));
+  EXPECT_EQ(dm.get_current_device(), Device::parse("cuda:0"));
   EXPECT_EQ(backend_->current(), 0);
   const int last = dm.get_device_count() - 1;
   int seen_in_thread = -2;

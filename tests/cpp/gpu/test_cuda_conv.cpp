@@ -132,7 +132,7 @@ class CudnnConvTest : public CudaOpTest {
                                  bool graph_replay = false) {
     KernelPtr k = kernel();
     if (!k) return std::nullopt;
-    OpContext ctx = context_of(call, Device::cuda(0), capability_);
+    OpContext ctx = context_of(call, Device::parse("cuda:0"), capability_);
     ctx.op = "conv";
     ctx.allow_tf32 = false;
     ctx.workspace_limit_bytes = ws_limit;
@@ -155,22 +155,22 @@ class CudnnConvTest : public CudaOpTest {
         args.inputs.emplace_back();
         continue;
       }
-      Tensor d = to_host_tensor(*in).to(Device::cuda(0));
+      Tensor d = to_host_tensor(*in).to(Device::parse("cuda:0"));
       keep.push_back(d);
       args.inputs.push_back(TensorArg{d.dtype(), d.shape(), d.data_ptr()});
     }
-    Tensor y = Tensor::empty(call.outputs[0].second, call.outputs[0].first, Device::cuda(0));
+    Tensor y = Tensor::empty(call.outputs[0].second, call.outputs[0].first, Device::parse("cuda:0"));
     args.outputs.push_back(TensorArg{y.dtype(), y.shape(), y.data_ptr()});
     Result r;
     r.workspace = p->workspace_bytes();
     if (give_workspace && r.workspace > 0) {
       Tensor ws =
-          Tensor::empty({static_cast<int64_t>(r.workspace)}, DType::kUInt8, Device::cuda(0));
+          Tensor::empty({static_cast<int64_t>(r.workspace)}, DType::kUInt8, Device::parse("cuda:0"));
       keep.push_back(ws);
       args.workspace = ws.data_ptr();
       args.workspace_bytes = r.workspace;
     }
-    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
+    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::parse("cuda:0"));
     args.stream = stream->native();
     DeviceManager::instance().synchronize(0);
     p->run(args);
@@ -266,7 +266,7 @@ TEST_F(CudnnConvTest, LaunchPathRunsEveryTunableAlgorithm) {
   HostArray b = random_array(rng, DType::kFloat32, {c.w[0]}, -0.5, 0.5);
   OpCall call{"Conv", attrs_of(c), {x, w, b}, {}, {{DType::kFloat32, out_shape(c)}}};
   call.attrs["_act"] = Attr::of_string("Relu");
-  OpContext ctx = context_of(call, Device::cuda(0), capability_);
+  OpContext ctx = context_of(call, Device::parse("cuda:0"), capability_);
   ctx.op = "conv";
   const std::vector<std::string> algos = k->algorithms(ctx);
   ASSERT_FALSE(algos.empty());
@@ -276,11 +276,11 @@ TEST_F(CudnnConvTest, LaunchPathRunsEveryTunableAlgorithm) {
     KernelLaunch l;
     l.ctx = &ctx;
     l.algorithm = algo;
-    for (const auto& in : call.inputs) l.inputs.push_back(to_host_tensor(*in).to(Device::cuda(0)));
-    l.outputs.push_back(Tensor::empty(out_shape(c), DType::kFloat32, Device::cuda(0)));
+    for (const auto& in : call.inputs) l.inputs.push_back(to_host_tensor(*in).to(Device::parse("cuda:0")));
+    l.outputs.push_back(Tensor::empty(out_shape(c), DType::kFloat32, Device::parse("cuda:0")));
     Tensor wt;
     if (ws > 0) {
-      wt = Tensor::empty({static_cast<int64_t>(ws)}, DType::kUInt8, Device::cuda(0));
+      wt = Tensor::empty({static_cast<int64_t>(ws)}, DType::kUInt8, Device::parse("cuda:0"));
       l.workspace = wt.data_ptr();
       l.workspace_bytes = ws;
     }
@@ -302,7 +302,7 @@ TEST_F(CudnnConvTest, RunAtOtherShapesThanPrepared) {
   HostArray x = random_array(rng, DType::kFloat32, c.x, -1, 1);
   HostArray w = random_array(rng, DType::kFloat32, c.w, -0.3, 0.3);
   OpCall call{"Conv", attrs_of(c), {x, w}, {}, {{DType::kFloat32, out_shape(c)}}};
-  OpContext ctx = context_of(call, Device::cuda(0), capability_);
+  OpContext ctx = context_of(call, Device::parse("cuda:0"), capability_);
   ctx.op = "conv";
   graph::Node node = node_of(call);
   PrepareContext pc;
@@ -313,11 +313,11 @@ TEST_F(CudnnConvTest, RunAtOtherShapesThanPrepared) {
   small.x[0] = 1;
   small.x[2] = 7;  // batch 1, height 7
   HostArray xs = random_array(rng, DType::kFloat32, small.x, -1, 1);
-  Tensor xd = to_host_tensor(xs).to(Device::cuda(0));
-  Tensor wd = to_host_tensor(w).to(Device::cuda(0));
-  Tensor yd = Tensor::empty(out_shape(small), DType::kFloat32, Device::cuda(0));
+  Tensor xd = to_host_tensor(xs).to(Device::parse("cuda:0"));
+  Tensor wd = to_host_tensor(w).to(Device::parse("cuda:0"));
+  Tensor yd = Tensor::empty(out_shape(small), DType::kFloat32, Device::parse("cuda:0"));
   const std::size_t ws = std::max<std::size_t>(p->workspace_bytes(), 1 << 20);
-  Tensor wt = Tensor::empty({static_cast<int64_t>(ws)}, DType::kUInt8, Device::cuda(0));
+  Tensor wt = Tensor::empty({static_cast<int64_t>(ws)}, DType::kUInt8, Device::parse("cuda:0"));
   KernelArgs args;
   args.inputs = {{DType::kFloat32, small.x, xd.data_ptr()}, {DType::kFloat32, c.w, wd.data_ptr()}};
   args.outputs = {{DType::kFloat32, out_shape(small), yd.data_ptr()}};
@@ -389,7 +389,7 @@ TEST(CudnnConvSupports, RefusesWithReasonCodes) {
   auto ctx_of = [](DType t, Shape x, Shape w, std::map<std::string, std::string> attrs) {
     OpContext c;
     c.op = "conv";
-    c.device = Device::cuda(0);
+    c.device = Device::parse("cuda:0");
     c.capability = 90;
     c.inputs = {{t, x, {}}, {t, w, {}}};
     Shape y = {x[0], w[0]};

@@ -63,7 +63,7 @@ void expect_bad_index(CudaOpTest& t, const OpCall& c, const std::string& what) {
     return;
   }
   ASSERT_TRUE(st.has_value()) << what;
-  std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
+  std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::parse("cuda:0"));
   st->args.stream = stream->native();
   try {
     st->kernel->run(st->args);
@@ -320,7 +320,7 @@ TEST_F(CudaOpTest, ScatterWithBoolDataAndReductionIsRefused) {
             make_array(DType::kBool, {1}, {1})},
            {},
            {{DType::kBool, {4}}}};
-  OpContext ctx = context_of(c, Device::cuda(0), capability_);
+  OpContext ctx = context_of(c, Device::parse("cuda:0"), capability_);
   KernelPtr k = kernel_for("scatternd");
   ASSERT_TRUE(k);
   const Support s = KernelRegistry::check(*k, ctx);
@@ -489,7 +489,7 @@ TEST_F(CudaOpTest, ResizeCubicAndAntialiasedDownsamplingAreRefused) {
              {x, std::nullopt, std::nullopt, sizes},
              {false, false, false, true},
              {{DType::kFloat32, {1, 1, 4, 4}}}};
-    const Support s = KernelRegistry::check(*k, context_of(c, Device::cuda(0), capability_));
+    const Support s = KernelRegistry::check(*k, context_of(c, Device::parse("cuda:0"), capability_));
     EXPECT_FALSE(s.ok) << mode;
     EXPECT_EQ(s.reason_code, reason::kAttributeUnsupported) << s.detail;
   }

@@ -401,12 +401,12 @@ class CudaOpSupports : public ::testing::Test {
  public:
   void SetUp() override {
     DeviceManager::instance().get_device_count();  // loads the plugin where it exists
-    if (DeviceManager::instance().backend_or_null(DeviceType::kCUDA) == nullptr)
+    if (DeviceManager::instance().backend_or_null(DeviceKind::named("cuda")) == nullptr)
       GTEST_SKIP() << "the CUDA plugin is not loaded: "
-                   << DeviceManager::instance().cuda_unavailable_reason();
+                   << DeviceManager::instance().accelerator_unavailable_reason();
   }
   static Support check(const OpCall& c, std::vector<Shape> strides = {}) {
-    OpContext ctx = context_of(c, Device::cuda(0), 90);
+    OpContext ctx = context_of(c, Device::parse("cuda:0"), 90);
     for (std::size_t i = 0; i < strides.size(); ++i) ctx.inputs[i].strides = strides[i];
     KernelPtr k = CudaOpTest::kernel_for(ctx.op);
     if (!k) return Support::no("missing", "kernel not registered");

@@ -42,7 +42,7 @@ TEST_F(CudaOpTest, CapturedGraphReplaysGiveTheBitsOfADirectRun) {
     if (direct.empty()) return;
     std::optional<Staged> st = stage(c);
     ASSERT_TRUE(st.has_value());
-    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
+    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::parse("cuda:0"));
     st->args.stream = stream->native();
     GraphCapture capture(stream);
     capture.begin();
@@ -69,7 +69,7 @@ TEST_F(CudaOpTest, RunTimeHostInputsAreRefusedUnderCapture) {
   std::optional<Staged> st =
       stage({"Slice", {}, {x, ints({1}), ints({5}), ints({0})}, {}, {{DType::kFloat32, {4, 8}}}});
   if (!st) return;
-  std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
+  std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::parse("cuda:0"));
   st->args.stream = stream->native();
   {
     GraphCapture capture(stream);
@@ -85,7 +85,7 @@ TEST_F(CudaOpTest, RunTimeHostInputsAreRefusedUnderCapture) {
     }
   }  // the capture is aborted here
   // Outside a capture the same prepared kernel runs, on a stream that never captured.
-  std::shared_ptr<Stream> plain = StreamManager::instance().create_stream(Device::cuda(0));
+  std::shared_ptr<Stream> plain = StreamManager::instance().create_stream(Device::parse("cuda:0"));
   st->args.stream = plain->native();
   st->kernel->run(st->args);
   plain->synchronize();
@@ -106,7 +106,7 @@ TEST_F(CudaOpTest, RunTimeHostInputsRunOutsideCapture) {
   std::optional<Staged> st =
       stage({"Slice", {}, {x, ints({1}), ints({5}), ints({0})}, {}, {{DType::kFloat32, {4, 8}}}});
   if (!st) return;
-  std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
+  std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::parse("cuda:0"));
   st->args.stream = stream->native();
   st->kernel->run(st->args);
   stream->synchronize();

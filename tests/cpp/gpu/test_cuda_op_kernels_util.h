@@ -25,7 +25,7 @@
 #include "core/half_float.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/stream.h"
 #include "xpuruntime/tensor.h"
@@ -278,7 +278,7 @@ class CudaOpTest : public ::testing::Test {
  public:
   void SetUp() override {
     if (DeviceManager::instance().get_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device: " << DeviceManager::instance().cuda_unavailable_reason();
+      GTEST_SKIP() << "no CUDA device: " << DeviceManager::instance().accelerator_unavailable_reason();
     const DeviceInfo info = DeviceManager::instance().get_device_info(0);
     capability_ = info.compute_capability_major * 10 + info.compute_capability_minor;
   }
@@ -303,7 +303,7 @@ class CudaOpTest : public ::testing::Test {
 
   // Prepares c (nullopt after a failure already reported).
   std::optional<Staged> stage(const OpCall& c) {
-    OpContext ctx = context_of(c, Device::cuda(0), capability_);
+    OpContext ctx = context_of(c, Device::parse("cuda:0"), capability_);
     KernelPtr k = kernel_for(ctx.op);
     if (!k) return std::nullopt;
     const Support s = KernelRegistry::check(*k, ctx);
@@ -331,20 +331,20 @@ class CudaOpTest : public ::testing::Test {
       } else {
         pc.constants.emplace_back();
       }
-      Tensor d = h.numel() > 0 ? h.to(Device::cuda(0))
-                               : Tensor::empty(h.shape(), h.dtype(), Device::cuda(0));
+      Tensor d = h.numel() > 0 ? h.to(Device::parse("cuda:0"))
+                               : Tensor::empty(h.shape(), h.dtype(), Device::parse("cuda:0"));
       st.keep.push_back(d);
       st.args.inputs.push_back(TensorArg{d.dtype(), d.shape(), d.data_ptr()});
     }
     st.kernel = k->prepare(pc);
     for (const auto& [t, shape] : c.outputs) {
-      Tensor d = Tensor::empty(shape, t, Device::cuda(0));
+      Tensor d = Tensor::empty(shape, t, Device::parse("cuda:0"));
       st.outputs.push_back(d);
       st.args.outputs.push_back(TensorArg{t, shape, d.data_ptr()});
     }
     if (st.kernel->workspace_bytes() > 0) {
       Tensor ws = Tensor::empty({static_cast<int64_t>(st.kernel->workspace_bytes())}, DType::kUInt8,
-                                Device::cuda(0));
+                                Device::parse("cuda:0"));
       st.keep.push_back(ws);
       st.args.workspace = ws.data_ptr();
       st.args.workspace_bytes = st.kernel->workspace_bytes();
@@ -368,7 +368,7 @@ class CudaOpTest : public ::testing::Test {
   std::vector<HostArray> run(const OpCall& c) {
     std::optional<Staged> st = stage(c);
     if (!st) return {};
-    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::cuda(0));
+    std::shared_ptr<Stream> stream = StreamManager::instance().create_stream(Device::parse("cuda:0"));
     st->args.stream = stream->native();
     st->kernel->run(st->args);
     stream->synchronize();

@@ -38,7 +38,7 @@ class CudaPlugin : public ::testing::Test {
   // Why kernels cannot run here ("" when a CUDA device exists).
   static std::string no_device() {
     DeviceManager& dm = DeviceManager::instance();
-    return dm.get_device_count() > 0 ? "" : "no CUDA device: " + dm.cuda_unavailable_reason();
+    return dm.get_device_count() > 0 ? "" : "no CUDA device: " + dm.accelerator_unavailable_reason();
   }
 };
 
@@ -53,9 +53,9 @@ TEST_F(CudaPlugin, LoadingRegistersEveryKernelFamily) {
                                                         {"column_sums", "column_sums"}}) {
     KernelPtr k = r.find(op, name);
     ASSERT_NE(k, nullptr) << op << "/" << name << " not registered by load_plugin(\"cuda\")";
-    EXPECT_EQ(k->def().device, DeviceType::kCUDA) << op << "/" << name;
+    EXPECT_EQ(k->def().device, DeviceKind::named("cuda")) << op << "/" << name;
   }
-  auto defs = r.list(std::string("attention"), DeviceType::kCUDA);
+  auto defs = r.list(std::string("attention"), DeviceKind::named("cuda"));
   EXPECT_TRUE(std::any_of(defs.begin(), defs.end(), [](const KernelDef& d) { return d.name == "flash_v2"; }));
 }
 
@@ -127,7 +127,7 @@ TEST(PluginRegistry, BuiltInCpuPluginAndUnknownPlugins) {
   std::string why = "unset";
   DeviceBackend* b = plugin_backend("cpu", &why);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(b, &DeviceManager::instance().backend(DeviceType::kCPU));
+  EXPECT_EQ(b, &DeviceManager::instance().backend(DeviceKind::cpu()));
   EXPECT_EQ(why, "");
   EXPECT_NE(plugin_lookup("cpu", cpu::entry::kGemmInfo), nullptr);
   EXPECT_NE(plugin_lookup("cpu", cpu::entry::kScratchPeakBytes), nullptr);
@@ -142,14 +142,14 @@ TEST(PluginRegistry, BuiltInCpuPluginAndUnknownPlugins) {
   EXPECT_EQ(plugin_backend("no_such_device", &why), nullptr);
   EXPECT_NE(why.find("plugin not loaded"), std::string::npos) << why;
   EXPECT_EQ(plugin_lookup("no_such_device", "anything"), nullptr);
-  EXPECT_EQ(plugin_for_device(DeviceType::kCPU), "cpu");
-  EXPECT_EQ(plugin_for_device(DeviceType::kCUDA), "cuda");
+  EXPECT_EQ(plugin_for_device(DeviceKind::cpu()), "cpu");
+  EXPECT_EQ(plugin_for_device(DeviceKind::named("cuda")), "cuda");
 }
 
 OpContext attention_ctx(DType dt, int64_t d, int capability) {
   OpContext ctx;
   ctx.op = "attention";
-  ctx.device = Device::cuda(0);
+  ctx.device = Device::parse("cuda:0");
   ctx.capability = capability;
   ctx.inputs = {{dt, {1, 4, 16, d}, {}}, {dt, {1, 2, 16, d}, {}}, {dt, {1, 2, 16, d}, {}}};
   ctx.outputs = {{dt, {1, 4, 16, d}, {}}};
@@ -206,7 +206,7 @@ Tensor upload(std::vector<float>& values, const Shape& shape, DType dt) {
       values[i] = matmul::bf16_to_float(host.data<uint16_t>()[i]);
     }
   }
-  Tensor dev = Tensor::empty(shape, dt, Device::cuda(0));
+  Tensor dev = Tensor::empty(shape, dt, Device::parse("cuda:0"));
   dev.copy_from(host);
   return dev;
 }
@@ -255,7 +255,7 @@ TEST_F(CudaPlugin, ColumnSumsKernelMatchesFloat64) {
     std::vector<float> x =
         random_floats(static_cast<std::size_t>(rows * cols), 7u + static_cast<unsigned>(rows));
     Tensor xd = upload(x, {rows, cols}, DType::kBFloat16);
-    Tensor out = Tensor::empty({cols}, DType::kBFloat16, Device::cuda(0));
+    Tensor out = Tensor::empty({cols}, DType::kBFloat16, Device::parse("cuda:0"));
     OpContext ctx = OpContext::from_tensors("column_sums", {xd}, {out});
     run_kernel("column_sums", "column_sums", ctx, {xd}, {out});
     std::vector<double> got = download(out);
@@ -279,7 +279,7 @@ TEST_F(CudaPlugin, FusedLayerNormKernelMatchesFloat64) {
   std::vector<float> w = random_floats(cols, 4u), b = random_floats(cols, 5u);
   Tensor xd = upload(x, {rows, cols}, DType::kFloat32), wd = upload(w, {cols}, DType::kFloat32),
          bd = upload(b, {cols}, DType::kFloat32);
-  Tensor y = Tensor::empty({rows, cols}, DType::kFloat32, Device::cuda(0));
+  Tensor y = Tensor::empty({rows, cols}, DType::kFloat32, Device::parse("cuda:0"));
   OpContext ctx = OpContext::from_tensors("layernorm", {xd, wd, bd}, {y});
   ctx.attrs["epsilon"] = "1e-5";
   run_kernel("layernorm", "fused", ctx, {xd, wd, bd}, {y});
@@ -304,7 +304,7 @@ TEST_F(CudaPlugin, FlashV2KernelMatchesFloat64) {
                      v = random_floats(B * Hkv * Sk * D, 13u);
   Tensor qd = upload(q, {B, Hq, Sq, D}, DType::kFloat16), kd = upload(k, {B, Hkv, Sk, D}, DType::kFloat16),
          vd = upload(v, {B, Hkv, Sk, D}, DType::kFloat16);
-  Tensor o = Tensor::empty({B, Hq, Sq, D}, DType::kFloat16, Device::cuda(0));
+  Tensor o = Tensor::empty({B, Hq, Sq, D}, DType::kFloat16, Device::parse("cuda:0"));
   OpContext ctx = OpContext::from_tensors("attention", {qd, kd, vd}, {o});
   if (ctx.capability < 90) GTEST_SKIP() << "flash_v2 needs sm_90, device is sm" << ctx.capability;
   ctx.attrs["is_causal"] = "1";

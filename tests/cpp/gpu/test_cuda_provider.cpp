@@ -20,7 +20,7 @@
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/ops/op_schema.h"
 #include "xpuruntime/profiler.h"
@@ -118,7 +118,7 @@ struct CudaProviderTest : ::testing::Test {
   void SetUp() override {
     DeviceManager &dm = DeviceManager::instance();
     if (dm.get_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device: " << dm.cuda_unavailable_reason();
+      GTEST_SKIP() << "no CUDA device: " << dm.accelerator_unavailable_reason();
     ASSERT_NE(ProviderRegistry::instance().find("cuda"), nullptr)
         << "the CUDA plugin loaded but registered no execution provider";
   }
@@ -126,8 +126,8 @@ struct CudaProviderTest : ::testing::Test {
 
 TEST_F(CudaProviderTest, ProviderDescribesTheCurrentDevice) {
   ProviderPtr p = ProviderRegistry::instance().get("cuda");
-  EXPECT_EQ(p->kernel_device(), DeviceType::kCUDA);
-  EXPECT_TRUE(p->device().is_cuda());
+  EXPECT_EQ(p->kernel_device(), DeviceKind::named("cuda"));
+  EXPECT_TRUE((p->device().kind == DeviceKind::named("cuda")));
   EXPECT_FALSE(p->host_memory());
   const DeviceInfo info = DeviceManager::instance().get_device_info(p->device());
   EXPECT_EQ(p->capability(), info.compute_capability_major * 10 + info.compute_capability_minor);
@@ -322,8 +322,8 @@ TEST_F(CudaProviderTest, OpWithoutACudaKernelFailsAtCompileNamingNodeAndOp) {
   for (const std::string &t : ops::schema_op_types()) {
     const ops::OpSchema *s = ops::find_schema(t);
     if (s == nullptr || !s->domain.empty()) continue;
-    if (!KernelRegistry::instance().list(s->key, DeviceType::kCPU).empty() &&
-        KernelRegistry::instance().list(s->key, DeviceType::kCUDA).empty()) {
+    if (!KernelRegistry::instance().list(s->key, DeviceKind::cpu()).empty() &&
+        KernelRegistry::instance().list(s->key, DeviceKind::named("cuda")).empty()) {
       op = t;
       break;
     }

@@ -32,7 +32,7 @@ class GemmCuda : public ::testing::Test {
  public:
   void SetUp() override {
     if (DeviceManager::instance().get_device_count() == 0) {
-      GTEST_SKIP() << "no CUDA device: " << DeviceManager::instance().cuda_unavailable_reason();
+      GTEST_SKIP() << "no CUDA device: " << DeviceManager::instance().accelerator_unavailable_reason();
     }
   }
   std::mt19937_64 rng{seed()};
@@ -61,7 +61,7 @@ class GemmCuda : public ::testing::Test {
   // Copies complete before the next kernel on any stream (the tests also run on
   // non-blocking streams, which do not wait for the legacy default stream).
   static Tensor gpu(const Tensor& h) {
-    Tensor d = h.to(Device::cuda(0));
+    Tensor d = h.to(Device::parse("cuda:0"));
     DeviceManager::instance().synchronize(0);
     return d;
   }
@@ -227,7 +227,7 @@ TEST_F(GemmCuda, EveryHeuristicAlgorithmIsCorrectAndRepeatsItsBits) {
   ASSERT_NE(lt, nullptr);
   OpContext ctx;
   ctx.op = kOpKey;
-  ctx.device = Device::cuda(0);
+  ctx.device = Device::parse("cuda:0");
   ctx.capability = 90;
   ctx.inputs = {{DType::kFloat16, {2, 16, 1024}, {}}, {DType::kFloat16, {2, 1024, 512}, {}}};
   ctx.outputs = {{DType::kFloat16, {2, 16, 512}, {}}};
@@ -277,8 +277,8 @@ TEST_F(GemmCuda, WorkspaceLimitIsHonoured) {
 }
 
 TEST_F(GemmCuda, RunsOnTheCallersStream) {
-  auto s = StreamManager::instance().create_stream(Device::cuda(0));
-  auto previous = StreamManager::instance().current_stream(Device::cuda(0));
+  auto s = StreamManager::instance().create_stream(Device::parse("cuda:0"));
+  auto previous = StreamManager::instance().current_stream(Device::parse("cuda:0"));
   StreamManager::instance().set_current_stream(s);
   Case c{DType::kBFloat16, 2, 8, 128, 256};
   c.bias = true;

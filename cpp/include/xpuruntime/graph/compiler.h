@@ -14,14 +14,14 @@
 #include <map>
 #include <string>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/graph/plan.h"
 #include "xpuruntime/policy.h"
 
 namespace xpuruntime::graph {
 
 struct CompileOptions {
-  // The execution provider (graph/provider.h) the plan is compiled for, by device kind.
+  // The execution provider (xpuruntime/provider.h) the plan is compiled for, by device kind.
   std::string device = "cpu";
   KernelPolicy kernel_policy;
   ExecutionPolicy exec_policy;

@@ -1,5 +1,5 @@
 // Executor (DESIGN.md §5): runs an ExecutionPlan on the execution provider its
-// header names (graph/provider.h), step by step: each step's prepared kernel with
+// header names (xpuruntime/provider.h), step by step: each step's prepared kernel with
 // device pointers, the run's stream and a workspace; or, for static plans on a
 // provider that captures, as one device graph replayed per run. Device-neutral:
 // host inputs are borrowed zero-copy where the provider's kernels read host memory
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "xpuruntime/graph/plan.h"
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::ops {
 struct OpSchema;

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime::graph {

@@ -17,7 +17,7 @@
 #include <map>
 #include <string>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::ops {
 

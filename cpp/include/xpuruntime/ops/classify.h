@@ -2,7 +2,7 @@
 // parsed once from a node.
 #pragma once
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::ops {
 

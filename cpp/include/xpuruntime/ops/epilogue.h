@@ -16,7 +16,7 @@
 #include <map>
 #include <string>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/ops/elementwise.h"
 
 namespace xpuruntime::ops {

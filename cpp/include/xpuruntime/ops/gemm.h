@@ -3,7 +3,7 @@
 // them here. (The GEMM problem handed to matmul kernels is ops/matmul/.)
 #pragma once
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::ops {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::ops {
 

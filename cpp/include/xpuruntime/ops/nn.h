@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::ops {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "xpuruntime/dtype.h"
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::ops {
 

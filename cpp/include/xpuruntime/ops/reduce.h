@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::ops {
 

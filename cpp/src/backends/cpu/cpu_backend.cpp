@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/host_copy.h"
 #include "core/no_destructor.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/profiler.h"
@@ -81,13 +82,13 @@ class CpuStreamOps final : public DeviceBackend::StreamOps {
 
 class CpuBackend final : public DeviceBackend {
  public:
-  DeviceType type() const override { return DeviceType::kCPU; }
+  DeviceKind kind() const override { return DeviceKind::cpu(); }
   int device_count() const override { return 1; }
   DeviceInfo device_info(int index) const override {
     XRT_CHECK(index == 0, InvalidArgumentError, "CPU device index must be 0, got ", index);
     DeviceInfo info;
     info.device_id = 0;
-    info.device_type = DeviceType::kCPU;
+    info.device_type = DeviceKind::cpu();
     info.name = cpu_model_name();
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES),
          page = sysconf(_SC_PAGE_SIZE);
@@ -119,7 +120,15 @@ class CpuBackend final : public DeviceBackend {
     if (bytes) std::memcpy(dst, src, bytes);
     if (Profiler::instance().enabled()) Profiler::instance().record_copy("h2h", bytes);
   }
+  void copy_strided(int, void* dst, std::span<const int64_t> dst_strides, const void* src,
+                    std::span<const int64_t> src_strides, std::span<const int64_t> shape,
+                    std::size_t elem_size, NativeStream) override {
+    host_strided_copy(static_cast<char*>(dst), dst_strides, static_cast<const char*>(src), src_strides, shape,
+                      elem_size);
+  }
   void synchronize_device(int) override {}
+  std::string attribute(int, std::string_view) const override { return ""; }  // no capability
+  int dlpack_device_type() const override { return kDLPackCPU; }
   StreamOps& streams() override { return streams_; }
 
  private:

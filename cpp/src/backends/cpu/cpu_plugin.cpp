@@ -51,7 +51,7 @@ void* lookup(const char* name) {
 int cpu_plugin_init(int api_version, PluginEntry* out) {
   if (out == nullptr) return 1;
   out->api_version = kPluginApiVersion;
-  out->device_type = DeviceType::kCPU;
+  out->device_type = DeviceKind::cpu();
   if (api_version != kPluginApiVersion) {
     out->unavailable_reason = "the CPU plugin implements plugin API version " +
                               std::to_string(kPluginApiVersion) + ", the core asked for " +

@@ -1,4 +1,4 @@
-// The CPU execution provider (graph/provider.h): kernels read and write host
+// The CPU execution provider (xpuruntime/provider.h): kernels read and write host
 // memory, so inputs, outputs and constants bind zero-copy; a run's arena and
 // run-time shaped buffers come from the CPU CachingAllocator; there is no
 // stream and no capture.
@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::cpu {
 

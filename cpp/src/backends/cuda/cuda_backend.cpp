@@ -7,6 +7,9 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_entries.h"
+#include "backends/cuda/cuda_kind.h"
+#include "xpuruntime/cuda_kernels_abi.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/profiler.h"
 
@@ -58,7 +61,7 @@ DeviceInfo CudaBackend::static_info(int index) const {
   XRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
   DeviceInfo info;
   info.device_id = index;
-  info.device_type = DeviceType::kCUDA;
+  info.device_type = cuda::kind();
   info.name = prop.name;
   info.total_memory = prop.totalGlobalMem;
   info.compute_capability_major = prop.major;
@@ -165,8 +168,8 @@ void CudaBackend::host_free(void* ptr) noexcept {
 
 namespace {
 const char* copy_direction(const Device& dst, const Device& src) {
-  if (src.is_cuda()) return dst.is_cuda() ? "d2d" : "d2h";
-  return dst.is_cuda() ? "h2d" : "h2h";
+  if (!src.is_cpu()) return !dst.is_cpu() ? "d2d" : "d2h";
+  return !dst.is_cpu() ? "h2d" : "h2h";
 }
 }  // namespace
 
@@ -175,16 +178,16 @@ void CudaBackend::copy(void* dst, const Device& dst_dev, const void* src, const 
   if (bytes == 0) return;
   XRT_CHECK(dst != nullptr && src != nullptr, InvalidArgumentError, "CUDA copy of ", bytes,
             " bytes from ", src_dev.str(), " to ", dst_dev.str(), " got a null pointer");
-  if (!dst_dev.is_cuda() && !src_dev.is_cuda() && stream == nullptr) {
+  if (dst_dev.is_cpu() && src_dev.is_cpu() && stream == nullptr) {
     std::memcpy(dst, src, bytes);  // host to host with no stream to order against
   } else {
     // Issued with the CUDA side's device current (the destination's when both are
     // CUDA): that selects the right legacy default stream for a null `stream`; a
     // created stream must belong to that device. (cudaStreamGetDevice would tell,
     // but it is not permitted on a capturing stream, and copies get captured.)
-    if (dst_dev.is_cuda()) check_index(dst_dev.index, "copy");
-    if (src_dev.is_cuda()) check_index(src_dev.index, "copy");
-    const int index = dst_dev.is_cuda() ? dst_dev.index : src_dev.index;
+    if (!dst_dev.is_cpu()) check_index(dst_dev.index, "copy");
+    if (!src_dev.is_cpu()) check_index(src_dev.index, "copy");
+    const int index = !dst_dev.is_cpu() ? dst_dev.index : src_dev.index;
     check_index(index, "copy");  // host-to-host on a stream still needs a device
     DeviceGuard guard(index);
     XRT_CUDA_CHECK(
@@ -192,6 +195,33 @@ void CudaBackend::copy(void* dst, const Device& dst_dev, const void* src, const 
   }
   Profiler& profiler = Profiler::instance();
   if (profiler.enabled()) profiler.record_copy(copy_direction(dst_dev, src_dev), bytes);
+}
+
+void CudaBackend::copy_strided(int index, void* dst, std::span<const int64_t> dst_strides, const void* src,
+                               std::span<const int64_t> src_strides, std::span<const int64_t> shape,
+                               std::size_t elem_size, NativeStream stream) {
+  (void)index;  // the kernel runs on `stream`, which belongs to the device
+  char err[512] = {0};
+  cuda_kernels::throw_kernel_status(
+      strided_copy_entry(dst, src, static_cast<int32_t>(shape.size()), shape.data(), dst_strides.data(),
+                         src_strides.data(), static_cast<int32_t>(elem_size), stream, err, sizeof(err)),
+      err);
+}
+
+std::string CudaBackend::attribute(int index, std::string_view key) const {
+  if (key == "host_memory") return "pinned";  // host_alloc is cudaMallocHost
+  if (key != "capability" && key != "arch") return "";
+  check_index(index, "attribute");
+  const DeviceInfo info = static_info(index);
+  const int cc = info.compute_capability_major * 10 + info.compute_capability_minor;
+  return key == "capability" ? std::to_string(cc) : "sm" + std::to_string(cc);
+}
+
+DeviceBackend::DLPackRole CudaBackend::dlpack_role(int dl_device_type) const {
+  // dlpack.h: kDLCUDA 2, kDLCUDAHost 3 (pinned host memory), kDLCUDAManaged 13.
+  if (dl_device_type == 2 || dl_device_type == 13) return DLPackRole::kDevice;
+  if (dl_device_type == 3) return DLPackRole::kHost;
+  return DLPackRole::kNone;
 }
 
 void CudaBackend::synchronize_device(int index) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_kind.h"
 #include "xpuruntime/backend.h"
 
 namespace xpuruntime::cuda {
@@ -62,7 +63,7 @@ class CudaGraphOps final : public DeviceBackend::GraphOps {
 class CudaBackend final : public DeviceBackend {
  public:
   CudaBackend();  // never throws: a failed probe is recorded in unavailable_reason()
-  DeviceType type() const override { return DeviceType::kCUDA; }
+  DeviceKind kind() const override { return ::xpuruntime::cuda::kind(); }
   int device_count() const override { return count_; }
   DeviceInfo device_info(int index) const override;
   std::string unavailable_reason() const override { return reason_; }
@@ -74,7 +75,15 @@ class CudaBackend final : public DeviceBackend {
   void host_free(void* ptr) noexcept override;
   void copy(void* dst, const Device& dst_dev, const void* src, const Device& src_dev,
             std::size_t bytes, NativeStream stream) override;
+  // The strided copy kernel (strided_copy.cu): up to 8 dimensions.
+  void copy_strided(int index, void* dst, std::span<const int64_t> dst_strides, const void* src,
+                    std::span<const int64_t> src_strides, std::span<const int64_t> shape,
+                    std::size_t elem_size, NativeStream stream) override;
   void synchronize_device(int index) override;
+  // "capability" (90 for sm_90), "arch" ("sm90"), "host_memory" ("pinned").
+  std::string attribute(int index, std::string_view key) const override;
+  int dlpack_device_type() const override { return 2; }  // kDLCUDA
+  DLPackRole dlpack_role(int dl_device_type) const override;
   StreamOps& streams() override { return streams_; }
   GraphOps* graphs() override { return &graphs_; }
 

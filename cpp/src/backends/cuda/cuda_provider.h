@@ -1,4 +1,4 @@
-// The CUDA execution provider (graph/provider.h): plans compiled for "cuda" run
+// The CUDA execution provider (xpuruntime/provider.h): plans compiled for "cuda" run
 // their kernels on a stream of the current CUDA device; plan constants are
 // uploaded once per executor into device memory; a run's arena, workspace and
 // run-time shaped buffers come from the device's CachingAllocator on the run's
@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::cuda {
 

@@ -9,6 +9,7 @@
 #include <exception>
 #include <string>
 
+#include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/kernels/blas/cublas_kernels.h"
 #include "backends/cuda/kernels/blas/cublaslt_kernels.h"
 #include "backends/cuda/cuda_backend.h"
@@ -114,7 +115,7 @@ extern "C" __attribute__((visibility("default"))) int xpuruntime_plugin_init(int
                                                                              xpuruntime::PluginEntry* out) {
   if (out == nullptr) return 1;
   out->api_version = xpuruntime::kPluginApiVersion;
-  out->device_type = xpuruntime::DeviceType::kCUDA;
+  out->device_type = ::xpuruntime::cuda::kind();
   if (api_version != xpuruntime::kPluginApiVersion) {
     out->unavailable_reason = "the CUDA plugin implements plugin API version " +
                               std::to_string(xpuruntime::kPluginApiVersion) + ", the core asked for " +

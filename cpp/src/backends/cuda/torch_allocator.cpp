@@ -8,12 +8,13 @@
 #include <cstdio>
 #include <exception>
 
+#include "backends/cuda/cuda_kind.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/memory.h"
 
 extern "C" void* xrt_torch_malloc(std::ptrdiff_t size, int device, void* stream) {
   try {
-    auto& alloc = xpuruntime::MemoryManager::instance().allocator(xpuruntime::Device::cuda(device));
+    auto& alloc = xpuruntime::MemoryManager::instance().allocator(::xpuruntime::cuda::device(device));
     return alloc.allocate(static_cast<std::size_t>(size), stream);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xpuruntime allocator: %zd bytes on cuda:%d failed: %s\n",
@@ -25,7 +26,7 @@ extern "C" void* xrt_torch_malloc(std::ptrdiff_t size, int device, void* stream)
 extern "C" void xrt_torch_free(void* ptr, std::ptrdiff_t /*size*/, int device, void* /*stream*/) {
   if (ptr == nullptr) return;
   try {
-    xpuruntime::MemoryManager::instance().allocator(xpuruntime::Device::cuda(device)).free(ptr);
+    xpuruntime::MemoryManager::instance().allocator(::xpuruntime::cuda::device(device)).free(ptr);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xpuruntime allocator: free of %p on cuda:%d failed: %s\n", ptr, device,
                  e.what());

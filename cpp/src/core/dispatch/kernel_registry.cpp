@@ -9,6 +9,7 @@
 
 #include "core/policy/known_names.h"
 #include "xpuruntime/error.h"
+#include "xpuruntime/plugin.h"
 #include "xpuruntime/policy.h"
 
 namespace xpuruntime {
@@ -50,7 +51,7 @@ bool by_priority(const KernelPtr& a, const KernelPtr& b) {
 bool devices_overlap(const KernelDef& a, const KernelDef& b) {
   if (b.runs_on(a.device)) return true;
   return std::any_of(a.more_devices.begin(), a.more_devices.end(),
-                     [&](DeviceType t) { return b.runs_on(t); });
+                     [&](DeviceKind t) { return b.runs_on(t); });
 }
 
 // One (op, name) run natively on some device kinds and, on others, only through the
@@ -70,32 +71,32 @@ class DeviceSplitKernel final : public Kernel {
 
   const KernelPtr& native() const { return native_; }
   const KernelPtr& bridge() const { return bridge_; }
-  const Kernel& part(DeviceType t) const {
+  const Kernel& part(DeviceKind t) const {
     return native_->def().runs_on(t) ? *native_ : *bridge_;
   }
 
   Support supports(const OpContext& ctx) const override {
-    return part(ctx.device.type).supports(ctx);
+    return part(ctx.device.kind).supports(ctx);
   }
-  void run(KernelLaunch& launch) const override { part(launch.ctx->device.type).run(launch); }
+  void run(KernelLaunch& launch) const override { part(launch.ctx->device.kind).run(launch); }
   std::vector<std::string> algorithms(const OpContext& ctx) const override {
-    return part(ctx.device.type).algorithms(ctx);
+    return part(ctx.device.kind).algorithms(ctx);
   }
   std::size_t workspace_bytes(const OpContext& ctx) const override {
-    return part(ctx.device.type).workspace_bytes(ctx);
+    return part(ctx.device.kind).workspace_bytes(ctx);
   }
   PreparedKernelPtr prepare(const PrepareContext& pc) const override {
-    return part(pc.ctx->device.type).prepare(pc);
+    return part(pc.ctx->device.kind).prepare(pc);
   }
 
  private:
   static KernelDef merged_def(const KernelDef& native, const KernelDef& bridge) {
     KernelDef d = native;
-    auto add = [&](DeviceType t) {
+    auto add = [&](DeviceKind t) {
       if (!d.runs_on(t)) d.more_devices.push_back(t);
     };
     add(bridge.device);
-    for (DeviceType t : bridge.more_devices) add(t);
+    for (DeviceKind t : bridge.more_devices) add(t);
     return d;
   }
 
@@ -202,7 +203,7 @@ std::vector<KernelPtr> KernelRegistry::kernels(const std::string& op) const {
 }
 
 std::vector<KernelDef> KernelRegistry::list(const std::optional<std::string>& op,
-                                            const std::optional<DeviceType>& device) const {
+                                            const std::optional<DeviceKind>& device) const {
   std::vector<KernelPtr> all;
   {
     std::shared_lock lock(mu_);
@@ -228,12 +229,17 @@ std::vector<KernelDef> KernelRegistry::list(const std::optional<std::string>& op
 
 Support KernelRegistry::check(const Kernel& kernel, const OpContext& ctx) {
   if (const auto* split = dynamic_cast<const DeviceSplitKernel*>(&kernel)) {
-    return check(split->part(ctx.device.type), ctx);  // that part's metadata and checks
+    return check(split->part(ctx.device.kind), ctx);  // that part's metadata and checks
   }
   const KernelDef& d = kernel.def();
-  if (!d.runs_on(ctx.device.type)) {
+  // A device that runs another kind's kernels (PluginEntry::runs_kernels_of) takes them.
+  const auto borrowed = [&] {
+    const std::optional<DeviceKind> source = kernels_run_by(ctx.device.kind);
+    return source && d.runs_on(*source);
+  };
+  if (!d.runs_on(ctx.device.kind) && !borrowed()) {
     return Support::no(reason::kDeviceMismatch,
-                       std::string("kernel runs on ") + std::string(device_type_name(d.device)) +
+                       std::string("kernel runs on ") + std::string(d.device.name()) +
                            ", the call is on " + ctx.device.str());
   }
   if (!d.dtypes.empty()) {
@@ -256,7 +262,7 @@ Support KernelRegistry::check(const Kernel& kernel, const OpContext& ctx) {
       }
     }
   }
-  if (ctx.device.is_cuda()) {
+  if (!ctx.device.is_cpu()) {
     if (d.min_capability > 0 && ctx.capability < d.min_capability) {
       return Support::no(reason::kCapabilityTooLow,
                          "needs sm" + std::to_string(d.min_capability) + "+, device is sm" +

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "xpuruntime/backend.h"
 #include "xpuruntime/device.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/kernel_registry.h"
@@ -13,22 +14,26 @@
 namespace xpuruntime {
 namespace {
 
-// Device properties are slow to query (cudaGetDeviceProperties is ~milliseconds), and
-// from_tensors runs per op call, so each device's capability is read once. 0 = unread.
+// Device properties can be slow to query (cudaGetDeviceProperties is ~milliseconds),
+// and from_tensors runs per op call, so each device's capability is read once (the
+// backend's attribute "capability"; 0 when it has none). 0 = unread.
+constexpr int kMaxCachedKinds = 8;
 constexpr int kMaxCachedDevices = 64;
-std::array<std::atomic<int>, kMaxCachedDevices> g_capability{};
+std::array<std::array<std::atomic<int>, kMaxCachedDevices>, kMaxCachedKinds> g_capability{};
 
 int capability_of(const Device& d) {
-  if (!d.is_cuda()) return 0;
-  if (d.index >= 0 && d.index < kMaxCachedDevices) {
-    int cached = g_capability[d.index].load(std::memory_order_relaxed);
+  if (d.is_cpu()) return 0;
+  const bool cacheable = d.kind.id() < kMaxCachedKinds && d.index >= 0 && d.index < kMaxCachedDevices;
+  if (cacheable) {
+    int cached = g_capability[d.kind.id()][d.index].load(std::memory_order_relaxed);
     if (cached > 0) return cached;
   }
-  DeviceInfo info = DeviceManager::instance().get_device_info(d);
-  int cap = info.compute_capability_major * 10 + info.compute_capability_minor;
-  if (d.index >= 0 && d.index < kMaxCachedDevices && cap > 0) {
-    g_capability[d.index].store(cap, std::memory_order_relaxed);
-  }
+  DeviceManager& dm = DeviceManager::instance();
+  dm.check_device(d);
+  const std::string attr = dm.backend(d.kind).attribute(d.index, "capability");
+  int cap = 0;
+  std::from_chars(attr.data(), attr.data() + attr.size(), cap);
+  if (cacheable && cap > 0) g_capability[d.kind.id()][d.index].store(cap, std::memory_order_relaxed);
   return cap;
 }
 
@@ -115,8 +120,11 @@ OpContext& OpContext::apply(const ExecutionPolicy& policy) {
 }
 
 std::string OpContext::device_class() const {
-  if (!device.is_cuda()) return std::string(device_type_name(device.type));
-  return "cuda:sm" + std::to_string(capability);
+  // "<kind>:sm<capability>" where the device has a capability ("cuda:sm90": the
+  // spelling pinned policies and goldens use), else the kind ("cpu"). No backend is
+  // asked: the context carries the capability.
+  if (device.is_cpu() || capability <= 0) return std::string(device.kind.name());
+  return std::string(device.kind.name()) + ":sm" + std::to_string(capability);
 }
 
 std::string OpContext::case_key() const {

@@ -84,7 +84,7 @@ Prepared prepare(const MatmulArgs& args) {
             "; matmul does not promote, cast one operand");
   const Device dev = a0.device();
   Prepared p;
-  if (dev.is_cuda()) p.stream = StreamManager::instance().current_stream(dev)->native();
+  if (!dev.is_cpu()) p.stream = StreamManager::instance().current_stream(dev)->native();
 
   // 1-D operands: a (K) -> (1, K), b (K) -> (K, 1); the result drops those dims.
   // Tensors are copied into p.inputs once (the launch takes them by value).
@@ -105,9 +105,9 @@ Prepared prepare(const MatmulArgs& args) {
             shape_str(a0.shape()), " and b ", shape_str(b0.shape()), " do not broadcast");
   if (!flat_batch_stride(*batch, a.shape(), a.strides())) a = materialize(a, *batch, p.stream);
   if (!flat_batch_stride(*batch, b.shape(), b.strides())) b = materialize(b, *batch, p.stream);
-  // BLAS-style GPU libraries need one unit stride per matrix; the CPU kernels take
+  // BLAS-style device libraries need one unit stride per matrix; the CPU kernels take
   // any strides, so copies are made only where they are needed.
-  if (dev.is_cuda()) {
+  if (!dev.is_cpu()) {
     auto addressable = [](const Tensor& t) {
       const int64_t r = t.dim();
       return blas_layout(t.shape()[r - 2], t.shape()[r - 1], t.strides()[r - 2], t.strides()[r - 1])
@@ -205,7 +205,7 @@ const std::vector<int64_t>& call_key(const Prepared& p, const MatmulArgs& args) 
   thread_local std::vector<int64_t> key;
   key.clear();
   const Device d = p.out.device();
-  key.push_back(static_cast<int64_t>(d.type) << 32 | static_cast<uint32_t>(d.index));
+  key.push_back(static_cast<int64_t>(d.kind.id()) << 32 | static_cast<uint32_t>(d.index));
   key.push_back(static_cast<int64_t>(p.out.dtype()) << 8 | static_cast<int64_t>(args.activation));
   key.push_back(static_cast<int64_t>(p.inputs.size()));
   auto add = [&](const Tensor& t) {
@@ -319,10 +319,12 @@ void run_kernel(const Kernel& kernel, const OpContext& ctx, Prepared& p,
   kernel.run(launch);
 }
 
-// The CUDA plugin registers its kernels (cublas, cublasLt, ...) when it loads; a
-// CUDA matmul loads it (once), so ops.matmul does not depend on which subsystem
-// touched CUDA first.
-void ensure_cuda_matmul_kernels_registered() { load_plugin("cuda"); }
+// A device plugin registers its kernels (cublas, cublasLt, ...) when it loads; a
+// matmul on its device loads it (once), so ops.matmul does not depend on which
+// subsystem touched the device first.
+void ensure_device_matmul_kernels_registered(const Device& d) {
+  if (!d.is_cpu()) load_plugin(plugin_for_device(d.kind));
+}
 
 // The CPU kernels register when the core starts (the built-in CPU plugin).
 void ensure_cpu_matmul_kernels_registered() { DeviceManager::instance(); }
@@ -343,7 +345,7 @@ OpContext make_context(const Prepared& p, const MatmulArgs& args) {
 Tensor matmul(const MatmulArgs& args) {
   ensure_cpu_matmul_kernels_registered();
   Prepared p = prepare(args);
-  if (p.out.device().is_cuda()) ensure_cuda_matmul_kernels_registered();
+  ensure_device_matmul_kernels_registered(p.out.device());
   Dispatcher& dispatcher = Dispatcher::instance();
   const KernelPolicy policy = args.policy ? *args.policy : dispatcher.effective_policy();
   const uint64_t generation = dispatcher.registry().generation();
@@ -390,7 +392,7 @@ Tensor matmul(const MatmulArgs& args) {
 Tensor matmul_with_kernel(const std::string& kernel, const MatmulArgs& args,
                           const std::string& algorithm) {
   ensure_cpu_matmul_kernels_registered();
-  if (args.a.defined() && args.a.device().is_cuda()) ensure_cuda_matmul_kernels_registered();
+  if (args.a.defined()) ensure_device_matmul_kernels_registered(args.a.device());
   KernelPtr k = KernelRegistry::instance().find(kOpKey, kernel);
   if (!k) {
     std::string names;
@@ -411,7 +413,7 @@ Tensor matmul_with_kernel(const std::string& kernel, const MatmulArgs& args,
 
 double time_kernel_runs(const std::string& kernel, const MatmulArgs& args, int iterations) {
   ensure_cpu_matmul_kernels_registered();
-  if (args.a.defined() && args.a.device().is_cuda()) ensure_cuda_matmul_kernels_registered();
+  if (args.a.defined()) ensure_device_matmul_kernels_registered(args.a.device());
   KernelPtr k = KernelRegistry::instance().find(kOpKey, kernel);
   XRT_CHECK(k != nullptr, UnsupportedOperationError, "matmul: no kernel '", kernel, "' is registered");
   Prepared p = prepare(args);
@@ -432,7 +434,7 @@ double time_kernel_runs(const std::string& kernel, const MatmulArgs& args, int i
     launch.workspace_bytes = need;
   }
   k->run(launch);  // warm-up
-  auto stream = ctx.device.is_cuda() ? Stream::wrap(ctx.device, p.stream) : nullptr;
+  auto stream = !ctx.device.is_cpu() ? Stream::wrap(ctx.device, p.stream) : nullptr;
   if (stream) stream->synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iterations; ++i) k->run(launch);

@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime::matmul {

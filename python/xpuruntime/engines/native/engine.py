@@ -58,10 +58,11 @@ def core_exec_policy(policy: Any) -> Any:
     return coerce.core_exec_policy(policy) or _core.ExecutionPolicy()
 
 
-#: Device kinds this class drives: it compiles for the kind (CompileOptions.device) and
-#: feeds the executor host arrays (as_numpy), which copies them to the device and the
-#: outputs back at the plan's edges through the kind's execution provider.
-_DRIVEN = ("cpu", "cuda")
+#: Device kinds this class drives (this build's plugin table, read from ``_core``): it
+#: compiles for the kind (CompileOptions.device) and feeds the executor host arrays
+#: (as_numpy), which copies them to the device and the outputs back at the plan's edges
+#: through the kind's execution provider. The CPU first, then the table's order.
+_DRIVEN = tuple(sorted((str(k) for k in _core.device_kinds()), key=lambda k: k != "cpu"))
 
 
 def _providers() -> tuple[str, ...]:
@@ -73,23 +74,24 @@ def unavailable_reason(kind: str) -> str:
     """Why the native engine cannot run on device kind ``kind`` here ("" when it can).
 
     A kind needs an execution provider in the core (``_core.graph.providers()``) and,
-    for "cuda", a usable CUDA device (the CUDA provider is registered by the CUDA
-    plugin even on a machine without a GPU; the DeviceManager says why it has none).
+    beyond the CPU, a usable device (a device plugin registers its provider even on a
+    machine without its device; the DeviceManager says why it has none).
     """
     if kind not in _DRIVEN:
         return f"the native engine runs on {', '.join(_DRIVEN)} only, not on {kind!r}"
     dm = _core.DeviceManager.instance()
-    # The CUDA plugin loads on the first CUDA query, and registers its provider then:
-    # ask for the device count first, so that the provider list below includes it.
-    count = dm.get_device_count() if kind == "cuda" else 0
+    # A device plugin loads on the first query of its kind, and registers its provider
+    # then: ask for the device count first, so that the provider list below includes it.
+    count = dm.get_device_count_of(kind) if kind != "cpu" else 0
+    reason = dm.unavailable_reason(kind) if kind != "cpu" else ""
     if kind not in _providers():
-        why = f": {dm.cuda_unavailable_reason()}" if kind == "cuda" and dm.cuda_unavailable_reason() else ""
+        why = f": {reason}" if reason else ""
         return (
             f"no {kind} execution provider is registered in this build (registered: "
             f"{', '.join(_providers()) or 'none'}){why}"
         )
-    if kind == "cuda" and count <= 0:
-        return dm.cuda_unavailable_reason() or "no CUDA device was found"
+    if kind != "cpu" and count <= 0:
+        return reason or f"no {kind.upper()} device was found"
     return ""
 
 
@@ -346,17 +348,17 @@ class NativeEngine(Engine):
 
     @contextmanager
     def _on_device(self) -> Iterator[None]:
-        """Makes the session's CUDA device current on this thread (the provider compiles,
+        """Makes the session's device current on this thread (the provider compiles,
         uploads constants and runs on the current device), restoring the previous one."""
         if self._index is None:
             yield
             return
         dm = _core.DeviceManager.instance()
         prev = dm.get_current_device()
-        if prev == f"cuda:{self._index}":
+        if prev == f"{self._kind}:{self._index}":
             yield
             return
-        dm.set_current_device(self._index)
+        dm.set_current_device_spec(f"{self._kind}:{self._index}")
         try:
             yield
         finally:
@@ -627,20 +629,22 @@ def _torch_outputs(plan: Any, names: Sequence[str], device: Any) -> list[Any] | 
 
 
 def _device_of(device: str) -> tuple[str, int | None]:
-    """(kind, CUDA index or None) of a session device; a CUDA index must exist here."""
+    """(kind, device index or None) of a session device; beyond the CPU (a kind of
+    this build's plugin table) the index must exist here."""
     kind, _, idx = str(device).strip().lower().partition(":")
-    if kind != "cuda":
+    if kind == "cpu" or kind not in _DRIVEN:
         return kind, None
-    why = unavailable_reason("cuda")
+    why = unavailable_reason(kind)
     if why:
         raise BackendUnavailableError(
             f"the native engine cannot run on {device}: {why}; use device='cpu', or run on a machine "
-            "with an NVIDIA GPU, its driver and xpuruntime's CUDA plugin"
+            f"with the device, its driver and xpuruntime's {kind} plugin"
         )
     index = int(idx) if idx.isdigit() else 0
-    count = _core.DeviceManager.instance().get_device_count()
+    count = _core.DeviceManager.instance().get_device_count_of(kind)
     if index >= count:
         raise InvalidArgumentError(
-            f"device {device} does not exist: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})"
+            f"device {device} does not exist: this machine has {count} {kind.upper()} device(s) "
+            f"({kind}:0..{kind}:{count - 1})"
         )
     return kind, index

@@ -74,7 +74,7 @@ class PlanPreview:
 
 def preview_plan(
     model: Any,
-    device: str = "cuda",
+    device: str | None = None,
     target: str = "",
     *,
     kernel_policy: Any = None,
@@ -87,7 +87,8 @@ def preview_plan(
     """Compiles ``model`` for ``device``/``target`` offline and returns what would run.
 
     ``model``: an ONNX path, bytes or ``onnx.ModelProto``. ``device``: a device kind with
-    a native execution provider ("cpu", "cuda"). ``target``: the GPU architecture
+    a native execution provider ("cpu", "cuda"); ``None``: the core's accelerator kind (the
+    plugin table's first device, "cuda"). ``target``: the GPU architecture
     ("sm_90", "sm_80", ...; "" = this machine's device, which must then exist).
     ``input_shapes``: input name -> shape, as for a session; otherwise each input's
     symbolic dimensions take their value from ``dims`` (dimension name -> value), 1 when
@@ -95,7 +96,7 @@ def preview_plan(
     shaped at run time then show fewer fusions). Policies as for ``InferenceSession``. Raises ``InvalidArgumentError`` for an unknown
     target, ``UnsupportedOperationError`` naming ops with no kernel on the device.
     """
-    kind = str(device).split(":")[0]
+    kind = str(_core.accelerator_kind() if device is None else device).split(":")[0]
     if kind not in _core.graph.providers():
         raise InvalidArgumentError(
             f"device {device!r} has no native execution provider in this build "

@@ -28,7 +28,7 @@
 #include "backends/cpu/kernels/half.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/error.h"
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/ops/op_schema.h"
 

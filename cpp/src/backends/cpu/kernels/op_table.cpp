@@ -171,7 +171,7 @@ void register_cpu_op_kernels(KernelRegistry& registry) {
     def.op = d.key;
     def.name = d.kernel;
     def.provider = "cpu";
-    def.device = DeviceType::kCPU;
+    def.device = DeviceKind::cpu();
     def.priority = d.priority;
     def.description = d.description;
     registry.register_kernel(std::make_shared<CpuOpKernel>(std::move(def), &d));

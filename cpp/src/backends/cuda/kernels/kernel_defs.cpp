@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/kernels/column_sums/column_sums_impl.h"
 #include "backends/cuda/kernels/flash_v2/flash_v2_impl.h"
 #include "backends/cuda/kernels/layernorm/layernorm_impl.h"
@@ -199,7 +200,7 @@ class FlashAttention final : public Kernel {
     d.op = "attention";
     d.name = "flash_v2";
     d.provider = kProvider;
-    d.device = DeviceType::kCUDA;
+    d.device = ::xpuruntime::cuda::kind();
     // q/k/v are float16/bfloat16 (supports() checks: a mask or rng_state input has its own dtype).
     d.min_capability = kMinCapability;
     d.priority = 100;
@@ -304,7 +305,7 @@ class FusedLayerNorm final : public Kernel {
     d.op = "layernorm";
     d.name = "fused";
     d.provider = kProvider;
-    d.device = DeviceType::kCUDA;
+    d.device = ::xpuruntime::cuda::kind();
     d.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
     d.min_capability = kMinCapability;
     d.priority = 100;
@@ -363,7 +364,7 @@ class ColumnSums final : public Kernel {
     d.op = "column_sums";
     d.name = "column_sums";
     d.provider = kProvider;
-    d.device = DeviceType::kCUDA;
+    d.device = ::xpuruntime::cuda::kind();
     d.dtypes = {DType::kFloat16, DType::kBFloat16};
     d.min_capability = kMinCapability;
     d.priority = 100;

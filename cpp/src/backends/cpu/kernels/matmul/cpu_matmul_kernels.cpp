@@ -25,7 +25,7 @@ KernelDef cpu_matmul_def(std::string name, int priority, std::string description
   d.op = matmul::kOpKey;
   d.name = std::move(name);
   d.provider = "cpu";
-  d.device = DeviceType::kCPU;
+  d.device = DeviceKind::cpu();
   d.dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
   d.priority = priority;
   d.deterministic = true;  // fixed blocking and thread split: same bits every run

@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/kernels/blas/cublas_gemm_impl.h"
 #include "backends/cuda/kernels/blas/cublaslt_gemm_impl.h"
 #include "backends/cuda/kernels/blas/onnx_matmul_cuda.h"
@@ -70,7 +71,7 @@ class CublasMatmul final : public Kernel {
     d.op = matmul::kOpKey;
     d.name = "cublas";
     d.provider = "cublas";
-    d.device = DeviceType::kCUDA;
+    d.device = ::xpuruntime::cuda::kind();
     d.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64};
     d.workspace_bytes = matmul::kCublasLtDefaultWorkspace;
     d.priority = 20;

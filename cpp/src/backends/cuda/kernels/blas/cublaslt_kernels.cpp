@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/kernels/blas/cublaslt_gemm_impl.h"
 #include "backends/cuda/kernels/blas/onnx_matmul_cuda.h"
 #include "ops/matmul/matmul_op.h"
@@ -84,7 +85,7 @@ class CublasLtMatmul final : public Kernel {
     d.op = matmul::kOpKey;
     d.name = "cublasLt";
     d.provider = "cublasLt";
-    d.device = DeviceType::kCUDA;
+    d.device = ::xpuruntime::cuda::kind();
     d.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
     d.workspace_bytes = matmul::kCublasLtDefaultWorkspace;
     d.priority = 30;

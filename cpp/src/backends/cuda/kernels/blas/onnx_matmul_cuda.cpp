@@ -8,7 +8,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "xpuruntime/error.h"
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/ops/epilogue.h"
 #include "xpuruntime/ops/gemm.h"
 

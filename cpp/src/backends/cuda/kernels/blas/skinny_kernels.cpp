@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/kernels/blas/onnx_matmul_cuda.h"
 #include "backends/cuda/kernels/blas/skinny_gemm_impl.h"
 #include "ops/matmul/matmul_op.h"
@@ -60,7 +61,7 @@ class SkinnyMatmul final : public Kernel {
     d.op = matmul::kOpKey;
     d.name = "skinny";
     d.provider = "cuda_raw";
-    d.device = DeviceType::kCUDA;
+    d.device = ::xpuruntime::cuda::kind();
     d.dtypes = {DType::kFloat16, DType::kBFloat16};
     d.min_capability = matmul::kSkinnyMinCapability;
     d.workspace_bytes = 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_kind.h"
 #include "core/half_float.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/tensor.h"
@@ -73,7 +74,7 @@ void CudaOpKernel::run(KernelLaunch& launch) const {
   KernelArgs args;
   auto arg = [&](const Tensor& t, const char* role, std::size_t i) {
     if (!t.defined()) return TensorArg{};
-    XRT_CHECK(t.device().is_cuda() && t.is_contiguous(), InvalidArgumentError, def().op,
+    XRT_CHECK(t.device().kind == cuda::kind() && t.is_contiguous(), InvalidArgumentError, def().op,
               " (cuda): ", role, " ", i, " must be a dense CUDA tensor, got ", t.str());
     return TensorArg{t.dtype(), t.shape(), t.data_ptr()};
   };
@@ -100,7 +101,7 @@ void add_kernel(KernelRegistry& registry, const std::string& op, std::vector<DTy
   def.op = op;
   def.name = kKernelName;
   def.provider = kProvider;
-  def.device = DeviceType::kCUDA;
+  def.device = ::xpuruntime::cuda::kind();
   def.dtypes = std::move(dtypes);
   def.layouts = {"contiguous"};
   // The plugin is built for sm_90 (CMAKE_CUDA_ARCHITECTURES 90): older devices have

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 
 namespace xpuruntime::cuda_ops {
 

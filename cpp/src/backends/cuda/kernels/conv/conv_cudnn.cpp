@@ -42,6 +42,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common/op_kernel.h"
 #include "backends/cuda/kernels/conv/conv_cudnn_kernels.h"
@@ -600,7 +601,7 @@ class CudnnConv final : public Kernel {
     KernelArgs args;
     auto arg = [&](const Tensor& t, const char* role, std::size_t i) {
       if (!t.defined()) return TensorArg{};
-      XRT_CHECK(t.device().is_cuda() && t.is_contiguous(), InvalidArgumentError,
+      XRT_CHECK(t.device().kind == cuda::kind() && t.is_contiguous(), InvalidArgumentError,
                 "conv (cudnn): ", role, " ", i, " must be a dense CUDA tensor, got ", t.str());
       return TensorArg{t.dtype(), t.shape(), t.data_ptr()};
     };
@@ -667,7 +668,7 @@ class CudnnConv final : public Kernel {
     d.op = nhwc ? "conv_nhwc" : "conv";
     d.name = kName;
     d.provider = "cudnn";
-    d.device = DeviceType::kCUDA;
+    d.device = ::xpuruntime::cuda::kind();
     d.dtypes = kTypes;
     d.layouts = {"contiguous"};
     d.min_capability = 90;  // the plugin is built for sm_90

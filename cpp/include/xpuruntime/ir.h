@@ -1,7 +1,10 @@
 // The native engine's graph IR (DESIGN.md §5): values with dtypes and shapes
 // (symbolic dimensions where the model declares them), nodes in ONNX terms, and
 // host tensors for constants. The Python front end builds a Graph from an ONNX
-// model; the compiler (compiler.h) turns it into an ExecutionPlan.
+// model; the compiler (graph/compiler.h) turns it into an ExecutionPlan. It lives on
+// the ground floor beside the other public headers: the op library (ops/), the
+// kernel registry and the execution providers use it, and none of them reaches up
+// into graph/.
 //
 // Ownership: a Graph owns its nodes and values; constants share their bytes
 // (HostTensor holds a shared_ptr, so an initializer handed over zero-copy from

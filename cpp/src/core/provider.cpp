@@ -1,5 +1,5 @@
 // ProviderRegistry: execution providers by device kind (provider.h).
-#include "xpuruntime/graph/provider.h"
+#include "xpuruntime/provider.h"
 
 #include <mutex>
 
@@ -98,7 +98,7 @@ ProviderPtr ProviderRegistry::find(const std::string& device_kind) const {
   start_core();
   if (ProviderPtr p = lookup(device_kind)) return p;
   // The other device plugins are dlopen'ed on their first use: load them (once) so a
-  // provider is found whatever was asked first (a compile for "cuda" before any CUDA
+  // provider is found whatever was asked first (a compile for an accelerator before any
   // device query), without loading them for plans that only need the CPU.
   load_plugins();
   return lookup(device_kind);
@@ -109,17 +109,19 @@ ProviderPtr ProviderRegistry::get(const std::string& device_kind) const {
   std::string known;
   for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
   if (known.empty()) known = "none";
+  // A kind of the plugin table ("cuda:0" -> "cuda") whose plugin brought no provider.
+  const std::string kind = device_kind.substr(0, device_kind.find(':'));
+  bool known_kind = false;
+  for (DeviceKind k : DeviceKind::all()) known_kind = known_kind || (!k.is_cpu() && k.name() == kind);
+  std::string upper;
+  for (char c : kind) upper += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
   XRT_THROW(UnsupportedOperationError, "the native engine has no execution provider for device '",
             device_kind, "' (registered: ", known, ")",
-            device_kind == "cuda" || device_kind.rfind("cuda:", 0) == 0
-                ? "; the CUDA execution provider is not available in this "
-                  "build, so the native "
-                  "engine runs on the CPU only: use device='cpu', or "
-                  "engine='onnxruntime' for GPU "
-                  "inference"
-                : "; compile the plan for one of the registered devices, or "
-                  "load the plugin that "
-                  "provides this one");
+            known_kind ? "; the " + upper +
+                             " execution provider is not available in this build, so the native engine runs "
+                             "on the CPU only: use device='cpu', or engine='onnxruntime' for GPU inference"
+                       : std::string("; compile the plan for one of the registered devices, or load "
+                                     "the plugin that provides this one"));
 }
 
 std::vector<std::string> ProviderRegistry::names() const {

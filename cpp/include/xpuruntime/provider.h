@@ -7,7 +7,7 @@
 //
 // How to add a device to the native engine: implement ExecutionProvider (and
 // RunResources) in the device's plugin folder, register its kernels in the
-// KernelRegistry under its DeviceType, and add the provider to ProviderRegistry
+// KernelRegistry under its DeviceKind, and add the provider to ProviderRegistry
 // when the plugin loads. Plans compiled with CompileOptions.device =
 // provider->name() then run on it; nothing under graph/ changes.
 //
@@ -25,7 +25,7 @@
 
 #include "xpuruntime/backend.h"
 #include "xpuruntime/device.h"
-#include "xpuruntime/graph/ir.h"
+#include "xpuruntime/ir.h"
 #include "xpuruntime/ops/epilogue.h"
 
 namespace xpuruntime::graph {
@@ -104,8 +104,8 @@ class ExecutionProvider {
   // The device kind plans name in PlanHeader.device and CompileOptions.device
   // ("cpu").
   virtual const std::string& name() const = 0;
-  // The DeviceType the provider's kernels are registered and dispatched for.
-  virtual DeviceType kernel_device() const = 0;
+  // The DeviceKind the provider's kernels are registered and dispatched for.
+  virtual DeviceKind kernel_device() const = 0;
   // The device a plan runs on (OpContext.device of every dispatched node).
   virtual Device device() const = 0;
   // OpContext.capability (CUDA: sm major*10+minor); 0 where it does not apply.
@@ -178,8 +178,8 @@ class ProviderRegistry {
   // kernels and providers).
   ProviderPtr find(const std::string& device_kind) const;
   // The provider of a device kind; throws UnsupportedOperationError naming the
-  // kind and the registered ones (and, for "cuda", that this build has no CUDA
-  // provider).
+  // kind and the registered ones (and, for a kind of the plugin table, that this
+  // build has no provider for it).
   ProviderPtr get(const std::string& device_kind) const;
   // Registered device kinds, sorted.
   std::vector<std::string> names() const;
