@@ -210,7 +210,9 @@ def test_layernorm_near_misses_are_not_fused(
 ) -> None:
     sess, fusions = _run(_layernorm_model(**variant), _ln_feeds(x_shape, eps))
     assert "LayerNormalization" not in _ops(sess)
-    assert fusions == []
+    # The variance half alone is an RMSNorm of x - mean, and may be fused as one (the
+    # outputs still match ONNX Runtime: _run checked them); never as a LayerNorm.
+    assert [f for f in fusions if "RMSNorm" not in f.detail] == []
 
 
 def test_torch_layernorm_exported_below_opset_17_is_fused() -> None:

@@ -65,6 +65,66 @@ def _conv_block() -> bytes:
     return _model(nodes, [_f("x", [2, 8, 16, 16])], [_f("y", [2, 8, 16, 16])], inits)
 
 
+def _separable_block(act: str = "relu6", c: int = 32, k: int = 3, stride: int = 1) -> bytes:
+    """A MobileNet/EfficientNet block: 1x1 expand + Relu, depthwise kxk (+B) + act
+    (relu6 = Clip(0, 6), or silu = Sigmoid * x), squeeze-excitation (GlobalAveragePool,
+    1x1, Relu, 1x1, HardSigmoid, Mul), 1x1 project, a residual Add where the shapes
+    allow it, then a 3x3/2 MaxPool."""
+    rng = np.random.default_rng(3)
+    cin = 16
+    pad = k // 2
+    nodes = [
+        helper.make_node("Conv", ["x", "we", "be"], ["e"], name="expand"),
+        helper.make_node("Relu", ["e"], ["er"], name="expand_relu"),
+        helper.make_node(
+            "Conv", ["er", "wd", "bd"], ["d"], group=c, pads=[pad] * 4, strides=[stride] * 2, name="dw"
+        ),
+    ]
+    if act == "relu6":
+        nodes.append(helper.make_node("Clip", ["d", "zero", "six"], ["da"], name="relu6"))
+    else:
+        nodes += [
+            helper.make_node("Sigmoid", ["d"], ["ds"], name="silu_sig"),
+            helper.make_node("Mul", ["d", "ds"], ["da"], name="silu_mul"),
+        ]
+    nodes += [
+        helper.make_node("GlobalAveragePool", ["da"], ["p"], name="se_pool"),
+        helper.make_node("Conv", ["p", "ws1", "bs1"], ["s1"], name="se_reduce"),
+        helper.make_node("Relu", ["s1"], ["s1r"], name="se_relu"),
+        helper.make_node("Conv", ["s1r", "ws2", "bs2"], ["s2"], name="se_expand"),
+        helper.make_node("HardSigmoid", ["s2"], ["gate"], alpha=1 / 6, beta=0.5, name="se_gate"),
+        helper.make_node("Mul", ["da", "gate"], ["se"], name="se_mul"),
+        helper.make_node("Conv", ["se", "wp", "bp"], ["proj"], name="project"),
+    ]
+    if stride == 1:
+        nodes.append(helper.make_node("Add", ["proj", "x"], ["res"], name="residual"))
+        last = "res"
+    else:
+        last = "proj"
+    nodes.append(
+        helper.make_node(
+            "MaxPool", [last], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, name="pool"
+        )
+    )
+    hw = 20 // stride
+    inits = [
+        _init("we", rng.standard_normal((c, cin, 1, 1)) * 0.2),
+        _init("be", rng.standard_normal(c) * 0.1),
+        _init("wd", rng.standard_normal((c, 1, k, k)) * 0.3),
+        _init("bd", rng.standard_normal(c) * 0.1),
+        _init("ws1", rng.standard_normal((8, c, 1, 1)) * 0.2),
+        _init("bs1", rng.standard_normal(8) * 0.1),
+        _init("ws2", rng.standard_normal((c, 8, 1, 1)) * 0.2),
+        _init("bs2", rng.standard_normal(c) * 0.1),
+        _init("wp", rng.standard_normal((cin, c, 1, 1)) * 0.2),
+        _init("bp", rng.standard_normal(cin) * 0.1),
+        _init("zero", np.array(0.0)),
+        _init("six", np.array(6.0)),
+    ]
+    out = (hw + 1) // 2
+    return _model(nodes, [_f("x", [2, cin, 20, 20])], [_f("y", [2, cin, out, out])], inits)
+
+
 def _mlp(gelu: str) -> bytes:
     """MatMul -> Add(bias) -> activation -> MatMul; gelu: 'relu', 'tanh' or 'erf'."""
     rng = np.random.default_rng(2)
@@ -168,7 +228,9 @@ def test_cuda_gemm_takes_bias_and_relu_or_tanh_gelu_epilogues(policy):
         assert "Add" not in _ops(pv) and "Relu" not in _ops(pv) and "Gelu" not in _ops(pv)
 
 
-def test_cuda_depthwise_convolutions_stay_nchw():
+def test_cuda_lone_depthwise_convolution_stays_nchw():
+    # One Conv between graph input and output: the Transposes on both sides would move
+    # as much as the convolution reads and writes (the layout pass's cost rule).
     rng = np.random.default_rng(4)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1], name="dw")]
     model = _model(
@@ -179,6 +241,27 @@ def test_cuda_depthwise_convolutions_stay_nchw():
     )
     pv = preview_plan(model, device="cuda", target="sm_90", exec_policy=FP16)
     assert "NhwcConv" not in _ops(pv) and "Conv" in _ops(pv)
+
+
+@pytest.mark.parametrize("act", ["relu6", "silu"])
+@pytest.mark.parametrize("policy", [FP16, BF16, None], ids=["fp16", "bf16", "fp32"])
+def test_cuda_depthwise_separable_blocks_run_channels_last_end_to_end(policy, act):
+    pv = preview_plan(_separable_block(act), device="cuda", target="sm_90", exec_policy=policy)
+    ops = _ops(pv)
+    convs = [s for s in pv.steps if s["op_type"] == "NhwcConv"]
+    assert len(convs) == 5 and "Conv" not in ops, ops
+    (dw,) = [s for s in convs if s["name"].startswith("dw")]
+    assert dw["kernel"] == "cuda_depthwise", dw
+    assert {s["kernel"] for s in convs if s is not dw} == {"cudnn"}
+    # The pools run channels-last too: the only Transposes are at the plan's edges.
+    assert "NhwcGlobalAveragePool" in ops and "NhwcMaxPool" in ops, ops
+    assert "GlobalAveragePool" not in ops and "MaxPool" not in ops
+    assert ops.count("Transpose") == 2, ops
+    # The depthwise layer's activation is its epilogue (Clip) or the SiLU post-op.
+    if act == "relu6":
+        assert dw["activation"] == "Clip" and "Clip" not in ops, (dw, ops)
+    else:
+        assert "Sigmoid" not in ops and "FusedElementwise" not in ops[: ops.index("NhwcGlobalAveragePool")]
 
 
 def test_cuda_gemm_leaves_the_exact_gelu_to_its_own_kernel():

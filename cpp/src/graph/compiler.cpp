@@ -327,6 +327,10 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   if (opt.fuse && pays.patterns) {
     log("layernorm pattern fusion (subgraphs fused)",
         passes::fuse_layernorm_patterns(g, *provider, plan.decisions));
+    log("rmsnorm pattern fusion (subgraphs fused)",
+        passes::fuse_rmsnorm_patterns(g, *provider, plan.decisions));
+    log("rotary pattern fusion (subgraphs fused)",
+        passes::fuse_rotary_patterns(g, *provider, plan.decisions));
     log("attention pattern fusion (subgraphs fused)",
         passes::fuse_attention_patterns(g, *provider, plan.decisions));
     log("gelu pattern fusion (subgraphs fused)",
@@ -342,6 +346,10 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   if (opt.fuse) {
     const int n = passes::to_channels_last(g, *provider, opt.kernel_policy, plan.decisions);
     log("channels-last layout (nodes converted)", n);
+    // Activations a channels-last kernel applies that its NCHW Conv's would not (the
+    // depthwise kernel's Clip, HardSwish, ...).
+    if (n > 0 && pays.epilogues)
+      log("epilogue fusion (ops fused into NhwcConv)", passes::fuse_epilogues(g, provider.get()));
     if (n > 0 && pays.elementwise_chains)
       log("elementwise fusion (chains fused)", passes::fuse_elementwise(g, provider.get()));
   }

@@ -66,6 +66,21 @@ bool epilogue_ok(const ExecutionProvider* provider, const std::string& op_type,
   return float_dtype(t) && provider->takes_epilogue(op_type, e, t);
 }
 
+// Whether a kernel runs NhwcConv p with epilogue e. The layout pass creates NhwcConv
+// after the first epilogue round, and which activations a channels-last convolution
+// takes depends on the kernel its case gets (the depthwise kernel applies any of
+// them, cuDNN's only Relu): the registry answers for the exact node.
+bool nhwc_conv_takes(const Graph& g, const Node& p, const ops::Epilogue& e,
+                     const ExecutionProvider* provider) {
+  if (provider == nullptr) return false;
+  patterns::Candidate c;
+  c.node = p;
+  e.to_attrs(c.node.attrs);
+  for (int v : p.inputs) c.inputs.push_back(patterns::spec_of(g, v).value_or(TensorSpec{}));
+  for (int v : p.outputs) c.outputs.push_back(patterns::spec_of(g, v).value_or(TensorSpec{}));
+  return patterns::any_kernel_supports(c, *provider);
+}
+
 // Shape s broadcasts into o as a suffix (bias row) or scalar, or equals o.
 bool suffix_compatible(const Shape& s, const Shape& o) {
   if (shape_numel(s) == 1) return true;
@@ -185,10 +200,11 @@ int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
   }
   compact(g);
   cons = consumers(g);
-  // {Conv, MatMul, Gemm} + activation.
+  // {Conv, MatMul, Gemm, NhwcConv} + activation.
   for (Node& p : g.nodes) {
-    if ((p.op_type != "Conv" && p.op_type != "MatMul" && p.op_type != "Gemm") ||
-        ops::Epilogue::from_node(p).has_activation())
+    const bool nhwc = p.op_type == "NhwcConv";
+    if ((p.op_type != "Conv" && p.op_type != "MatMul" && p.op_type != "Gemm" && !nhwc) ||
+        ops::Epilogue::from_node(p).has_activation() || p.has("_swish"))
       continue;
     const int y = p.outputs[0];
     const DType t = g.values[y].dtype;
@@ -205,7 +221,9 @@ int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
     Node& a = g.nodes[cons[x][0]];
     if (a.inputs.empty() || a.inputs[0] != x || a.outputs.size() != 1) continue;
     ops::Epilogue e;
-    if (!with_activation(g, p, a, e) || !epilogue_ok(provider, p.op_type, e, t)) continue;
+    if (!with_activation(g, p, a, e)) continue;
+    if (nhwc ? !nhwc_conv_takes(g, p, e, provider) : !epilogue_ok(provider, p.op_type, e, t))
+      continue;
     e.to_attrs(p.attrs);
     (reshape != nullptr ? reshape->outputs[0] : p.outputs[0]) = a.outputs[0];
     a.op_type.clear();

@@ -276,8 +276,11 @@ bool ChannelsLast::convert_pool(const Node& n) {
   const int x = n.inputs[0];
   if (!produced_cl(x) || (n.outputs.size() > 1 && n.outputs[1] >= 0)) return false;
   const int r = rank_of(x);
-  if (r < 3 || r > 5 || g_.values[x].dtype != DType::kFloat32) return false;
-  const std::string op = "Nhwc" + n.op_type;
+  const DType t = g_.values[x].dtype;
+  if (r < 3 || r > 5 ||
+      (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16))
+    return false;
+  const std::string op = "Nhwc" + n.op_type;  // kernel_runs asks the registry for t
   if (!kernel_runs(n, op, {x})) return false;
   Node c = n;
   c.op_type = op;

@@ -37,6 +37,15 @@ int fuse_layernorm_patterns(Graph& g, const ExecutionProvider& provider,
                             std::vector<std::string>& decisions);
 int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
                             std::vector<std::string>& decisions);
+// The decomposed RMSNorm (ReduceMean of Pow(x, 2), Add eps, Sqrt, Div or Mul by the
+// reciprocal, optional Mul(gamma)) -> one RMSNormalization (fusion_rmsnorm.cpp). After
+// the LayerNorm patterns, whose variance half has the same shape.
+int fuse_rmsnorm_patterns(Graph& g, const ExecutionProvider& provider,
+                          std::vector<std::string>& decisions);
+// The rotary embedding x * cos + concat(-x[d/2:], x[:d/2]) * sin -> one RotaryHalf
+// (fusion_rotary.cpp).
+int fuse_rotary_patterns(Graph& g, const ExecutionProvider& provider,
+                         std::vector<std::string>& decisions);
 // The decomposed erf or tanh GELU (Div/Mul, Erf, Add, Mul, Mul; or Pow, Mul, Add, Mul,
 // Tanh, Add, Mul, Mul) -> one Gelu node (fusion_gelu.cpp), so the epilogue fusion can
 // fold it into the MatMul before it.

@@ -1,7 +1,7 @@
-// The schema of FusedElementwise (domain "xrt"): a chain of elementwise ops the
-// compiler fused into one pass over memory, every input and the output of one float
-// dtype (the CPU kernel takes float32; CUDA's float32, float16 and bfloat16). Never
-// folded: the compiler creates it after folding.
+// The schemas of FusedElementwise and RotaryHalf (domain "xrt"). FusedElementwise: a
+// chain of elementwise ops the compiler fused into one pass over memory, every input
+// and the output of one float dtype (the CPU kernel takes float32; CUDA's float32,
+// float16 and bfloat16). Never folded: the compiler creates both after folding.
 #include "ops/families.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/ops/elementwise_program.h"
@@ -31,9 +31,46 @@ bool fused_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& 
   return true;
 }
 
+// RotaryHalf: y = x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., D/2:],
+// x[..., :D/2]) along the last axis (the GPT-NeoX / Llama form of rotary position
+// embeddings). cos and sin broadcast to x (numpy rules) and have x's last dimension; the
+// output is x's shape. One float dtype.
+bool rotary_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 3);
+  const DType t = in[0].dtype;
+  for (std::size_t i = 1; i < 3; ++i)
+    XRT_CHECK(in[i].dtype == t, InvalidModelError, n.where(), ": input ", i, " is ",
+              dtype_name(in[i].dtype), ", x is ", dtype_name(t), "; RotaryHalf takes one dtype");
+  out[0].present = true;
+  out[0].dtype = t;
+  if (!all_known(in)) return false;
+  const Shape& x = *in[0].shape;
+  XRT_CHECK(!x.empty() && x.back() % 2 == 0, InvalidModelError, n.where(), ": x ",
+            graph::shape_str(x), " must have an even last dimension");
+  for (std::size_t i = 1; i < 3; ++i) {
+    const Shape& c = *in[i].shape;
+    XRT_CHECK(!c.empty() && c.back() == x.back() && c.size() <= x.size(), InvalidModelError,
+              n.where(), ": input ", i, " ", graph::shape_str(c), " must have x's last dimension ",
+              x.back(), " and no higher rank");
+  }
+  const Shape b = broadcast_shapes(n, {x, *in[1].shape, *in[2].shape});
+  XRT_CHECK(b == x, InvalidModelError, n.where(), ": cos and sin must broadcast to x ",
+            graph::shape_str(x), ", not widen it to ", graph::shape_str(b));
+  out[0].shape = x;
+  return true;
+}
+
 }  // namespace
 
 void register_fused_schemas(std::vector<OpSchema>& s) {
+  OpSchema r = make_schema(
+      "RotaryHalf", {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
+      "x * cos + rotate_half(x) * sin (rotary position embedding, half rotation), fused by the "
+      "compiler from Slice, Neg, Concat, Mul and Add",
+      rotary_infer);
+  r.domain = "xrt";
+  r.foldable = false;
+  s.push_back(std::move(r));
   OpSchema d = make_schema(
       "FusedElementwise", {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
       "a chain of elementwise ops fused by the compiler (one pass over memory)", fused_infer);

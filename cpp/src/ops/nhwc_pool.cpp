@@ -61,7 +61,8 @@ bool nhwc_global_pool_infer(const Node& n, const std::vector<Meta>& in, std::vec
 }
 
 OpSchema xrt_schema(const std::string& op_type, std::string description, InferFn infer) {
-  OpSchema d = make_schema(op_type, {DType::kFloat32}, std::move(description), std::move(infer));
+  OpSchema d = make_schema(op_type, {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
+                           std::move(description), std::move(infer));
   d.domain = "xrt";
   d.foldable = false;
   return d;

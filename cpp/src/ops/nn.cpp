@@ -1,5 +1,5 @@
 // Schemas of normalization, softmax and pooling: Softmax, LogSoftmax,
-// LayerNormalization, BatchNormalization (inference form), MaxPool, AveragePool,
+// LayerNormalization, RMSNormalization, BatchNormalization (inference form), MaxPool, AveragePool,
 // GlobalAveragePool, GlobalMaxPool.
 #include "ops/families.h"
 #include "xpuruntime/error.h"
@@ -31,6 +31,31 @@ bool layernorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
     for (int64_t i = axis; i < rank; ++i) len *= s[i];
     int64_t sn = graph::shape_numel(*in[1].shape);
     XRT_CHECK(sn == len || (sn > 0 && len % sn == 0), InvalidModelError, n.where(), ": Scale has ",
+              sn, " elements but the normalized shape has ", len);
+  }
+  return true;
+}
+
+// RMSNormalization (ONNX opset 23): Y = X / sqrt(mean(X^2 over the axes from `axis`)
+// + epsilon) * scale. The attributes are LayerNormalization's (axis, epsilon,
+// stash_type); one output.
+bool rmsnorm_infer(const Node& n, const std::vector<Meta>& in, std::vector<Meta>& out) {
+  require_inputs(n, in, 2);
+  XRT_CHECK(out.size() == 1, InvalidModelError, n.where(), ": RMSNormalization has one output, got ",
+            out.size());
+  const LayerNormAttrs attrs = LayerNormAttrs::from_node(n);
+  out[0].present = true;
+  out[0].dtype = in[0].dtype;
+  if (!in[0].shape) return false;
+  const Shape& s = *in[0].shape;
+  const int64_t rank = static_cast<int64_t>(s.size());
+  const int64_t axis = norm_axis(n, attrs.axis, rank);
+  out[0].shape = s;
+  if (in[1].shape) {
+    int64_t len = 1;
+    for (int64_t i = axis; i < rank; ++i) len *= s[i];
+    const int64_t sn = graph::shape_numel(*in[1].shape);
+    XRT_CHECK(sn == len || (sn > 0 && len % sn == 0), InvalidModelError, n.where(), ": scale has ",
               sn, " elements but the normalized shape has ", len);
   }
   return true;
@@ -137,6 +162,10 @@ void register_nn_schemas(std::vector<OpSchema>& s) {
   s.push_back(make_schema("LayerNormalization", kFloatTypes,
                           "LayerNormalization over the trailing axes from `axis`",
                           layernorm_infer));
+  s.push_back(make_schema("RMSNormalization", kFloatTypes,
+                          "RMSNormalization (opset 23) over the trailing axes from `axis`; the "
+                          "compiler also fuses the decomposed form (Llama, T5, Qwen)",
+                          rmsnorm_infer));
   s.push_back(make_schema("BatchNormalization", kFloatTypes,
                           "BatchNormalization, inference form (running statistics)",
                           batchnorm_infer));

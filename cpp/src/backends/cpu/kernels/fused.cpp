@@ -211,9 +211,68 @@ void run_program(const std::vector<Instr>& prog, const Node& n, const std::vecto
   parallel_for(blocks, total, [&](int64_t b0, int64_t b1) { eval_blocks(o, b0, b1); });
 }
 
+// Per-dimension element strides of an operand of shape `s` read in the broadcast walk
+// of `out` (right-aligned; 0 where s has a 1 or no dimension).
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  int64_t acc = 1;
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    const std::size_t d = s.size() - 1 - k, od = out.size() - 1 - k;
+    if (s[d] != 1) st[od] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+// RotaryHalf: y = x * cos + rotate_half(x) * sin over rows of x's last dimension;
+// cos/sin rows found through their broadcast strides.
+template <typename T>
+void rotary_half(const std::vector<TensorView>& in, TensorView& out) {
+  using N = Num<T>;
+  const Shape& xs = in[0].shape;
+  const int64_t d = xs.back(), half = d / 2, rows = d > 0 ? in[0].numel() / d : 0;
+  const std::vector<int64_t> cs = broadcast_strides(in[1].shape, xs),
+                             ss = broadcast_strides(in[2].shape, xs);
+  const T* x = in[0].ptr<const T>();
+  const T* c = in[1].ptr<const T>();
+  const T* s = in[2].ptr<const T>();
+  T* y = out.ptr<T>();
+  parallel_for(rows, rows * d, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t co = 0, so = 0, q = r;
+      for (std::size_t k = xs.size() - 1; k-- > 0;) {
+        const int64_t i = q % xs[k];
+        q /= xs[k];
+        co += i * cs[k];
+        so += i * ss[k];
+      }
+      const T* xr = x + r * d;
+      const T* cr = c + co;
+      const T* sr = s + so;
+      T* yr = y + r * d;
+      for (int64_t j = 0; j < d; ++j) {
+        const auto rot = j < half ? -N::load(xr[j + half]) : N::load(xr[j - half]);
+        yr[j] = N::store(N::load(xr[j]) * N::load(cr[j]) + rot * N::load(sr[j]));
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void register_fused_ops(std::vector<OpDef>& defs) {
+  {
+    OpDef r;
+    r.op_type = "RotaryHalf";
+    r.kernel = "cpu";
+    r.run = [](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
+      visit_dtype(in[0].dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (kIsFloat<T>) rotary_half<T>(in, out[0]);
+      });
+    };
+    defs.push_back(std::move(r));
+  }
   OpDef d;
   d.op_type = "FusedElementwise";
   d.kernel = "cpu";

@@ -1,4 +1,4 @@
-// Normalization and softmax: Softmax, LogSoftmax, LayerNormalization,
+// Normalization and softmax: Softmax, LogSoftmax, LayerNormalization, RMSNormalization,
 // BatchNormalization (inference form).
 // Branch-free float code (clamps, selects) vectorizes only when comparisons may be
 // speculated; results are identical, only FP exception flags could differ. Before
@@ -231,6 +231,70 @@ OpDef layernorm_def() {
   return d;
 }
 
+// RMSNormalization: y = x / sqrt(mean(x^2) + eps) * scale per row, the mean of
+// squares accumulated in double (float rows: a float sum the compiler vectorizes).
+template <typename T>
+void rmsnorm_typed(const TensorView& x, const TensorView& scale, TensorView& y, int64_t rows,
+                   int64_t len, double eps) {
+  using N = Num<T>;
+  using C = typename N::C;
+  const T* px = x.ptr<const T>();
+  const T* ps = scale.ptr<const T>();
+  const int64_t sn = scale.numel();
+  T* py = y.ptr<T>();
+  parallel_for(rows, rows * len, [&](int64_t r_begin, int64_t r_end) XRT_ISA_LAMBDA {
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const T* xr = px + r * len;
+      T* yr = py + r * len;
+      double ms = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < len; ++i) s += xr[i] * xr[i];
+        ms = static_cast<double>(s) / static_cast<double>(len);
+      } else {
+        for (int64_t i = 0; i < len; ++i) {
+          const double v = N::load(xr[i]);
+          ms += v * v;
+        }
+        ms /= static_cast<double>(len);
+      }
+      const C inv = static_cast<C>(1.0 / std::sqrt(ms + eps));
+      if constexpr (std::is_same_v<T, float>) {
+        if (sn == len) {
+#pragma omp simd
+          for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] * inv * ps[i];
+          continue;
+        }
+      }
+      for (int64_t i = 0; i < len; ++i)
+        yr[i] = N::store(N::load(xr[i]) * inv * N::load(ps[sn == len ? i : i % sn]));
+    }
+  });
+}
+
+OpDef rmsnorm_def() {
+  OpDef d;
+  d.op_type = "RMSNormalization";
+  d.kernel = "cpu";
+  set_parsed_body<ops::LayerNormAttrs>(d, [](const ops::LayerNormAttrs& a, const Node& n,
+                                             const std::vector<TensorView>& in,
+                                             std::vector<TensorView>& out) {
+    const Shape& s = in[0].shape;
+    const int64_t rank = in[0].rank();
+    const int64_t axis = norm_axis(n, a.axis, rank);
+    int64_t rows = 1, len = 1;
+    for (int64_t i = 0; i < axis; ++i) rows *= s[i];
+    for (int64_t i = axis; i < rank; ++i) len *= s[i];
+    if (len == 0 || rows == 0) return;
+    visit_dtype(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (kIsFloat<T>) rmsnorm_typed<T>(in[0], in[1], out[0], rows, len, a.epsilon);
+    });
+  });
+  return d;
+}
+
 OpDef batchnorm_def() {
   OpDef d;
   d.op_type = "BatchNormalization";
@@ -277,6 +341,7 @@ void register_nn_ops(std::vector<OpDef>& defs) {
   defs.push_back(softmax_def("Softmax"));
   defs.push_back(softmax_def("LogSoftmax"));
   defs.push_back(layernorm_def());
+  defs.push_back(rmsnorm_def());
   defs.push_back(batchnorm_def());
 }
 

@@ -299,6 +299,7 @@ OpDef pool_def(const std::string& type, bool is_max) {
   OpDef d;
   d.op_type = type;
   d.kernel = "cpu_nhwc";
+  d.dtypes = {DType::kFloat32};  // the schema also takes the 16-bit floats (CUDA's kernels)
   set_parsed_body<PoolAttrs>(
       d, [is_max](const PoolAttrs& a, const Node&, const std::vector<TensorView>& in,
                   std::vector<TensorView>& out) {
@@ -314,6 +315,7 @@ OpDef global_pool_def(const std::string& type, bool is_max) {
   OpDef d;
   d.op_type = type;
   d.kernel = "cpu_nhwc";
+  d.dtypes = {DType::kFloat32};
   d.run = [is_max](const Node&, const std::vector<TensorView>& in, std::vector<TensorView>& out) {
     if (is_max)
       global_pool_nhwc<true>(in[0], out[0]);

@@ -11,6 +11,35 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
   return s;
 }
 
+FastDivisor make_fast_divisor(uint32_t divisor) {
+  FastDivisor f;
+  f.divisor = divisor;
+  while (f.shift < 32 && (uint64_t{1} << f.shift) < divisor) ++f.shift;
+  const uint64_t one = 1;
+  f.magic = static_cast<uint32_t>(((one << 32) * ((one << f.shift) - divisor)) / divisor + 1);
+  return f;
+}
+
+bool fits_int32(int rank, int64_t numel, const int64_t* dims,
+                std::initializer_list<const int64_t*> strides, std::initializer_list<int64_t> bases) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  if (numel >= kLimit) return false;
+  for (int64_t b : bases)
+    if (b < 0 || b >= kLimit) return false;
+  for (const int64_t* s : strides) {
+    int64_t lo = 0, hi = 0;  // the offset range the walk reaches, relative to the base
+    for (int d = 0; d < rank; ++d) {
+      if (dims[d] <= 0) return true;  // nothing to walk
+      const int64_t span = (dims[d] - 1) * s[d];
+      (span < 0 ? lo : hi) += span;
+      if (lo <= -kLimit || hi >= kLimit) return false;
+    }
+    for (int64_t b : bases)
+      if (b + lo <= -kLimit || b + hi >= kLimit) return false;
+  }
+  return true;
+}
+
 namespace {
 
 // Merges dim i into dim i-1 when every side's stride says the pair is one run:
@@ -74,6 +103,11 @@ bool make_broadcast_index(const std::vector<int64_t>& out,
     index.dims[i] = dims[i];
     for (std::size_t k = 0; k < inputs.size(); ++k) index.strides[k][i] = strides[k][i];
   }
+  index.small = fits_int32(index.rank, numel, index.dims,
+                           {index.strides[0], index.strides[1], index.strides[2]});
+  if (index.small)
+    for (int i = 0; i < index.rank; ++i)
+      index.fast_dims[i] = make_fast_divisor(static_cast<uint32_t>(index.dims[i]));
   return true;
 }
 

@@ -8,12 +8,30 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace xpuruntime::cuda_ops {
 
 inline constexpr int kMaxRank = 8;      // collapsed rank of any index plan
 inline constexpr int kMaxOperands = 3;  // Where's cond, X, Y
+
+// Division by a divisor fixed at launch, as a multiply-high, an add and a shift
+// (Granlund & Montgomery; the form PyTorch's IntDivider uses). Exact for dividends
+// below 2^31 and divisors in [1, 2^31). The index walks spend most of their time in
+// divisions, and a 64-bit one is a ~70-instruction software routine on the GPU.
+struct FastDivisor {
+  uint32_t divisor = 1;
+  uint32_t magic = 1;  // with shift 0: q = umulhi(n, 1) + n = n
+  uint32_t shift = 0;
+};
+FastDivisor make_fast_divisor(uint32_t divisor);
+
+// Whether offsets computed from `dims` and per-side `strides` (and bases) stay within
+// int32: numel and every reachable offset below 2^31.
+bool fits_int32(int rank, int64_t numel, const int64_t* dims,
+                std::initializer_list<const int64_t*> strides,
+                std::initializer_list<int64_t> bases = {});
 
 struct StridedIndex {
   int rank = 0;  // 0: a single element (or numel == 0)
@@ -25,6 +43,9 @@ struct StridedIndex {
   bool dense[kMaxOperands] = {};
   // Operand k holds a single element (stride 0 everywhere).
   bool scalar[kMaxOperands] = {};
+  // Every offset fits int32: the walk uses 32-bit math and the divisors below.
+  bool small = false;
+  FastDivisor fast_dims[kMaxRank] = {};
 };
 
 // The numpy broadcast of `inputs` (right-aligned) onto `out`, collapsed. Returns

@@ -143,9 +143,28 @@ inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 // names the op in the error.
 #define XRT_CUDA_LAUNCH_CHECK() XRT_CUDA_CHECK(cudaGetLastError())
 
-// Offset of linear output index i in operand k of a StridedIndex (int64 math:
-// tensors above 2^31 elements are legal).
+__device__ __forceinline__ uint32_t fast_div(const FastDivisor& f, uint32_t n) {
+  return (__umulhi(n, f.magic) + n) >> f.shift;
+}
+
+// Offset of linear output index i in operand k of a StridedIndex: 32-bit math with
+// the precomputed divisors when every offset fits (the common case), else int64
+// (tensors above 2^31 elements are legal).
 __device__ __forceinline__ int64_t strided_offset(const StridedIndex& ix, int k, int64_t i) {
+  if (ix.small) {
+    uint32_t r = static_cast<uint32_t>(i);
+    int32_t off = 0;
+#pragma unroll
+    for (int d = kMaxRank - 1; d >= 0; --d) {
+      if (d < ix.rank) {
+        const uint32_t q = fast_div(ix.fast_dims[d], r);
+        off += static_cast<int32_t>(r - q * ix.fast_dims[d].divisor) *
+               static_cast<int32_t>(ix.strides[k][d]);
+        r = q;
+      }
+    }
+    return off;
+  }
   int64_t off = 0;
 #pragma unroll
   for (int d = kMaxRank - 1; d >= 0; --d) {

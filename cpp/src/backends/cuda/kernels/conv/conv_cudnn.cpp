@@ -44,6 +44,7 @@
 
 #include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common/device_buffer.h"
 #include "backends/cuda/kernels/common/op_kernel.h"
 #include "backends/cuda/kernels/conv/conv_cudnn_kernels.h"
 #include "backends/cuda/kernels/conv/conv_epilogue_impl.h"
@@ -328,7 +329,7 @@ bool known(const Shape& s) {
 // [M, C/g, k..] transposed once on the host and kept on the device.
 class KrscWeights {
  public:
-  KrscWeights(const graph::HostTensor& w, int device) : device_(device) {
+  KrscWeights(const graph::HostTensor& w, int device) {
     const Shape& s = w.shape;
     const int64_t m = s[0], c = s[1], es = static_cast<int64_t>(dtype_size(w.dtype));
     int64_t k = 1;
@@ -340,23 +341,12 @@ class KrscWeights {
         for (int64_t kk = 0; kk < k; ++kk)
           std::copy_n(src + ((o * c + ci) * k + kk) * es, es,
                       host.data() + ((o * k + kk) * c + ci) * es);
-    cuda::DeviceGuard guard(device_);
-    XRT_CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(host.size(), 1)));
-    XRT_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice));
+    buffer_ = std::make_unique<cuda_ops::DeviceBuffer>(host.data(), host.size(), device);
   }
-  ~KrscWeights() {
-    if (ptr_ != nullptr) {
-      cuda::DeviceGuard guard(device_, std::nothrow);
-      (void)cudaFree(ptr_);
-    }
-  }
-  KrscWeights(const KrscWeights&) = delete;
-  KrscWeights& operator=(const KrscWeights&) = delete;
-  const void* data() const { return ptr_; }
+  const void* data() const { return buffer_->data(); }
 
  private:
-  int device_;
-  void* ptr_ = nullptr;
+  std::unique_ptr<cuda_ops::DeviceBuffer> buffer_;  // the caching allocator's: counted in stats
 };
 
 class ConvPrepared final : public PreparedKernel {
@@ -493,12 +483,13 @@ class CudnnConv final : public Kernel {
       if (ctx.attr_int("_swish", 0) != 0)
         return Support::no(reason::kAttributeUnsupported,
                            "no swish post-op in cuDNN's legacy convolution");
-      // Depthwise convolutions stay NCHW: cuDNN's legacy channels-last depthwise
-      // kernels were 1.3-2x slower than its NCHW path on the H200 (MobileNetV3,
-      // EfficientNet-B0, ConvNeXt-T in fp16; benchmarks/results/native_cuda_*.json).
+      // Depthwise convolutions are not cuDNN's here: its legacy channels-last
+      // depthwise kernels were 1.3-2x slower than its NCHW path on the H200
+      // (MobileNetV3, EfficientNet-B0, ConvNeXt-T in fp16), and the NCHW path an order
+      // of magnitude off the memory bound. The cuda_depthwise kernel runs them.
       if (ctx.inputs[1].shape[1] == 1 && ctx.attr_int("group", 1) > 1)
         return Support::no(reason::kShapeUnsupported,
-                           "a depthwise convolution (cuDNN's NCHW path is faster for it)");
+                           "a depthwise convolution (the cuda_depthwise kernel runs those)");
     }
     const DType t = ctx.inputs[0].dtype;
     if (std::find(kTypes.begin(), kTypes.end(), t) == kTypes.end())

@@ -1,4 +1,5 @@
-// Plain-argument launcher of InstanceNormalization (no CUDA headers).
+// Plain-argument launchers of InstanceNormalization and RMSNormalization (no CUDA
+// headers).
 #pragma once
 
 #include <cstdint>
@@ -14,5 +15,10 @@ namespace xpuruntime::cuda_ops {
 // per row.
 void launch_instance_norm(DType t, const void* x, const void* scale, const void* bias, void* y,
                           int64_t batch, int64_t channels, int64_t inner, double eps, void* stream);
+
+// RMSNormalization over rows of `len` elements of float dtype t: y = x /
+// sqrt(mean(x^2) + eps) * scale[i % scale_len] (scale of t). fp32 statistics.
+void launch_rms_norm(DType t, const void* x, const void* scale, void* y, int64_t rows, int64_t len,
+                     int64_t scale_len, double eps, void* stream);
 
 }  // namespace xpuruntime::cuda_ops

@@ -6,6 +6,8 @@
 #include "backends/cuda/kernels/norm/norm_impl.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/ops/classify.h"
+#include "xpuruntime/ops/nn.h"
+#include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::cuda_ops {
 namespace {
@@ -47,8 +49,45 @@ void add_instance_norm(KernelRegistry& r) {
       });
 }
 
+void add_rms_norm(KernelRegistry& r) {
+  add_kernel(
+      r, "rmsnormalization", {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
+      "RMSNormalization (one block per row, fp32 statistics, 16-byte vectors)",
+      [](const OpContext& ctx) {
+        Support s = first_refusal(
+            {require_arity(ctx, 2), require_dense(ctx),
+             require_dtype(ctx, 0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, "X")});
+        if (!s.ok) return s;
+        s = require_dtype(ctx, 1, {ctx.inputs[0].dtype}, "scale");
+        if (s.ok && ctx.outputs.size() > 1)
+          return Support::no(reason::kAttributeUnsupported, "RMSNormalization has one output");
+        return s;
+      },
+      [](const PrepareContext& pc) {
+        const ops::LayerNormAttrs attrs = ops::LayerNormAttrs::from_node(*pc.node);
+        const std::string what = where(pc);
+        const graph::Node node = *pc.node;
+        return make_prepared([attrs, what, node](const KernelArgs& a) {
+          const Shape& s = a.inputs[0].shape;
+          const int64_t rank = static_cast<int64_t>(s.size());
+          const int64_t axis = ops::norm_axis(node, attrs.axis, rank);
+          int64_t rows = 1, len = 1;
+          for (int64_t i = 0; i < axis; ++i) rows *= s[i];
+          for (int64_t i = axis; i < rank; ++i) len *= s[i];
+          const int64_t sn = a.inputs[1].numel();
+          XRT_CHECK(sn == len || (sn > 0 && len % sn == 0), InvalidArgumentError, what,
+                    ": scale has ", sn, " elements but the normalized shape has ", len);
+          launch_rms_norm(a.inputs[0].dtype, a.inputs[0].data, a.inputs[1].data,
+                          a.outputs[0].data, rows, len, sn, attrs.epsilon, a.stream);
+        });
+      });
+}
+
 }  // namespace
 
-void register_norm_kernels(KernelRegistry& registry) { add_instance_norm(registry); }
+void register_norm_kernels(KernelRegistry& registry) {
+  add_instance_norm(registry);
+  add_rms_norm(registry);
+}
 
 }  // namespace xpuruntime::cuda_ops

@@ -22,6 +22,16 @@ struct PoolGeometry {
 void launch_pool(DType t, bool is_max, bool count_include_pad, const PoolGeometry& g, const void* x,
                  void* y, void* stream);
 
+// The same pools on channels-last X [N, spatial..., C] (g.planes = N; channels = C).
+// float32, float16, bfloat16.
+void launch_nhwc_pool(DType t, bool is_max, bool count_include_pad, const PoolGeometry& g,
+                      int64_t channels, const void* x, void* y, void* stream);
+
+// GlobalMax/AveragePool of channels-last X [n, pixels, C] into [n, C] (a window of no
+// pixels gives 0).
+void launch_nhwc_global_pool(DType t, bool is_max, int64_t n, int64_t pixels, int64_t channels,
+                             const void* x, void* y, void* stream);
+
 // y = (x - mean[c]) * scale[c] / sqrt(var[c] + eps) + bias[c] over [N, C, inner]
 // (all parameters of x's dtype, fp32 math for the 16-bit floats).
 void launch_batchnorm(DType t, int64_t n, int64_t c, int64_t inner, const void* x,

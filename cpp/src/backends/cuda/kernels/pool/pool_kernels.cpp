@@ -66,6 +66,71 @@ void add_pool(KernelRegistry& r, const char* op_type, bool is_max) {
       });
 }
 
+// [N, D1.., C] as the logical [N, C, D1..] the geometry rules take.
+Shape logical_of(const Shape& x) {
+  Shape r = {x[0], x.back()};
+  r.insert(r.end(), x.begin() + 1, x.end() - 1);
+  return r;
+}
+
+Support nhwc_pool_supports(const OpContext& ctx, std::size_t min_rank) {
+  // The layout pass asks before the node has an output value.
+  Support s = first_refusal(
+      {require_arity(ctx, 1, ctx.outputs.empty() ? 0 : 1), require_dense(ctx),
+       require_dtype(ctx, 0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, "X")});
+  if (!s.ok) return s;
+  const std::size_t rank = ctx.inputs[0].shape.size();
+  if (rank < min_rank || rank > 5)
+    return Support::no(reason::kShapeUnsupported, "input rank " + std::to_string(rank) +
+                                                      " is not " + std::to_string(min_rank) +
+                                                      "-5");
+  if (ctx.outputs.size() > 1)
+    return Support::no(reason::kAttributeUnsupported, "a channels-last pool has one output");
+  return Support::yes();
+}
+
+void add_nhwc_pool(KernelRegistry& r, const char* op_type, bool is_max) {
+  add_kernel(
+      r, op_key_of(op_type), {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
+      std::string(op_type) +
+          " on channels-last [N, D1.., C] (1-3 spatial dims; a thread per output pixel and "
+          "channel vector)",
+      [](const OpContext& ctx) { return nhwc_pool_supports(ctx, 3); },
+      [is_max](const PrepareContext& pc) {
+        const ops::PoolAttrs attrs = ops::PoolAttrs::from_node(*pc.node);
+        ShapeCached<PoolGeometry> plan({pc.ctx->inputs[0].shape},
+                                       [attrs](const std::vector<Shape>& s) {
+                                         PoolGeometry g = geometry_of(attrs, logical_of(s[0]));
+                                         g.planes = s[0][0];
+                                         return g;
+                                       });
+        const bool include_pad = attrs.count_include_pad;
+        return make_prepared([plan, is_max, include_pad](const KernelArgs& a) {
+          const Shape& x = a.inputs[0].shape;
+          launch_nhwc_pool(a.inputs[0].dtype, is_max, include_pad, plan.get({x}), x.back(),
+                           a.inputs[0].data, a.outputs[0].data, a.stream);
+        });
+      });
+}
+
+void add_nhwc_global_pool(KernelRegistry& r, const char* op_type, bool is_max) {
+  add_kernel(
+      r, op_key_of(op_type), {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
+      std::string(op_type) +
+          " on channels-last [N, D1.., C] (a block per image and 32 channel vectors, pixel "
+          "lanes reduced in shared memory)",
+      [](const OpContext& ctx) { return nhwc_pool_supports(ctx, 2); },
+      [is_max](const PrepareContext&) {
+        return make_prepared([is_max](const KernelArgs& a) {
+          const Shape& x = a.inputs[0].shape;
+          int64_t pixels = 1;
+          for (std::size_t i = 1; i + 1 < x.size(); ++i) pixels *= x[i];
+          launch_nhwc_global_pool(a.inputs[0].dtype, is_max, x[0], pixels, x.back(),
+                                  a.inputs[0].data, a.outputs[0].data, a.stream);
+        });
+      });
+}
+
 void add_batchnorm(KernelRegistry& r) {
   add_kernel(
       r, "batchnormalization", kFloatTypes,
@@ -105,6 +170,10 @@ void register_pool_kernels(KernelRegistry& registry) {
   add_pool(registry, "MaxPool", true);
   add_pool(registry, "AveragePool", false);
   add_batchnorm(registry);
+  add_nhwc_pool(registry, "NhwcMaxPool", true);
+  add_nhwc_pool(registry, "NhwcAveragePool", false);
+  add_nhwc_global_pool(registry, "NhwcGlobalMaxPool", true);
+  add_nhwc_global_pool(registry, "NhwcGlobalAveragePool", false);
 }
 
 }  // namespace xpuruntime::cuda_ops
