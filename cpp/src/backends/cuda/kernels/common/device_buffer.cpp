@@ -5,12 +5,13 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_kind.h"
 #include "xpuruntime/memory.h"
 
 namespace xpuruntime::cuda_ops {
 
 DeviceBuffer::DeviceBuffer(const void *host, std::size_t bytes, int device)
-    : alloc_(MemoryManager::instance().allocator(Device::cuda(device))) {
+    : alloc_(MemoryManager::instance().allocator(::xpuruntime::cuda::device(device))) {
   cuda::DeviceGuard guard(device);
   ptr_ = alloc_.allocate(std::max<std::size_t>(bytes, 1));
   try {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/cuda_kind.h"
 #include "backends/cuda/kernels/common/device_buffer.h"
 #include "backends/cuda/kernels/common/op_kernel.h"
 #include "backends/cuda/kernels/depthwise/depthwise_impl.h"
@@ -200,7 +201,7 @@ void register_depthwise_kernels(KernelRegistry &registry) {
   d.op = "conv_nhwc";
   d.name = "cuda_depthwise";
   d.provider = kProvider;
-  d.device = DeviceType::kCUDA;
+  d.device = ::xpuruntime::cuda::kind();
   d.dtypes = kTypes;
   d.layouts = {"contiguous"};
   d.min_capability = 90;
