@@ -15,7 +15,8 @@
 #       .carry/_core.<python tag>.so matches the bindings' hash (then copies it; a new
 #       one goes to $OUT to be kept in .carry/), then runs each STAGE in order:
 #         ctest                 the C++ GPU suites (xrt_gpu_tests)
-#         pytest:FILE[,FILE]    pytest -m gpu on those files (or "pytest:all")
+#         pytest:FILE[,FILE][@K]  pytest -m gpu on those files (or "pytest:all"), with
+#                               -k K when given ('+' for spaces: @not+torch_compile)
 #         bench:SCRIPT[+ARG...]  python3 benchmarks/SCRIPT.py ARG... ('+' separates the
 #                               arguments; results under benchmarks/results/)
 #         sanitize              compute-sanitizer memcheck over the C++ GPU suites
@@ -113,9 +114,12 @@ remote() {
         run_stage "ctest (xrt_gpu_tests)" bash -c "$B/bin/xrt_gpu_tests --gtest_brief=1 >$LOGS/ctest_gpu.log 2>&1"
         rc=$((rc | $?)); tail -3 "$LOGS/ctest_gpu.log" ;;
       pytest:*)
-        local files=${st#pytest:}
+        local files=${st#pytest:} kexpr=""
+        if [[ "$files" == *@* ]]; then kexpr=${files#*@}; files=${files%%@*}; fi
         [ "$files" = all ] && files="tests/gpu tests/python"
-        run_stage "$st" bash -c "timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -q -ra -p no:cacheprovider -m gpu ${files//,/ } >$LOGS/pytest_${#stage_table[@]}.log 2>&1"
+        local kopt=()
+        [ -n "$kexpr" ] && kopt=(-k "${kexpr//+/ }")
+        run_stage "$st" bash -c "timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -q -ra -p no:cacheprovider -m gpu ${files//,/ } $(printf '%q ' "${kopt[@]}") >$LOGS/pytest_${#stage_table[@]}.log 2>&1"
         rc=$((rc | $?)); tail -15 "$LOGS/pytest_$((${#stage_table[@]} - 1)).log" ;;
       bench:*)
         local spec=${st#bench:} script args
