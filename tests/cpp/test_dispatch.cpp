@@ -394,11 +394,11 @@ TEST_F(DispatchTest, CallerPreparedCandidatesAreTunedOncePerCase) {
   reg.unregister_kernel("matmul", "cpu_blas");
   reg.unregister_kernel("matmul", "cpu_blocked");
   auto noop = [](KernelLaunch&) {};
-  reg.register_kernel(std::make_shared<FunctionKernel>(def("slow", DeviceType::kCPU, 50), noop));
+  reg.register_kernel(std::make_shared<FunctionKernel>(def("slow", DeviceKind::cpu(), 50), noop));
   reg.register_kernel(std::make_shared<FunctionKernel>(
-      def("tunable", DeviceType::kCPU, 40), noop, nullptr,
+      def("tunable", DeviceKind::cpu(), 40), noop, nullptr,
       [](const OpContext&) { return std::vector<std::string>{"careful", "fast"}; }));
-  reg.register_kernel(std::make_shared<FunctionKernel>(def("broken", DeviceType::kCPU, 30), noop));
+  reg.register_kernel(std::make_shared<FunctionKernel>(def("broken", DeviceKind::cpu(), 30), noop));
   Dispatcher d(reg);
   d.set_tuning_options({1, 3});
   KernelPolicy p;

@@ -54,7 +54,7 @@ Operand operand_of(const TensorSpec& s) {
 // register when it loads).
 void load_kernels_for(const Device& d) {
   DeviceManager::instance();
-  if (!d.is_cpu()) load_plugin(plugin_for_device(d.type));
+  if (!d.is_cpu()) load_plugin(plugin_for_device(d.kind));
 }
 
 class PreparedCall {
