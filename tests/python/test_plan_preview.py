@@ -11,6 +11,8 @@ the CPU preview against a real CPU compile.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -329,3 +331,22 @@ def test_cli_explain_dry_run_lists_the_cuda_plan(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "offline preview" in out and "cudnn" in out
     assert "kernel launches on cuda (sm_90)" in out
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny"])
+def test_cuda_attention_reads_the_projections_without_head_transposes(name):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).parent))
+    import model_zoo
+
+    path = str(model_zoo.export(name))
+    pv = preview_plan(path, device="cuda", target="sm_90", exec_policy=FP16)
+    ops = _ops(pv)
+    assert ops.count("FusedAttention") == 2, ops
+    folded = [d for d in pv.decisions if d["op"] == "fusion" and "head transposes" in d["detail"]]
+    assert len(folded) == 2, [d["detail"] for d in pv.decisions if d["op"] == "fusion"]
+    # Q, K, V and the output: the four head Transposes of each layer are gone.
+    assert "_bshd 15" in folded[0]["detail"]
+    cpu = preview_plan(path, device="cpu")
+    assert _ops(cpu).count("Transpose") >= ops.count("Transpose") + 8

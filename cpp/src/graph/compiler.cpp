@@ -333,6 +333,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
         passes::fuse_rotary_patterns(g, *provider, plan.decisions));
     log("attention pattern fusion (subgraphs fused)",
         passes::fuse_attention_patterns(g, *provider, plan.decisions));
+    log("attention layout (head transposes folded)",
+        passes::fold_attention_transposes(g, *provider, plan.decisions));
     log("gelu pattern fusion (subgraphs fused)",
         passes::fuse_gelu_patterns(g, *provider, plan.decisions));
   }

@@ -42,6 +42,11 @@ int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
 // the LayerNorm patterns, whose variance half has the same shape.
 int fuse_rmsnorm_patterns(Graph& g, const ExecutionProvider& provider,
                           std::vector<std::string>& decisions);
+// The head Transposes (perm [0, 2, 1, 3]) feeding a FusedAttention's Q, K, V and reading
+// its output, folded into it as "_bshd" strides where a kernel reads those
+// (fusion_attention_layout.cpp). After the attention patterns.
+int fold_attention_transposes(Graph& g, const ExecutionProvider& provider,
+                              std::vector<std::string>& decisions);
 // The rotary embedding x * cos + concat(-x[d/2:], x[:d/2]) * sin -> one RotaryHalf
 // (fusion_rotary.cpp).
 int fuse_rotary_patterns(Graph& g, const ExecutionProvider& provider,

@@ -26,7 +26,13 @@ bool attention_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
   out[0].present = true;
   out[0].dtype = in[0].dtype;
   if (!all_known(in)) return false;
-  const Shape &q = *in[0].shape, &k = *in[1].shape, &v = *in[2].shape;
+  // The logical [B, H, S, D] shapes (a "_bshd" input is [B, S, H, D]).
+  auto logical = [&](const Shape& s, int bit) {
+    return (a.bshd & bit) && s.size() == 4 ? Shape{s[0], s[2], s[1], s[3]} : s;
+  };
+  const Shape q = logical(*in[0].shape, AttentionAttrs::kBshdQ),
+              k = logical(*in[1].shape, AttentionAttrs::kBshdK),
+              v = logical(*in[2].shape, AttentionAttrs::kBshdV);
   XRT_CHECK(q.size() == 4 && k.size() == 4 && v.size() == 4, InvalidModelError, n.where(),
             ": query, key and value must be 4-D [batch, heads, seq, head_dim], got ", shape_str(q),
             ", ", shape_str(k), ", ", shape_str(v));
@@ -49,7 +55,8 @@ bool attention_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
     XRT_CHECK(ok, InvalidModelError, n.where(), ": mask ", shape_str(m),
               " does not broadcast to the scores ", shape_str(full));
   }
-  out[0].shape = Shape{q[0], q[1], q[2], v[3]};
+  out[0].shape = (a.bshd & AttentionAttrs::kBshdOut) ? Shape{q[0], q[2], q[1], v[3]}
+                                                     : Shape{q[0], q[1], q[2], v[3]};
   return true;
 }
 
@@ -60,6 +67,9 @@ AttentionAttrs AttentionAttrs::from_node(const Node& n) {
   a.scale = n.attr_float("scale", 1.0);
   a.causal = n.attr_int("is_causal", 0) != 0;
   a.nan_rows_zero = n.attr_int("nan_rows_zero", 0) != 0;
+  a.bshd = static_cast<int>(n.attr_int("_bshd", 0));
+  XRT_CHECK(a.bshd >= 0 && a.bshd <= 15, InvalidModelError, n.where(), ": _bshd ", a.bshd,
+            " is not a mask of the bits Q 1, K 2, V 4, output 8");
   const std::string m = n.attr_str("mask_kind", "none");
   if (m == "additive") {
     a.mask = Mask::kAdditive;
@@ -75,6 +85,7 @@ void AttentionAttrs::to_attrs(std::map<std::string, graph::Attr>& attrs) const {
   attrs["is_causal"] = graph::Attr::of_int(causal ? 1 : 0);
   attrs["mask_kind"] = graph::Attr::of_string(mask_name(mask));
   if (nan_rows_zero) attrs["nan_rows_zero"] = graph::Attr::of_int(1);
+  if (bshd != 0) attrs["_bshd"] = graph::Attr::of_int(bshd);
 }
 
 void register_attention_schemas(std::vector<OpSchema>& s) {

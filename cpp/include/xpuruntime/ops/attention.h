@@ -12,6 +12,10 @@
 // masked with -inf, or a NaN score - gives zeros, as the Where(IsNaN(P), 0, P) guard of
 // torch's SDPA export computes); the names are those flash_v2 reads from an OpContext. The
 // mask has the query's dtype or float32 (what flash_v2 reads for 16-bit queries).
+// "_bshd" (int bit mask, default 0): Q (1), K (2), V (4) and the output (8) are given
+// as [B, S, H, D] instead, the layout the projections produce before the head
+// transpose; the compiler sets it where the kernel reads those strides
+// (fusion_attention_layout.cpp), so the exported Transposes around attention vanish.
 #pragma once
 
 #include <map>
@@ -27,6 +31,8 @@ struct AttentionAttrs {
   bool causal = false;
   Mask mask = Mask::kNone;
   bool nan_rows_zero = false;
+  int bshd = 0;  // kBshd* bits
+  static constexpr int kBshdQ = 1, kBshdK = 2, kBshdV = 4, kBshdOut = 8;
 
   // Throws InvalidModelError naming the node for a mask_kind other than the two.
   static AttentionAttrs from_node(const graph::Node& n);

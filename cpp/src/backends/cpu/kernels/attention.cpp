@@ -247,7 +247,9 @@ void register_attention_ops(std::vector<OpDef>& defs) {
         return Support::no(reason::kDtypeUnsupported,
                            "FusedAttention on the CPU takes float32, input " + std::to_string(i) +
                                " is " + std::string(dtype_name(in[i].dtype)));
-    (void)n;
+    if (n.attr_int("_bshd", 0) != 0)
+      return Support::no(reason::kLayoutUnsupported,
+                         "FusedAttention on the CPU reads [B, H, S, D] tensors, not _bshd ones");
     return Support::yes();
   };
   d.prepare = attention_prepare;

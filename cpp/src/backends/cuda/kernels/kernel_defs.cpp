@@ -78,6 +78,13 @@ class FlashAttention final : public Kernel {
     if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4) {
       return shape_no("query/key/value must be 4-D [batch, heads, seq, head_dim]");
     }
+    // The native engine's "_bshd" inputs are [B, S, H, D]: read through their strides.
+    const int bshd = static_cast<int>(ctx.attr_int("_bshd", 0));
+    if (bshd < 0 || bshd > 15) return shape_no("_bshd must be a mask of Q 1, K 2, V 4, output 8");
+    auto logical = [&](const Shape& s, int bit) {
+      return (bshd & bit) ? Shape{s[0], s[2], s[1], s[3]} : s;
+    };
+    const Shape qs = logical(q.shape, 1), ks = logical(k.shape, 2), vs = logical(v.shape, 4);
     if (q.dtype != k.dtype || q.dtype != v.dtype) {
       return Support::no(reason::kDtypeUnsupported, "query, key and value have different dtypes");
     }
@@ -85,12 +92,12 @@ class FlashAttention final : public Kernel {
       return Support::no(reason::kDtypeUnsupported,
                          "CUDA kernels take float16/bfloat16, got " + std::string(dtype_name(q.dtype)));
     }
-    const int64_t B = q.shape[0], Hq = q.shape[1], Sq = q.shape[2], D = q.shape[3];
-    const int64_t Hkv = k.shape[1], Sk = k.shape[2];
-    if (k.shape[0] != B || v.shape[0] != B || v.shape[1] != Hkv) {
+    const int64_t B = qs[0], Hq = qs[1], Sq = qs[2], D = qs[3];
+    const int64_t Hkv = ks[1], Sk = ks[2];
+    if (ks[0] != B || vs[0] != B || vs[1] != Hkv) {
       return shape_no("batch or key/value head counts differ");
     }
-    if (v.shape[2] != Sk || k.shape[3] != D || v.shape[3] != D) {
+    if (vs[2] != Sk || ks[3] != D || vs[3] != D) {
       return shape_no("key/value lengths or head dims do not match query (Ev != E is not supported)");
     }
     if (Hkv == 0 || Hq % Hkv != 0) {
@@ -144,10 +151,13 @@ class FlashAttention final : public Kernel {
 
   void run(KernelLaunch& l) const override {
     const OpContext& ctx = *l.ctx;
-    const Tensor q = rows_aligned(l.inputs[0], l.stream);
-    const Tensor k = rows_aligned(l.inputs[1], l.stream);
-    const Tensor v = rows_aligned(l.inputs[2], l.stream);
-    Tensor& out = l.outputs[0];
+    // "_bshd" tensors ([B, S, H, D]) as [B, H, S, D] views: flash_v2 takes any row strides.
+    const int bshd = static_cast<int>(ctx.attr_int("_bshd", 0));
+    auto logical = [&](const Tensor& t, int bit) { return (bshd & bit) ? t.transpose(1, 2) : t; };
+    const Tensor q = rows_aligned(logical(l.inputs[0], 1), l.stream);
+    const Tensor k = rows_aligned(logical(l.inputs[1], 2), l.stream);
+    const Tensor v = rows_aligned(logical(l.inputs[2], 4), l.stream);
+    Tensor out = logical(l.outputs[0], 8);
     Tensor o = rows_aligned(out, l.stream);  // a scratch copy when out is not writable in place
     FlashFwdArgs a;
     a.dtype = kernel_dtype(q.dtype());
