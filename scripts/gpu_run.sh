@@ -117,9 +117,9 @@ remote() {
         local files=${st#pytest:} kexpr=""
         if [[ "$files" == *@* ]]; then kexpr=${files#*@}; files=${files%%@*}; fi
         [ "$files" = all ] && files="tests/gpu tests/python"
-        local kopt=()
-        [ -n "$kexpr" ] && kopt=(-k "${kexpr//+/ }")
-        run_stage "$st" bash -c "timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -q -ra -p no:cacheprovider -m gpu ${files//,/ } $(printf '%q ' "${kopt[@]}") >$LOGS/pytest_${#stage_table[@]}.log 2>&1"
+        local kopt=""
+        [ -n "$kexpr" ] && kopt="-k $(printf '%q' "${kexpr//+/ }")"
+        run_stage "$st" bash -c "timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -q -ra -p no:cacheprovider -m gpu ${files//,/ } $kopt >$LOGS/pytest_${#stage_table[@]}.log 2>&1"
         rc=$((rc | $?)); tail -15 "$LOGS/pytest_$((${#stage_table[@]} - 1)).log" ;;
       bench:*)
         local spec=${st#bench:} script args

@@ -72,7 +72,9 @@ int fold_attention_transposes(Graph& g, const ExecutionProvider& provider,
                             .value_or(TensorSpec{}));
     c.pattern = "head transposes folded into the attention (_bshd " + std::to_string(attrs.bshd) +
                 ")";
-    if (!kernel_runs(c, provider, decisions)) continue;
+    // Silent where no kernel reads the strides (every CPU plan): a Decision only for
+    // a fold that happens.
+    if (!any_kernel_supports(c, provider) || !kernel_runs(c, provider, decisions)) continue;
     for (std::size_t i = 0; i < 3; ++i) {
       if (from[i] < 0) continue;
       Node& t = g.nodes[static_cast<std::size_t>(from[i])];

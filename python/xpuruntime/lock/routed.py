@@ -49,8 +49,13 @@ def routed_libraries() -> dict[str, str]:
     out = {"xpuruntime": str(__version__), "torch": str(torch.__version__)}
     if torch.version.cuda:
         out["torch_cuda"] = str(torch.version.cuda)
-    if torch.backends.cudnn.is_available():
-        out["torch_cudnn"] = str(torch.backends.cudnn.version())
+    # cuDNN only matters where routed calls can reach it. torch raises when another cuDNN
+    # is already loaded in the process (the CUDA plugin's): recorded, not fatal.
+    if torch.cuda.is_available() and torch.backends.cudnn.is_available():
+        try:
+            out["torch_cudnn"] = str(torch.backends.cudnn.version())
+        except RuntimeError as exc:
+            out["torch_cudnn"] = f"unusable: {str(exc).splitlines()[0][:120]}"
     return out
 
 

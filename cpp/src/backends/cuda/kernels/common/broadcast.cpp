@@ -13,6 +13,7 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
 
 FastDivisor make_fast_divisor(uint32_t divisor) {
   FastDivisor f;
+  if (divisor == 0) return f;  // an empty dimension: the walk never divides by it
   f.divisor = divisor;
   while (f.shift < 32 && (uint64_t{1} << f.shift) < divisor) ++f.shift;
   const uint64_t one = 1;
@@ -21,7 +22,8 @@ FastDivisor make_fast_divisor(uint32_t divisor) {
 }
 
 bool fits_int32(int rank, int64_t numel, const int64_t* dims,
-                std::initializer_list<const int64_t*> strides, std::initializer_list<int64_t> bases) {
+                std::initializer_list<const int64_t*> strides,
+                std::initializer_list<int64_t> bases) {
   constexpr int64_t kLimit = int64_t{1} << 31;
   if (numel >= kLimit) return false;
   for (int64_t b : bases)
@@ -103,8 +105,8 @@ bool make_broadcast_index(const std::vector<int64_t>& out,
     index.dims[i] = dims[i];
     for (std::size_t k = 0; k < inputs.size(); ++k) index.strides[k][i] = strides[k][i];
   }
-  index.small = fits_int32(index.rank, numel, index.dims,
-                           {index.strides[0], index.strides[1], index.strides[2]});
+  index.small = numel > 0 && fits_int32(index.rank, numel, index.dims,
+                                        {index.strides[0], index.strides[1], index.strides[2]});
   if (index.small)
     for (int i = 0; i < index.rank; ++i)
       index.fast_dims[i] = make_fast_divisor(static_cast<uint32_t>(index.dims[i]));
