@@ -18,7 +18,8 @@
 //             (onednn_conv1d_gemm.h: Wav2Vec2's front end, 1.4x faster).
 //   refused   a 1×1 output plane (squeeze-excitation convolutions): a GEMV, which
 //             cpu_im2col runs without the layout reorders.
-// Threads: the plan's (parallel_threads()), handed to OpenMP (onednn_context.h).
+// Threads: the plan's (blocking_threads(): 1 on a contended machine), handed to OpenMP
+// (onednn_context.h).
 //
 // Priority 17: above cpu_direct (15) and cpu_im2col (10), below cpu_depthwise (20).
 // Our parallel loops now run on the same OpenMP team as oneDNN (ops/parallel.h), so
@@ -39,9 +40,11 @@
 #include <mutex>
 #include <optional>
 
+#include "backends/cpu/kernels/onednn/onednn_compat.h"
 #include "backends/cpu/kernels/onednn/onednn_context.h"
 #include "backends/cpu/kernels/onednn/onednn_conv1d_gemm.h"
 #include "backends/cpu/kernels/elementwise.h"
+#include "backends/cpu/kernels/contention.h"
 #include "backends/cpu/kernels/parallel.h"
 #include "backends/cpu/kernels/spatial.h"
 #include "xpuruntime/ops/epilogue.h"
@@ -182,31 +185,23 @@ dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops:
   const memory::desc x(dims_of(k.x), memory::data_type::f32, act);
   const memory::desc y(dims_of(ys), memory::data_type::f32, act);
   const memory::desc w = weight_md(k.w, a.group, Tag::any);
-  const auto fwd = dnnl::prop_kind::forward_inference;
-  const auto alg = dnnl::algorithm::convolution_direct;
-  std::optional<dnnl::convolution_forward::desc> d;
-  if (k.bias) {
-    const memory::desc b({k.w[0]}, memory::data_type::f32, Tag::x);
-    d.emplace(fwd, alg, x, w, b, y, strides, dil, pl, pr);
-  } else {
-    d.emplace(fwd, alg, x, w, y, strides, dil, pl, pr);
-  }
+  const memory::desc b({k.w[0]}, memory::data_type::f32, Tag::x);
   dnnl::post_ops po;
   if (e.residual) po.append_sum(1.f);
   std::vector<Eltwise> elt;
   std::string why;
   eltwise_of(e, elt, why);
   for (const Eltwise& el : elt)
-    po.append_eltwise(1.f, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
+    onednn::append_eltwise(po, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
   // oneDNN's swish keeps NaN (x·sigmoid(x) with no max/min), as ONNX's Mul(x, Sigmoid(x)).
-  if (swish) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+  if (swish) onednn::append_eltwise(po, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   // Our scratchpad, per thread (run_views): with the library's mode the primitive may
   // own one buffer for all its executions, and sessions run one step from several
   // threads at once (measured: wrong results from four threads sharing a session).
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return dnnl::convolution_forward::primitive_desc(*d, attr, onednn::cpu_engine());
+  return onednn::conv_pd(x, w, k.bias ? &b : nullptr, y, strides, dil, pl, pr, attr, onednn::cpu_engine());
 }
 
 // True when some output position's window lies wholly in the padding (a kernel
@@ -266,7 +261,9 @@ class OnednnConvPrepared final : public PreparedKernel {
               UnsupportedOperationError, node_.where(), ": the onednn Conv kernel runs float32, got ",
               dtype_name(in[0].dtype), " (pin conv to cpu_im2col for other dtypes)");
     const bool has_bias = in.size() > 2 && in[2].data != nullptr;
-    const int threads = parallel_threads();
+    // 1 on a contended machine (parallel.h): the primitive's OpenMP barrier would wait
+    // for a descheduled thread.
+    const int threads = blocking_threads();
     onednn::OmpThreads omp(threads);
     XRT_CHECK(!channels_last_ || (in[0].shape.size() >= 3 && in[0].shape.size() <= 5),
               InvalidArgumentError, node_.where(), ": X ", shape_str(in[0].shape),
@@ -409,7 +406,7 @@ class OnednnConvPrepared final : public PreparedKernel {
       e->conv = dnnl::convolution_forward(e->pd);
       const Tag t = channels_last_ ? channels_last_tag(k.x.size()) : plain_tag(k.x.size());
       e->user_x = memory::desc(dims_of(k.x), memory::data_type::f32, t);
-      e->user_y = memory::desc(e->pd.dst_desc().dims(), memory::data_type::f32, t);
+      e->user_y = memory::desc(onednn::dims_of(e->pd.dst_desc()), memory::data_type::f32, t);
       e->user_w = weight_md(k.w, attrs_.group, plain_tag(k.x.size()));
       e->bias_md = memory::desc({k.w[0]}, memory::data_type::f32, Tag::x);
       e->x_in = reorder_if(e->user_x, e->pd.src_desc());
