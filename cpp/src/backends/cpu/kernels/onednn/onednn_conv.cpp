@@ -81,8 +81,9 @@ bool eltwise_of(const ops::Epilogue& e, std::vector<Eltwise>& out, std::string& 
     case Unary::kElu: out.push_back({dnnl_eltwise_elu, a, 0.f}); return true;
     case Unary::kGelu: out.push_back({dnnl_eltwise_gelu_erf, 0.f, 0.f}); return true;
     case Unary::kGeluTanh: out.push_back({dnnl_eltwise_gelu_tanh, 0.f, 0.f}); return true;
-    // oneDNN 2.x's hardswish is x·relu6(x + 3)/6, ONNX HardSwish exactly.
-    case Unary::kHardSwish: out.push_back({dnnl_eltwise_hardswish, 0.f, 0.f}); return true;
+    // ONNX HardSwish, x·max(0, min(1, x/6 + 1/2)): oneDNN 2.x's hardswish is that with
+    // fixed constants; 3.x's takes them as alpha and beta (2.x ignores them).
+    case Unary::kHardSwish: out.push_back({dnnl_eltwise_hardswish, 1.f / 6.f, 0.5f}); return true;
     case Unary::kHardSigmoid:  // max(0, min(1, alpha·x + beta)): linear, then clip
       out.push_back({dnnl_eltwise_linear, a, b});
       out.push_back({dnnl_eltwise_clip_v2, 0.f, 1.f});
