@@ -78,6 +78,15 @@ int contention_env() {
   return -1;
 }
 
+// host_contended() without sampling (helpers have no caller's schedstat to read).
+bool contended_state() {
+  static const int forced = contention_env();
+  const int o = g_contention_override.load(std::memory_order_relaxed);
+  if (o >= 0) return o == 1;
+  if (forced >= 0) return forced == 1;
+  return g_contended.load(std::memory_order_relaxed);
+}
+
 void sample_contention() {
   struct Last {
     std::chrono::steady_clock::time_point at{};
@@ -258,7 +267,12 @@ class Pool {
       // microseconds, and waking a sleeping thread costs tens of microseconds
       // (more in a VM), as long as a small op itself, so without this the helper
       // would join small ops too late to take any chunk.
-      const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+      // Not on a contended machine: there a spinning helper takes the CPU share of the
+      // caller (the work it waits for runs there, and a oneDNN primitive runs on the
+      // caller alone), so it sleeps at once and pays the wake-up instead.
+      const auto spin_until =
+          std::chrono::steady_clock::now() +
+          (contended_state() ? std::chrono::microseconds(0) : kSpin);
       for (int i = 0; gen_.load(std::memory_order_acquire) == seen; ++i) {
         if ((i & 63) == 0 && std::chrono::steady_clock::now() > spin_until) break;
         cpu_relax();
@@ -296,12 +310,8 @@ int default_threads() {
 }
 
 bool host_contended() {
-  static const int forced = contention_env();
-  const int o = g_contention_override.load(std::memory_order_relaxed);
-  if (o >= 0) return o == 1;
-  if (forced >= 0) return forced == 1;
-  sample_contention();
-  return g_contended.load(std::memory_order_relaxed);
+  if (g_contention_override.load(std::memory_order_relaxed) < 0) sample_contention();
+  return contended_state();
 }
 
 void set_host_contended_for_testing(int state) { g_contention_override.store(state < 0 ? -1 : state != 0); }
