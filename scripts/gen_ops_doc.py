@@ -42,16 +42,19 @@ def render() -> str:
         ),
         "",
         (
-            "Conv's `onednn` kernel is oneDNN's convolution (Debian `libdnnl-dev`, found at build time; a "
-            "build without it registers the kernel, which then refuses every case with "
-            "`backend_unavailable` and the install hint): float32, 1-3 spatial dims, any group, stride, "
+            "Conv's `onednn` kernel is oneDNN's convolution (found at build time: a system oneDNN such as "
+            "Debian's `libdnnl-dev` 2.x, else oneDNN 3.x from PyPI, `onednn-devel-cpu-gomp`, which "
+            "`pip install .` brings as a build requirement; `xpuruntime.ops.cpu_gemm_info()['onednn']` "
+            "names the version; a build without either registers the kernel, which then refuses every "
+            "case with `backend_unavailable` and the install hint): float32, 1-3 spatial dims, any group, stride, "
             "dilation and padding. Constant weights are packed once per plan step into oneDNN's preferred "
             "blocked layout, activations are reordered into and out of a blocked layout around its direct "
             "implementations, and the fused bias, residual and activation run as post-ops (relu, clip and "
             "hard-sigmoid as a pass after the primitive instead: oneDNN's post-ops turn NaN into a number, "
             "ONNX keeps it); a convolution with a 1×1 output plane (a GEMV) is left to `cpu_im2col`; a step keeps one "
             "primitive per input shape (up to 8, for dynamic shapes) and runs it on `ExecutionPolicy(threads=...)` "
-            "OpenMP threads (the team the engine's own parallel loops use too). It ranks above "
+            "OpenMP threads (the team the engine's own parallel loops use too), or on one thread while "
+            "the machine is contended (see Threading below). It ranks above "
             "`cpu_direct` and `cpu_im2col` and below `cpu_depthwise`, so dense convolutions take it by "
             'default (`KernelPolicy(conv="cpu_direct")` pins ours); '
             "cpp/src/backends/cpu/kernels/onednn/onednn_conv.cpp records the measurements behind that order."
@@ -96,7 +99,26 @@ def render() -> str:
         dtypes = sorted({d for _, _, ds, _ in defs for d in ds})
         notes = "; ".join(dict.fromkeys(desc for _, _, _, desc in defs))
         lines.append(f"| {op_type} | `{key}` | {kernels} | {', '.join(dtypes) or 'any'} | {notes} |")
+    lines += ["", THREADING]
     return "\n".join(lines) + "\n"
+
+
+THREADING = (
+    "## Threading on a shared machine\n\n"
+    "The CPU engine's loops and oneDNN's primitives run on `ExecutionPolicy(threads=...)` threads "
+    "(default: `XRT_NUM_THREADS`, else `OMP_NUM_THREADS`, else the CPUs the process may use: its "
+    "affinity mask, lowered to the cgroup's CPU quota rounded up). On an idle machine they share one "
+    "OpenMP team, whose workers spin briefly between ops. On a contended machine (other processes' "
+    "threads, a CPU quota: the calling thread spent more than a fifth of the time it wanted a CPU "
+    "waiting for one, per `/proc/thread-self/schedstat`, until that falls below a twelfth) an OpenMP "
+    "region would end in a barrier that waits for a descheduled worker, once per op; there the "
+    "engine's loops move to its own pool, whose caller never waits for a helper that has not "
+    "started, and oneDNN's primitives and the OpenMP GEMM run on the calling thread alone. The "
+    "caller's OpenMP settings (`OMP_WAIT_POLICY`, torch's thread count) are left as they are. "
+    "`XRT_CONTENTION=1` or `0` forces either path (to measure them). "
+    "`benchmarks/bench_native_cpu_load.py` measures native, ONNX Runtime and OpenVINO under a "
+    "bounded background load."
+)
 
 
 def write_or_check(doc: Path, text: str, argv: list[str], script: str) -> int:

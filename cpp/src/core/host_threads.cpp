@@ -90,6 +90,72 @@ Limit compute() {
   return l;
 }
 
+#if defined(__linux__)
+// The cgroup CPU quota of this process in CPUs (quota / period), or 0 when unlimited.
+double cgroup_cpu_quota(std::string* where) {
+  const std::string dir = cgroup_dir();
+  if (!dir.empty()) {  // v2: "max 100000" or "150000 100000"
+    std::ifstream f(dir + "/cpu.max");
+    std::string quota;
+    long long period = 0;
+    if (f >> quota >> period) {
+      if (quota == "max" || period <= 0) return 0;
+      *where = dir + "/cpu.max";
+      return static_cast<double>(std::atoll(quota.c_str())) / static_cast<double>(period);
+    }
+  }
+  std::ifstream cg("/proc/self/cgroup");  // v1: the "cpu" controller's folder
+  std::string line;
+  while (std::getline(cg, line)) {
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string ctrls = "," + line.substr(a + 1, b - a - 1) + ",";
+    if (ctrls.find(",cpu,") == std::string::npos) continue;
+    for (const std::string root : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+      const std::string d = root + line.substr(b + 1);
+      const long long quota = read_number(d + "/cpu.cfs_quota_us");  // -1 reads as -1: none
+      const long long period = read_number(d + "/cpu.cfs_period_us");
+      if (quota > 0 && period > 0) {
+        *where = d + "/cpu.cfs_quota_us";
+        return static_cast<double>(quota) / static_cast<double>(period);
+      }
+    }
+  }
+  return 0;
+}
+#endif
+
+Limit compute_cpus() {
+  Limit l;
+  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::ostringstream why;
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
+  why << "affinity " << cpus << (cpus == 1 ? " CPU" : " CPUs");
+  std::string where;
+  const double quota = cgroup_cpu_quota(&where);
+  if (quota > 0) {
+    const int q = std::max(1, static_cast<int>(quota + 0.999));
+    why << "; cgroup CPU quota " << quota << " (" << where << ")";
+    cpus = std::min(cpus, q);
+  } else {
+    why << "; no cgroup CPU quota";
+  }
+#else
+  why << "hardware concurrency " << cpus;
+#endif
+  l.value = cpus;
+  l.reason = why.str();
+  return l;
+}
+
+const Limit& cpus_limit() {
+  static const Limit l = compute_cpus();
+  return l;
+}
+
 const Limit& limit() {
   static const Limit l = compute();
   return l;
@@ -98,6 +164,12 @@ const Limit& limit() {
 }  // namespace
 
 int max_host_threads() { return limit().value; }
+
+int available_cpus() { return cpus_limit().value; }
+
+std::string available_cpus_reason() {
+  return std::to_string(cpus_limit().value) + " (" + cpus_limit().reason + ")";
+}
 
 int clamp_host_threads(long long requested) {
   if (requested <= 0) return 0;

@@ -400,14 +400,16 @@ class NativeEngine(Engine):
         def decl(i: TensorInfo) -> str:
             return f"{i.dtype}[{', '.join('?' if d is None else str(d) for d in i.shape)}]"
 
-        expect = ", ".join(f"{i.name}: {decl(i)}" for i in infos)
+        def expect() -> str:  # only for messages: every run passes here (issue 36: per-run cost)
+            return ", ".join(f"{i.name}: {decl(i)}" for i in infos)
+
         names = [i.name for i in infos]
         for n in arrays:
             if n not in names:
-                raise InvalidArgumentError(f"unknown input name '{n}'; the model's inputs are: {expect}")
+                raise InvalidArgumentError(f"unknown input name '{n}'; the model's inputs are: {expect()}")
         for i in infos:
             if i.name not in arrays:
-                raise InvalidArgumentError(f"missing input '{i.name}'; the model's inputs are: {expect}")
+                raise InvalidArgumentError(f"missing input '{i.name}'; the model's inputs are: {expect()}")
             a = arrays[i.name]
             if str(a.dtype) != i.dtype:
                 raise InvalidArgumentError(

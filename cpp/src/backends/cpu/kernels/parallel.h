@@ -3,18 +3,23 @@
 // bits whichever thread runs a chunk).
 //
 // Built with OpenMP (the normal build: oneDNN's primitives run on OpenMP), the loop
-// runs on the calling thread's OpenMP team, so our ops and oneDNN's share one set of
-// workers; libgomp keeps them spinning briefly between regions, which is what
-// back-to-back ops want. Without OpenMP (the clang fuzzing build) it runs on a pool of
-// our own: persistent helpers that spin 200 us, then sleep on a condition variable;
-// a helper descheduled by a busy machine costs nothing there, as it never joins late.
+// runs on the calling thread's OpenMP team while the machine is not contended, so our
+// ops and oneDNN's share one set of workers; libgomp keeps them spinning briefly
+// between regions, which is what back-to-back ops want on an idle machine. On a
+// contended machine (contention.h: other processes, a CPU quota) an OpenMP region is a
+// trap: it ends in a barrier that waits for every team thread, and a descheduled worker
+// stalls each op for a scheduler timeslice while the others spin (issue 36). There, and
+// always without OpenMP (the clang fuzzing build), loops run on a pool of our own:
+// persistent helpers that spin 200 us (not at all while contended), then sleep on a
+// condition variable; the caller claims chunks itself and never waits for a helper that
+// has not started, so a helper without a core costs nothing.
 //
-// Threads: XRT_NUM_THREADS, else OMP_NUM_THREADS, else the hardware concurrency
-// (the caller counts as one); a ThreadCap on the calling thread (a plan run under
-// ExecutionPolicy.threads) sets another count for its loops. A parallel_for inside
-// another runs inline on the calling thread; while another thread's job holds the
-// pool, the calling thread runs the same chunks itself (no oversubscription when
-// several sessions run at once). Thread-safe.
+// Threads: XRT_NUM_THREADS, else OMP_NUM_THREADS, else available_cpus() (host_threads.h:
+// the affinity mask and the cgroup's CPU quota; the caller counts as one); a ThreadCap
+// on the calling thread (a plan run under ExecutionPolicy.threads) sets another count
+// for its loops. A parallel_for inside another runs inline on the calling thread; while
+// another thread's job holds the pool, the calling thread runs the same chunks itself
+// (no oversubscription when several sessions run at once). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +33,8 @@ void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int
 // Threads parallel_for may use on the calling thread (helpers + the caller): the
 // innermost ThreadCap's count, else default_threads().
 int parallel_threads();
-// The pool's count without a cap: XRT_NUM_THREADS, else OMP_NUM_THREADS, else the
-// hardware concurrency.
+// The pool's count without a cap: XRT_NUM_THREADS, else OMP_NUM_THREADS, else
+// available_cpus().
 int default_threads();
 
 // While alive, parallel_for on the constructing thread uses at most `threads` threads

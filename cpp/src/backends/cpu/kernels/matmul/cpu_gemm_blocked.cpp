@@ -25,6 +25,8 @@
 
 #include "backends/cpu/kernels/matmul/cpu_gemm_common.h"
 #include "backends/cpu/kernels/matmul/cpu_gemm_impl.h"
+#include "backends/cpu/kernels/contention.h"
+#include "backends/cpu/kernels/parallel.h"
 
 namespace xpuruntime::matmul {
 namespace {
@@ -367,7 +369,7 @@ void run_blocked(const GemmProblem& p, MicroKernel<T> uk, int threads) {
 #ifdef _OPENMP
   // Small problems run on the calling thread: waking a team costs more than it saves.
   if (tasks > 1 && p.flops() >= (int64_t{1} << 20)) {
-    nthreads = threads > 0 ? threads : omp_get_max_threads();
+    nthreads = threads > 0 ? threads : cpu::blocking_threads();  // 1 when contended
     nthreads = static_cast<int>(std::min<int64_t>(nthreads, tasks));
   }
 #endif

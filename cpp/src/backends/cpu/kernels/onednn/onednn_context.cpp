@@ -62,7 +62,8 @@ OmpThreads::~OmpThreads() {
 bool onednn_available() { return false; }
 
 std::string onednn_info() {
-  return "built without oneDNN (install libdnnl-dev and rebuild to enable the onednn kernels)";
+  return "built without oneDNN (install libdnnl-dev, or pip install onednn-devel-cpu-gomp, and rebuild to "
+         "enable the onednn kernels)";
 }
 
 #endif

@@ -2,11 +2,12 @@
 // process, a stream per calling thread, the library's version for the decision
 // log, and the OpenMP thread count a primitive is created and run with.
 //
-// oneDNN from Debian (libdnnl-dev, 2.x) runs its primitives on OpenMP. Our own pool
-// (ops/parallel.h) is not OpenMP, so the plan's thread count (a ThreadCap under
-// ExecutionPolicy.threads) is handed to OpenMP around each oneDNN call by
-// OmpThreads; oneDNN splits a convolution's work by the count it sees when the
-// primitive is created, so that count is part of every primitive's cache key.
+// oneDNN from Debian (libdnnl-dev, 2.x) or PyPI (onednn-cpu-gomp, 3.x; the API
+// differences live in onednn_compat.h) runs its primitives on OpenMP. The plan's
+// thread count (a ThreadCap under ExecutionPolicy.threads; 1 on a contended machine,
+// contention.h) is handed to OpenMP around each oneDNN call by OmpThreads; oneDNN
+// splits a convolution's work by the count it sees when the primitive is created, so
+// that count is part of every primitive's cache key.
 //
 // Without oneDNN in the build (XRT_HAVE_ONEDNN undefined) only onednn_available()
 // and onednn_info() exist: the kernels register and reject every case with
@@ -23,7 +24,7 @@ namespace xpuruntime::cpu::onednn {
 
 // True when this build links oneDNN.
 bool onednn_available();
-// "oneDNN 2.6.3 (cpu runtime: OpenMP)" or the install hint when not built with it.
+// "oneDNN 3.2.0 (cpu runtime: OpenMP)" or the install hint when not built with it.
 std::string onednn_info();
 
 #ifdef XRT_HAVE_ONEDNN

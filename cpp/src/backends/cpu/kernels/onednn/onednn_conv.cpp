@@ -18,7 +18,8 @@
 //             (onednn_conv1d_gemm.h: Wav2Vec2's front end, 1.4x faster).
 //   refused   a 1×1 output plane (squeeze-excitation convolutions): a GEMV, which
 //             cpu_im2col runs without the layout reorders.
-// Threads: the plan's (parallel_threads()), handed to OpenMP (onednn_context.h).
+// Threads: the plan's (blocking_threads(): 1 on a contended machine), handed to OpenMP
+// (onednn_context.h).
 //
 // Priority 17: above cpu_direct (15) and cpu_im2col (10), below cpu_depthwise (20).
 // Our parallel loops now run on the same OpenMP team as oneDNN (ops/parallel.h), so
@@ -39,9 +40,11 @@
 #include <mutex>
 #include <optional>
 
+#include "backends/cpu/kernels/onednn/onednn_compat.h"
 #include "backends/cpu/kernels/onednn/onednn_context.h"
 #include "backends/cpu/kernels/onednn/onednn_conv1d_gemm.h"
 #include "backends/cpu/kernels/elementwise.h"
+#include "backends/cpu/kernels/contention.h"
 #include "backends/cpu/kernels/parallel.h"
 #include "backends/cpu/kernels/spatial.h"
 #include "xpuruntime/ops/epilogue.h"
@@ -78,8 +81,9 @@ bool eltwise_of(const ops::Epilogue& e, std::vector<Eltwise>& out, std::string& 
     case Unary::kElu: out.push_back({dnnl_eltwise_elu, a, 0.f}); return true;
     case Unary::kGelu: out.push_back({dnnl_eltwise_gelu_erf, 0.f, 0.f}); return true;
     case Unary::kGeluTanh: out.push_back({dnnl_eltwise_gelu_tanh, 0.f, 0.f}); return true;
-    // oneDNN 2.x's hardswish is x·relu6(x + 3)/6, ONNX HardSwish exactly.
-    case Unary::kHardSwish: out.push_back({dnnl_eltwise_hardswish, 0.f, 0.f}); return true;
+    // ONNX HardSwish, x·max(0, min(1, x/6 + 1/2)): oneDNN 2.x's hardswish is that with
+    // fixed constants; 3.x's takes them as alpha and beta (2.x ignores them).
+    case Unary::kHardSwish: out.push_back({dnnl_eltwise_hardswish, 1.f / 6.f, 0.5f}); return true;
     case Unary::kHardSigmoid:  // max(0, min(1, alpha·x + beta)): linear, then clip
       out.push_back({dnnl_eltwise_linear, a, b});
       out.push_back({dnnl_eltwise_clip_v2, 0.f, 1.f});
@@ -182,38 +186,31 @@ dnnl::convolution_forward::primitive_desc make_pd(const ConvAttrs& a, const ops:
   const memory::desc x(dims_of(k.x), memory::data_type::f32, act);
   const memory::desc y(dims_of(ys), memory::data_type::f32, act);
   const memory::desc w = weight_md(k.w, a.group, Tag::any);
-  const auto fwd = dnnl::prop_kind::forward_inference;
-  const auto alg = dnnl::algorithm::convolution_direct;
-  std::optional<dnnl::convolution_forward::desc> d;
-  if (k.bias) {
-    const memory::desc b({k.w[0]}, memory::data_type::f32, Tag::x);
-    d.emplace(fwd, alg, x, w, b, y, strides, dil, pl, pr);
-  } else {
-    d.emplace(fwd, alg, x, w, y, strides, dil, pl, pr);
-  }
+  const memory::desc b({k.w[0]}, memory::data_type::f32, Tag::x);
   dnnl::post_ops po;
   if (e.residual) po.append_sum(1.f);
   std::vector<Eltwise> elt;
   std::string why;
   eltwise_of(e, elt, why);
   for (const Eltwise& el : elt)
-    po.append_eltwise(1.f, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
+    onednn::append_eltwise(po, static_cast<dnnl::algorithm>(el.alg), el.alpha, el.beta);
   // oneDNN's swish keeps NaN (x·sigmoid(x) with no max/min), as ONNX's Mul(x, Sigmoid(x)).
-  if (swish) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+  if (swish) onednn::append_eltwise(po, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   // Our scratchpad, per thread (run_views): with the library's mode the primitive may
   // own one buffer for all its executions, and sessions run one step from several
   // threads at once (measured: wrong results from four threads sharing a session).
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return dnnl::convolution_forward::primitive_desc(*d, attr, onednn::cpu_engine());
+  return onednn::conv_pd(x, w, k.bias ? &b : nullptr, y, strides, dil, pl, pr, attr, onednn::cpu_engine());
 }
 
 // True when some output position's window lies wholly in the padding (a kernel
 // dimension of 1 with padding, or a dilated window that straddles a small input).
 // oneDNN 2.6's brgconv then leaves the fused residual (sum post-op) out of those
 // positions when a bias is fused too (measured: wrong results); its GEMM path, taken
-// on the plain layout, gets them right.
+// on the plain layout, gets them right. oneDNN 3.x has no such bug (the workaround is
+// only compiled in against 2.x).
 bool padding_only_outputs(const ConvAttrs& a, const Shape& x, const Shape& w) {
   const ops::Spatial g = conv_geometry(a, x, w);
   for (int64_t i = 0; i < g.rank(); ++i)
@@ -266,7 +263,9 @@ class OnednnConvPrepared final : public PreparedKernel {
               UnsupportedOperationError, node_.where(), ": the onednn Conv kernel runs float32, got ",
               dtype_name(in[0].dtype), " (pin conv to cpu_im2col for other dtypes)");
     const bool has_bias = in.size() > 2 && in[2].data != nullptr;
-    const int threads = parallel_threads();
+    // 1 on a contended machine (parallel.h): the primitive's OpenMP barrier would wait
+    // for a descheduled thread.
+    const int threads = blocking_threads();
     onednn::OmpThreads omp(threads);
     XRT_CHECK(!channels_last_ || (in[0].shape.size() >= 3 && in[0].shape.size() <= 5),
               InvalidArgumentError, node_.where(), ": X ", shape_str(in[0].shape),
@@ -393,7 +392,9 @@ class OnednnConvPrepared final : public PreparedKernel {
       auto e = std::make_shared<Entry>();
       e->key = k;
       if ((e->gemm = gemm_for(k))) return e;
-      const bool padding_only = epi_.residual && padding_only_outputs(attrs_, k.x, k.w);
+      // oneDNN 2.6's bug only: 3.x fuses the residual there correctly (tested by
+      // test_residual_and_bias_where_windows_see_only_padding on a 3.2 build).
+      const bool padding_only = !onednn::kOnednn3 && epi_.residual && padding_only_outputs(attrs_, k.x, k.w);
       if (channels_last_) {
         // No plain fallback here: the residual and activation run after the primitive.
         e->residual_after = padding_only;
@@ -409,7 +410,7 @@ class OnednnConvPrepared final : public PreparedKernel {
       e->conv = dnnl::convolution_forward(e->pd);
       const Tag t = channels_last_ ? channels_last_tag(k.x.size()) : plain_tag(k.x.size());
       e->user_x = memory::desc(dims_of(k.x), memory::data_type::f32, t);
-      e->user_y = memory::desc(e->pd.dst_desc().dims(), memory::data_type::f32, t);
+      e->user_y = memory::desc(onednn::dims_of(e->pd.dst_desc()), memory::data_type::f32, t);
       e->user_w = weight_md(k.w, attrs_.group, plain_tag(k.x.size()));
       e->bias_md = memory::desc({k.w[0]}, memory::data_type::f32, Tag::x);
       e->x_in = reorder_if(e->user_x, e->pd.src_desc());

@@ -43,7 +43,9 @@
 #include <optional>
 #include <unordered_map>
 
+#include "backends/cpu/kernels/onednn/onednn_compat.h"
 #include "backends/cpu/kernels/onednn/onednn_context.h"
+#include "backends/cpu/kernels/contention.h"
 #include "backends/cpu/kernels/parallel.h"
 #include "xpuruntime/error.h"
 
@@ -185,7 +187,9 @@ void relu_pass(const GemmProblem& p) {
   });
 }
 
-int gemm_threads() { return omp_in_parallel() ? 1 : std::max(1, parallel_threads()); }
+// blocking_threads(): 1 on a contended machine, where an OpenMP barrier would wait for a
+// descheduled thread (parallel.h).
+int gemm_threads() { return omp_in_parallel() ? 1 : blocking_threads(); }
 
 // Everything a primitive depends on, flattened: dtype, threads, bias,
 // activation, m, n, k, then dims[0] and strides of A, B, C.
@@ -241,16 +245,15 @@ std::shared_ptr<const Entry> build(const GemmProblem& p, const Desc& a, const De
   try {
     e->a = md(a), e->b = md(b), e->c = md(c);
     e->bias = memory::desc({1, 1, p.n}, memory::data_type::f32, memory::dims{p.n, p.n, 1});
-    const dnnl::matmul::desc d =
-        p.bias ? dnnl::matmul::desc(e->a, e->b, e->bias, e->c) : dnnl::matmul::desc(e->a, e->b, e->c);
     dnnl::post_ops po;  // relu: relu_pass() after the primitive (see the top)
     if (p.activation == matmul::Activation::kGelu) {
-      po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+      onednn::append_eltwise(po, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
     }
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const dnnl::matmul::primitive_desc pd(d, attr, onednn::cpu_engine());
+    const dnnl::matmul::primitive_desc pd =
+        onednn::matmul_pd(e->a, e->b, p.bias ? &e->bias : nullptr, e->c, attr, onednn::cpu_engine());
     e->impl = pd.impl_info_str();
     e->scratch = pd.scratchpad_desc();
     if (e->impl.rfind("ref", 0) == 0) {
@@ -443,15 +446,14 @@ struct OnednnPackedWeights::Impl {
     try {
       auto pp = std::make_shared<PackedPrimitive>();
       pp->a = md(a), pp->c = md(c);
-      const dnnl::matmul::desc d = p.bias ? dnnl::matmul::desc(pp->a, packed.get_desc(), bias, pp->c)
-                                          : dnnl::matmul::desc(pp->a, packed.get_desc(), pp->c);
       dnnl::post_ops po;  // as build(): relu is relu_pass() after the primitive
       if (p.activation == matmul::Activation::kGelu)
-        po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+        onednn::append_eltwise(po, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
       dnnl::primitive_attr attr;
       attr.set_post_ops(po);
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const dnnl::matmul::primitive_desc pd(d, attr, onednn::cpu_engine());
+      const dnnl::matmul::primitive_desc pd = onednn::matmul_pd(
+          pp->a, packed.get_desc(), p.bias ? &bias : nullptr, pp->c, attr, onednn::cpu_engine());
       if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) {
         pp->prim = dnnl::matmul(pd);
         pp->scratch = pd.scratchpad_desc();
@@ -488,9 +490,8 @@ std::shared_ptr<const OnednnPackedWeights> OnednnPackedWeights::make(const GemmP
     // The layout oneDNN prefers for this problem's M; other Ms reuse it.
     const memory::desc any(memory::dims(b.dims.begin(), b.dims.end()), memory::data_type::f32,
                            memory::format_tag::any);
-    const dnnl::matmul::desc d = p.bias ? dnnl::matmul::desc(md(a), any, impl->bias, md(c))
-                                        : dnnl::matmul::desc(md(a), any, md(c));
-    const dnnl::matmul::primitive_desc pd(d, onednn::cpu_engine());
+    const dnnl::matmul::primitive_desc pd = onednn::matmul_pd(
+        md(a), any, p.bias ? &impl->bias : nullptr, md(c), dnnl::primitive_attr(), onednn::cpu_engine());
     if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return nullptr;
     impl->packed = memory(pd.weights_desc(), onednn::cpu_engine());
     memory src(md(b), onednn::cpu_engine(), const_cast<void*>(p.b.data));
