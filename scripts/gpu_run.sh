@@ -45,7 +45,13 @@ pack() {
       -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ "${launcher[@]}" >/dev/null || exit 1
   fi
   local t0=$SECONDS
-  ninja -C "$B" -j "${JOBS:-$(nproc)}" xpuruntime_core xpuruntime_cuda xrt_gpu_tests || exit 1
+  # Every library the GPU suites load (NCCL's helper and the torch allocator where this
+  # configuration builds them), and the C++ GPU suite.
+  local targets=(xpuruntime_core xpuruntime_cuda xrt_gpu_tests)
+  for t in xpuruntime_nccl xpuruntime_torch_allocator; do
+    ninja -C "$B" -t query "$t" >/dev/null 2>&1 && targets+=("$t")
+  done
+  ninja -C "$B" -j "${JOBS:-$(nproc)}" "${targets[@]}" || exit 1
   local stage
   stage=$(mktemp -d)
   mkdir -p "$stage/lib" "$stage/bin"
@@ -144,7 +150,7 @@ remote() {
 }
 
 case "$MODE" in
-  pack) pack ;;
+  pack) pack "$@" ;;
   remote) remote "$@" ;;
   *) sed -n 2,26p "$0"; exit 2 ;;
 esac

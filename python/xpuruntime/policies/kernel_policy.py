@@ -20,6 +20,15 @@ from typing import Any
 from .. import _core
 from . import _checks, _io
 
+
+def _validate(policy: Any) -> None:
+    """Validates a ``_core.KernelPolicy`` once the device plugins are loaded: their kernels
+    (cudnn, cublasLt, the CUDA op kernels) register their names when a plugin loads, and a
+    policy or lock read in a fresh process may pin them before any session loaded one."""
+    _core.DeviceManager.instance().get_device_count()
+    policy.validate()
+
+
 __all__ = ["KernelNames", "KernelPolicy"]
 
 #: A preference: one kernel name, or names in order of preference ("auto" = any).
@@ -103,7 +112,7 @@ class KernelPolicy:
         if pins is not None:
             p.pins = _mapping(pins, "pins")
         if validate:
-            p.validate()
+            _validate(p)
         self._policy = p
         self._validate = validate
 
@@ -111,7 +120,7 @@ class KernelPolicy:
     @classmethod
     def _wrap(cls, internal: Any, validate: bool = True) -> KernelPolicy:
         if validate:
-            internal.validate()
+            _validate(internal)
         obj = cls.__new__(cls)
         obj._policy = internal
         obj._validate = validate

@@ -61,7 +61,11 @@ def eager_direct_ok(*tensors: torch.Tensor | None) -> bool:
     """
     if _dispatch_depth is None or _functorch_active is None:
         return False
-    if _dispatch_depth() != 0 or _functorch_active() or torch.compiler.is_compiling():
+    # is_compiling() first: Dynamo folds it to True while tracing, and cannot trace the
+    # dispatch-stack query (a torch op returning an int: a graph break under fullgraph).
+    if torch.compiler.is_compiling():
+        return False
+    if _dispatch_depth() != 0 or _functorch_active():
         return False
     if torch._C._get_tracing_state() is not None:  # torch.jit.trace records only the custom op
         return False
