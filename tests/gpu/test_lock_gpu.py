@@ -27,6 +27,7 @@ _REPLAY = textwrap.dedent(
     """
     import json, sys
     import numpy as np
+    import torch  # first, as tests/gpu/conftest.py does: both processes load torch's cuDNN
     import xpuruntime as xrt
     model, lock, feeds, out = sys.argv[1:5]
     pol = xrt.KernelPolicy(auto_strategy="best_performance")
