@@ -154,7 +154,11 @@ REGIMES = ("eager", "captured")
 
 def _step(kernel: str, call: Call, func: Callable, args: tuple, kwargs: dict) -> Callable[[], None]:
     """One forward (and backward, when inputs need grad) of ``kernel`` on this call."""
-    grads = [t for t in call.tensors if t.requires_grad]
+    # The leaves are the call's own argument tensors: under autocast ``call`` is the
+    # autocast view (its tensors are casts the arguments do not contain), and run()
+    # casts the swapped arguments again.
+    originals = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+    grads = [t for t in originals if t.requires_grad]
     if not grads:
 
         def forward() -> None:
