@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/kernels/contention.h"
 #include "backends/cpu/kernels/onednn/onednn_context.h"
 #include "backends/cpu/kernels/onednn/onednn_gemm.h"
 #include "backends/cpu/kernels/gemm_call.h"
@@ -296,6 +297,12 @@ TEST_F(OnednnGemm, ActivationsKeepNanAndInfLikeCpuBlas) {
 }
 
 TEST_F(OnednnGemm, PrimitiveCacheReusesAndStaysBounded) {
+  // The thread count is part of a primitive's key, and on a loaded machine (ctest -j,
+  // CI) the contention detector may change it between calls: fixed here.
+  set_host_contended_for_testing(0);
+  struct Restore {
+    ~Restore() { set_host_contended_for_testing(-1); }
+  } restore;
   Data d = make(Case{2, 8, 9, 10}, 90);
   onednn_gemm(d.p);
   const std::size_t after_first = onednn_gemm_cache_size();
