@@ -75,7 +75,10 @@ def test_best_performance_lock_replays_bit_identically_on_cuda(name: str, tmp_pa
     want = [[d.node, d.op, d.chosen, d.algorithm] for d in sess.decisions() if d.op != "engine"]
     np.savez(tmp_path / "feeds.npz", **feeds)
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(Path(xrt.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
     )
     proc = subprocess.run(
         [
@@ -193,7 +196,10 @@ def test_routed_torch_matmul_lock_replays_bit_identically(tmp_path: Path) -> Non
     for n in tuned:
         assert len(n["timings_ms"]) >= 2 and "margin_pct" in n and n["margin"], n
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(Path(xrt.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
     )
     proc = subprocess.run(
         [

@@ -74,7 +74,10 @@ _REPLAY = textwrap.dedent(
 def test_routed_lock_replays_in_a_fresh_process(tmp_path: Path) -> None:
     path, outs = _locked(tmp_path)
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(Path(xrt.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
     )
     proc = subprocess.run(
         [sys.executable, "-c", _REPLAY, str(path), json.dumps(SHAPES), str(tmp_path / "o.npz")],
