@@ -117,6 +117,29 @@ int new_value(Graph& g, const std::string& prefix, DType dtype, const Shape& sha
   return v;
 }
 
+int ones_constant(Graph& g, DType dt, int64_t c, const std::string& prefix) {
+  HostTensor t = HostTensor::alloc(dt, {c});
+  for (int64_t i = 0; i < c; ++i) {
+    switch (dt) {
+      case DType::kFloat64:
+        t.ptr<double>()[i] = 1.0;
+        break;
+      case DType::kFloat16:
+        t.ptr<uint16_t>()[i] = 0x3C00;
+        break;
+      case DType::kBFloat16:
+        t.ptr<uint16_t>()[i] = 0x3F80;
+        break;
+      default:
+        t.ptr<float>()[i] = 1.0f;
+        break;
+    }
+  }
+  const int v = new_value(g, prefix, dt, {c});
+  g.values[v].constant = t;
+  return v;
+}
+
 std::string unique_node_name(const Graph& g, const std::string& base) {
   auto taken = [&](const std::string& n) {
     return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& x) { return x.name == n; });

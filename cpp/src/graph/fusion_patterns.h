@@ -51,6 +51,8 @@ bool any_kernel_supports(const Candidate& c, const ExecutionProvider& provider);
 
 // A fresh value for a tensor the rewrite creates.
 int new_value(Graph& g, const std::string& prefix, DType dtype, const Shape& shape);
+// A new [c] constant of ones in float dtype dt (a required scale the pattern lacked).
+int ones_constant(Graph& g, DType dt, int64_t c, const std::string& prefix);
 // A node name no other node has (base itself when free).
 std::string unique_node_name(const Graph& g, const std::string& base);
 
