@@ -88,6 +88,13 @@ class RunResources {
   // Orders this run's stream after everything issued on `other` so far (the
   // caller's stream, when a replayed graph runs on a stream of its own).
   virtual void wait_for(NativeStream other) { (void)other; }
+  // The reverse: orders `other` (the caller's stream) after everything issued on this
+  // run's stream so far, so a replayed graph's caller reads its device outputs in
+  // order without the host waiting. The default waits on the host.
+  virtual void signal(NativeStream other) {
+    (void)other;
+    synchronize();
+  }
   // The host threads this run's kernels may use (ExecutionPolicy.threads, from the
   // plan header; 0 = the device's default), applied on the calling thread until the
   // run ends. Devices whose kernels use no host threads ignore it.
@@ -114,11 +121,10 @@ class ExecutionProvider {
   virtual FusionSupport fusions() const { return {}; }
   // Whether this device's kernels of `op_type` (Conv, MatMul, Gemm) apply epilogue
   // `e` to outputs of `dtype`, so the epilogue fusion (FusionSupport.epilogues) may
-  // form it. The default: every epilogue, float32 only (the CPU kernels).
+  // form it. The default: the CPU kernels' (float32; a residual on Conv only).
   virtual bool takes_epilogue(const std::string& op_type, const ops::Epilogue& e,
                               DType dtype) const {
-    (void)op_type, (void)e;
-    return dtype == DType::kFloat32;
+    return dtype == DType::kFloat32 && (!e.residual || op_type == "Conv");
   }
   // For an offline preview (CompileOptions.dry_run): the OpContext.capability of a
   // named target ("sm_90" -> 90 on CUDA; "" -> this machine's device) and the

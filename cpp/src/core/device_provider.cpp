@@ -177,6 +177,13 @@ class DeviceRun final : public RunResources {
     ops.record_event(device_.index, event_, other);
     ops.stream_wait_event(device_.index, stream_, event_);
   }
+  void signal(NativeStream other) override {
+    if (traits_.host_memory || other == nullptr || other == stream_) return;
+    DeviceBackend::StreamOps& ops = backend_.streams();
+    if (done_ == nullptr) done_ = ops.create_event(device_.index, /*enable_timing=*/false);
+    ops.record_event(device_.index, done_, stream_);
+    ops.stream_wait_event(device_.index, other, done_);
+  }
   void set_threads(int threads) override {
     if (threads <= 0 || thread_cap_ || !traits_.cap_threads) return;
     thread_cap_ = traits_.cap_threads(threads);
@@ -207,8 +214,10 @@ class DeviceRun final : public RunResources {
       } catch (...) {  // a failed device: the blocks still go back
       }
     }
-    if (event_ != nullptr) backend_.streams().destroy_event(device_.index, event_);
-    event_ = nullptr;
+    for (NativeEvent* e : {&event_, &done_}) {
+      if (*e != nullptr) backend_.streams().destroy_event(device_.index, *e);
+      *e = nullptr;
+    }
     for (void* p : live_) alloc_.free(p);
     live_.clear();
     if (workspace_) alloc_.free(workspace_);
@@ -226,6 +235,7 @@ class DeviceRun final : public RunResources {
   bool external_ = false;
   NativeStream stream_ = nullptr;
   NativeEvent event_ = nullptr;  // wait_for's, created on first use
+  NativeEvent done_ = nullptr;   // signal's, created on first use
   void* arena_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<void*> live_;

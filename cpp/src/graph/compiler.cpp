@@ -299,9 +299,11 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   log("constant folding (nodes folded)", passes::infer_and_fold(g, opt.fold_constants));
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   // With the folding: both simplify the graph as written (fold_constants=False keeps it).
-  if (opt.fold_constants)
+  if (opt.fold_constants) {
     log("common-subexpression elimination (nodes merged)",
         passes::eliminate_common_subexpressions(g));
+    log("no-op elimination (nodes made views)", passes::eliminate_noops(g));
+  }
   // Einsum as GEMMs: every device runs MatMul; CUDA has no Einsum kernel.
   log("einsum lowering (Einsum to MatMul)", passes::lower_einsum(g));
   // Fusions run where the options ask for them and the provider says they pay.

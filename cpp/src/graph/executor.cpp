@@ -534,7 +534,13 @@ bool Executor::run_graph(Binding& b, NativeStream caller, RunStats& stats,
     for (int v = 0; v < nv; ++v) b.shapes[v] = plan.values[v].shape ? *plan.values[v].shape : b.shapes[v];
   }
   out = finish(b, res, stats);
-  res.synchronize();
+  // Device inputs and outputs on the caller's stream: that stream waits for the
+  // replay (an event), the host does not, so back-to-back runs keep the GPU busy.
+  // The next replay is ordered after this one on the graph's own stream.
+  if (caller != nullptr && !b.host_io)
+    res.signal(caller);
+  else
+    res.synchronize();
   return true;
 }
 

@@ -189,12 +189,58 @@ int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
         g.values[add.outputs[0]].shape != g.values[y].shape || !of_dtype(g, other, t))
       continue;
     ops::Epilogue e = ops::Epilogue::from_node(cv);
+    // A Conv that already applies an activation (an earlier round) adds its residual
+    // before that activation: Add(act(conv), r) is not act(conv + r).
+    if (e.residual || e.has_activation()) continue;
     e.residual = true;
     if (!epilogue_ok(provider, cv.op_type, e, t)) continue;
     cv.inputs.resize(3, -1);
     cv.inputs.push_back(other);
     e.to_attrs(cv.attrs);
     cv.outputs[0] = add.outputs[0];
+    add.op_type.clear();
+    ++fused;
+  }
+  compact(g);
+  cons = consumers(g);
+  // {MatMul, Gemm} [+ Reshape] + Add(same-shaped tensor) -> residual epilogue: every
+  // transformer block's skip connection, read by the GEMM as its C (beta 1) instead of
+  // an elementwise kernel re-reading both tensors. A Gemm qualifies with no C or a
+  // bias-row C (alpha = beta = 1); the Reshape (GPT-2's Conv1D views) keeps the bytes.
+  for (Node& mm : g.nodes) {
+    if ((mm.op_type != "MatMul" && mm.op_type != "Gemm") || mm.outputs.empty()) continue;
+    ops::Epilogue e = ops::Epilogue::from_node(mm);
+    if (e.residual || e.has_activation()) continue;
+    if (mm.op_type == "Gemm" && mm.inputs.size() > 2 && mm.inputs[2] >= 0) {
+      const Value& c = g.values[mm.inputs[2]];
+      const Shape& ys = g.values[mm.outputs[0]].shape.value_or(Shape{});
+      if (mm.attr_float("alpha", 1.0) != 1.0 || mm.attr_float("beta", 1.0) != 1.0 ||
+          !c.constant.defined() || ys.empty() || c.constant.numel() != ys.back())
+        continue;
+    }
+    const int y = mm.outputs[0];
+    const DType t = g.values[y].dtype;
+    if (!single_use(g, cons, y) || !g.values[y].shape) continue;
+    Node* reshape = nullptr;
+    int x = y;
+    if (Node& r = g.nodes[cons[y][0]]; r.op_type == "Reshape" && r.inputs[0] == y &&
+                                       r.outputs.size() == 1 && single_use(g, cons, r.outputs[0])) {
+      reshape = &r;
+      x = r.outputs[0];
+    }
+    Node& add = g.nodes[cons[x][0]];
+    if (add.op_type != "Add" || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
+    const int other = add.inputs[0] == x ? add.inputs[1] : add.inputs[0];
+    if (!g.values[x].shape || !g.values[other].shape || *g.values[other].shape != *g.values[x].shape ||
+        g.values[add.outputs[0]].shape != g.values[x].shape || !of_dtype(g, other, t) ||
+        g.values[other].constant.defined())
+      continue;
+    e.residual = true;
+    if (!epilogue_ok(provider, mm.op_type, e, t)) continue;
+    mm.inputs.resize(3, -1);
+    mm.inputs.push_back(other);
+    e.to_attrs(mm.attrs);
+    (reshape != nullptr ? reshape->outputs[0] : mm.outputs[0]) = add.outputs[0];
     add.op_type.clear();
     ++fused;
   }

@@ -14,7 +14,9 @@
 //
 // Q, Kᵀ, V rank 4 with equal batch and head dims (no broadcasting). K is handed to the
 // node untransposed: Kᵀ's Transpose gets the permutation that yields K (or goes away
-// when that is the identity); a Kᵀ from anything else gets a Transpose of its own.
+// when that is the identity); Kᵀ = Reshape(Transpose(Reshape(K, [B·H, S, D]))) (the
+// dynamo exporter's form) hands over K itself; a Kᵀ from anything else gets a
+// Transpose of its own.
 // Every intermediate must be read only by the next node of the pattern and not be a
 // graph output; the mask is added after the scaling (a mask scaled with the scores is
 // a near-miss, left alone). A causal Where/mask counts only with as many queries as
@@ -38,6 +40,7 @@ constexpr double kMaskedBelow = -1e4;  // a fill/mask value at or below this hid
 struct AttnMatch {
   int q = -1, kt = -1, v = -1, mask = -1, out = -1;
   int kt_transpose = -1;  // the Transpose node producing Kᵀ (rewritten), or -1
+  int k_direct = -1;      // K itself, when Kᵀ is Reshape(Transpose(Reshape(K))) (dropped)
   double scale = 1.0;
   bool causal = false;
   bool nan_rows_zero = false;
@@ -74,6 +77,34 @@ bool causal_additive(const HostTensor& c, int64_t s) {
     return v <= kMaskedBelow;
   });
   return ok && exact;
+}
+
+// K [B, H, S, D] when kt ([B, H, D, S]) is Reshape(Transpose(Reshape(K, [B·H, S, D]),
+// [0, 2, 1]), [B, H, D, S]), each link read by the next alone: how torch's dynamo
+// exporter writes SDPA's Kᵀ (through 3-D batched views); the chain's nodes are added
+// to `nodes` (the fused node replaces them). -1 otherwise.
+int key_behind_flat_transpose(const Graph& g, const Consumers& cons, int kt, const Shape& kts,
+                              std::vector<int>& nodes) {
+  const Node* r2 = producer(g, kt);
+  if (!r2 || r2->op_type != "Reshape" || r2->inputs.empty() || only_consumer(g, cons, kt) < 0)
+    return -1;
+  const int t_out = r2->inputs[0];
+  const Node* t = producer(g, t_out);
+  if (!t || t->op_type != "Transpose" || t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1} ||
+      only_consumer(g, cons, t_out) < 0)
+    return -1;
+  const int r1_out = t->inputs[0];
+  const Node* r1 = producer(g, r1_out);
+  if (!r1 || r1->op_type != "Reshape" || r1->inputs.empty() || only_consumer(g, cons, r1_out) < 0)
+    return -1;
+  const int k = r1->inputs[0];
+  const std::optional<TensorSpec> ks = spec_of(g, k), fs = spec_of(g, r1_out);
+  const Shape want_k = {kts[0], kts[1], kts[3], kts[2]};
+  const Shape want_flat = {kts[0] * kts[1], kts[3], kts[2]};
+  if (!ks || !fs || ks->shape != want_k || fs->shape != want_flat) return -1;
+  nodes.insert(nodes.end(), {g.values[kt].producer, g.values[t_out].producer,
+                             g.values[r1_out].producer});
+  return k;
 }
 
 std::optional<AttnMatch> match(const Graph& g, const Consumers& cons, int sm_index) {
@@ -199,6 +230,8 @@ std::optional<AttnMatch> match(const Graph& g, const Consumers& cons, int sm_ind
                                          only_consumer(g, cons, m.kt) >= 0 &&
                                          t->attr_ints("perm").size() == 4)
     m.kt_transpose = g.values[m.kt].producer;
+  else
+    m.k_direct = key_behind_flat_transpose(g, cons, m.kt, kt, m.nodes);
   // Softmax -> [Cast to its own dtype] -> MatMul(P, V)
   bool cast = false;
   int p = sm.outputs[0];
@@ -255,6 +288,38 @@ std::optional<AttnMatch> match(const Graph& g, const Consumers& cons, int sm_ind
   return m;
 }
 
+// src [B, Hkv, S, D] when x ([B, Hkv·n, S, D]) is Reshape(Expand(Unsqueeze(src) to
+// [B, Hkv, 1, S, D]) to [B, Hkv, n, S, D]): the repeat_kv of grouped-query attention
+// (Llama, Qwen2, Mistral exports), query head h reading key/value head h / n. The
+// chain's nodes, each read by the next alone, go to `nodes`. -1 otherwise.
+int repeat_kv_source(const Graph& g, const Consumers& cons, int x, std::vector<int>& nodes) {
+  if (x < 0) return -1;
+  auto link = [&](int v, const char* op) -> const Node* {
+    const Node* p = producer(g, v);
+    if (!p || p->op_type != op || p->inputs.empty() || only_consumer(g, cons, v) < 0 ||
+        is_output(g, v))
+      return nullptr;
+    return p;
+  };
+  const Node* reshape = link(x, "Reshape");
+  const Node* expand = reshape ? link(reshape->inputs[0], "Expand") : nullptr;
+  const Node* unsq = expand ? link(expand->inputs[0], "Unsqueeze") : nullptr;
+  if (!unsq) return -1;
+  const int src = unsq->inputs[0];
+  const std::optional<TensorSpec> xs = spec_of(g, x), es = spec_of(g, reshape->inputs[0]),
+                                  us = spec_of(g, expand->inputs[0]), ss = spec_of(g, src);
+  if (!xs || !es || !us || !ss || ss->shape.size() != 4 || xs->shape.size() != 4) return -1;
+  const Shape& s = ss->shape;
+  const int64_t n = s[1] > 0 ? xs->shape[1] / s[1] : 0;
+  if (n < 1 || us->shape != Shape{s[0], s[1], 1, s[2], s[3]} ||
+      es->shape != Shape{s[0], s[1], n, s[2], s[3]} ||
+      xs->shape != Shape{s[0], s[1] * n, s[2], s[3]})
+    return -1;
+  nodes.insert(nodes.end(), {g.values[x].producer, g.values[reshape->inputs[0]].producer,
+                             g.values[expand->inputs[0]].producer});
+  return src;
+}
+
 // Kᵀ's Transpose permutation turned into K's (its last two entries swapped).
 std::vector<int64_t> k_perm(const Graph& g, int transpose) {
   std::vector<int64_t> p = g.nodes[transpose].attr_ints("perm");
@@ -306,6 +371,26 @@ int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
         cast_mask = true;
       }
     }
+    // Grouped-query attention: K and V read before their repeat_kv copies, where a
+    // kernel shares key/value heads (silently kept expanded where none does).
+    int k_full = m->k_direct;  // K [B, H, S, D] as the graph has it, when no new Transpose
+    if (k_full < 0 && m->kt_transpose >= 0 &&
+        k_perm(g, m->kt_transpose) == std::vector<int64_t>{0, 1, 2, 3})
+      k_full = g.nodes[m->kt_transpose].inputs[0];
+    std::vector<int> repeat_nodes;
+    const int k_src = repeat_kv_source(g, cons, k_full, repeat_nodes);
+    const int v_src = k_src >= 0 ? repeat_kv_source(g, cons, m->v, repeat_nodes) : -1;
+    bool gqa = false;
+    if (k_src >= 0 && v_src >= 0 && spec_of(g, k_src)->shape == spec_of(g, v_src)->shape) {
+      Candidate shared = c;
+      shared.inputs[1] = *spec_of(g, k_src);
+      shared.inputs[2] = *spec_of(g, v_src);
+      if (any_kernel_supports(shared, provider)) {
+        c = std::move(shared);
+        c.pattern += " (grouped-query: key/value read before repeat_kv)";
+        gqa = true;
+      }
+    }
     if (!kernel_runs(c, provider, decisions)) continue;
     int mask = m->mask;
     if (cast_mask) {
@@ -320,7 +405,21 @@ int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
     }
     // K for the node: from Kᵀ's own Transpose (re-permuted), else a new Transpose.
     int k = -1;
-    if (m->kt_transpose >= 0) {
+    int v = m->v;
+    if (gqa) {
+      k = k_src;
+      v = v_src;
+      if (m->k_direct < 0) {  // the identity Transpose of Kᵀ goes too
+        g.nodes[m->kt_transpose].op_type.clear();
+        taken[m->kt_transpose] = 1;
+      }
+      for (int i : repeat_nodes) {
+        taken[i] = 1;
+        g.nodes[i].op_type.clear();
+      }
+    } else if (m->k_direct >= 0) {
+      k = m->k_direct;  // the Kᵀ chain's nodes are in m->nodes: removed below
+    } else if (m->kt_transpose >= 0) {
       const std::vector<int64_t> perm = k_perm(g, m->kt_transpose);
       const bool identity = perm == std::vector<int64_t>{0, 1, 2, 3};
       Node& t = g.nodes[m->kt_transpose];
@@ -344,7 +443,7 @@ int fuse_attention_patterns(Graph& g, const ExecutionProvider& provider,
       g.nodes.push_back(std::move(t));
     }
     Node f = std::move(c.node);
-    f.inputs = {m->q, k, m->v};
+    f.inputs = {m->q, k, v};
     if (mask >= 0) f.inputs.push_back(mask);
     f.outputs = {m->out};
     for (int i : m->nodes) {

@@ -52,12 +52,26 @@ int fold_attention_transposes(Graph& g, const ExecutionProvider& provider,
       from[static_cast<std::size_t>(i)] = static_cast<int>(t - g.nodes.data());
       attrs.bshd |= kBits[i];
     }
-    // The output read by a head swap alone.
-    int to = -1;
+    // The output read by a head swap alone, possibly through a Reshape to the same
+    // shape (Llama's exports have one).
+    int to = -1, same_reshape = -1;
     const int y = a.outputs[0];
-    if (single_use(g, cons, y) && head_swap(g.nodes[cons[y][0]])) {
-      to = cons[y][0];
+    int z = y;
+    if (single_use(g, cons, y)) {
+      const Node& r = g.nodes[cons[y][0]];
+      const std::optional<TensorSpec> ys = spec_of(g, y);
+      if (r.op_type == "Reshape" && r.inputs[0] == y && r.outputs.size() == 1 && ys &&
+          spec_of(g, r.outputs[0]) && spec_of(g, r.outputs[0])->shape == ys->shape &&
+          !is_output(g, r.outputs[0])) {
+        same_reshape = cons[y][0];
+        z = r.outputs[0];
+      }
+    }
+    if (single_use(g, cons, z) && head_swap(g.nodes[cons[z][0]])) {
+      to = cons[z][0];
       attrs.bshd |= ops::AttentionAttrs::kBshdOut;
+    } else {
+      same_reshape = -1;
     }
     if (attrs.bshd == 0) continue;
     Candidate c;
@@ -85,6 +99,7 @@ int fold_attention_transposes(Graph& g, const ExecutionProvider& provider,
       Node& t = g.nodes[static_cast<std::size_t>(to)];
       a.outputs[0] = t.outputs[0];
       t.op_type.clear();
+      if (same_reshape >= 0) g.nodes[static_cast<std::size_t>(same_reshape)].op_type.clear();
     }
     a.attrs = c.node.attrs;
     ++folded;

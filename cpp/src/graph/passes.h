@@ -70,6 +70,9 @@ int lower_precision(Graph& g, DType to);
 // whose shapes are known) -> Transpose/Reshape around one MatMul (einsum_lowering.cpp);
 // returns the Einsums lowered.
 int lower_einsum(Graph& g);
+// Pad by zeros, identity Transposes, same-shape Expand/Slice, same-dtype Cast and
+// one-input Concat become Identity (a view). Shapes must be inferred. Returns the count.
+int eliminate_noops(Graph& g);
 // Removes nodes whose outputs no graph output needs.
 int eliminate_dead_code(Graph& g);
 // Nodes computing what an earlier node computes (same op, attributes, inputs) are

@@ -36,9 +36,12 @@ bool attention_infer(const Node& n, const std::vector<Meta>& in, std::vector<Met
   XRT_CHECK(q.size() == 4 && k.size() == 4 && v.size() == 4, InvalidModelError, n.where(),
             ": query, key and value must be 4-D [batch, heads, seq, head_dim], got ", shape_str(q),
             ", ", shape_str(k), ", ", shape_str(v));
-  XRT_CHECK(k[0] == q[0] && v[0] == q[0] && k[1] == q[1] && v[1] == q[1], InvalidModelError,
-            n.where(), ": batch and head dimensions differ between query ", shape_str(q), ", key ",
-            shape_str(k), " and value ", shape_str(v));
+  // Grouped-query attention: key/value heads may be fewer, dividing the query's
+  // (query head h reads key/value head h / (Hq / Hkv), as repeat_kv lays them out).
+  XRT_CHECK(k[0] == q[0] && v[0] == q[0] && v[1] == k[1] && k[1] > 0 && q[1] % k[1] == 0,
+            InvalidModelError, n.where(), ": batch and head dimensions differ between query ",
+            shape_str(q), ", key ", shape_str(k), " and value ", shape_str(v),
+            " (key and value share a head count that divides the query's)");
   XRT_CHECK(k[3] == q[3] && v[2] == k[2], InvalidModelError, n.where(), ": key ", shape_str(k),
             " must have the query's head_dim (", q[3], ") and value ", shape_str(v),
             " the key's length (", k[2], ")");

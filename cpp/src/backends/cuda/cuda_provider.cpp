@@ -76,17 +76,17 @@ std::shared_ptr<graph::ExecutionProvider> make_cuda_provider(CudaBackend &backen
         !KernelRegistry::instance().list("fusedelementwise", cuda::kind()).empty();
     return f;
   };
-  // cuBLASLt's epilogues for MatMul/Gemm: a bias row, Relu, and Gelu in its tanh form
-  // (CUBLASLT_EPILOGUE_GELU is the tanh approximation; the exact erf form would round
-  // differently), no residual. cuDNN's convolution (conv/conv_cudnn.cpp): a bias, a
-  // residual and Relu. Float32, float16 and bfloat16 outputs.
+  // cuBLASLt's epilogues for MatMul/Gemm: a bias row, a residual (read as the GEMM's C
+  // with beta 1), Relu, and Gelu in its tanh form (CUBLASLT_EPILOGUE_GELU is the tanh
+  // approximation; the exact erf form would round differently). cuDNN's convolution
+  // (conv/conv_cudnn.cpp): a bias, a residual and Relu. Float32, float16 and bfloat16
+  // outputs.
   traits.takes_epilogue = [](const std::string &op_type, const ops::Epilogue &e, DType dtype) {
     if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16)
       return false;
     const bool relu = e.activation_op == "Relu";
     if (op_type == "MatMul" || op_type == "Gemm")
-      return !e.residual && (!e.has_activation() || relu ||
-                             (e.activation_op == "Gelu" && e.approximate == "tanh"));
+      return !e.has_activation() || relu || (e.activation_op == "Gelu" && e.approximate == "tanh");
     if (op_type == "Conv") return !e.has_activation() || relu;
     return false;
   };

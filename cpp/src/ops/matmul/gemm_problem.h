@@ -51,6 +51,9 @@ struct GemmProblem {
   MatrixRef b;                 // K×N
   void* c = nullptr;           // M×N, written
   int64_t c_rs = 0, c_cs = 1, c_bs = 0;
+  // The C that beta scales, when not c itself (cuBLASLt only: a residual read from
+  // another tensor with c's strides); null: c is read in place.
+  const void* c_in = nullptr;
   const void* bias = nullptr;  // N contiguous elements of `dtype`, or null
   Activation activation = Activation::kNone;
   // Written when non-null (batch 1, no bias, no activation): M contiguous elements of

@@ -250,6 +250,11 @@ void register_attention_ops(std::vector<OpDef>& defs) {
     if (n.attr_int("_bshd", 0) != 0)
       return Support::no(reason::kLayoutUnsupported,
                          "FusedAttention on the CPU reads [B, H, S, D] tensors, not _bshd ones");
+    if (in.size() > 1 && in[0].shape && in[1].shape && in[0].shape->size() == 4 &&
+        in[1].shape->size() == 4 && (*in[0].shape)[1] != (*in[1].shape)[1])
+      return Support::no(reason::kShapeUnsupported,
+                         "FusedAttention on the CPU takes as many key/value heads as query heads "
+                         "(no grouped-query sharing)");
     return Support::yes();
   };
   d.prepare = attention_prepare;

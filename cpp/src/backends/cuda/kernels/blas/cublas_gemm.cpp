@@ -77,6 +77,10 @@ GemmRejection cublas_rejection(const GemmProblem& p) {
     return {K::kDtype, "cublas runs float32, float16, bfloat16 and float64, not " +
                            std::string(dtype_name(p.dtype))};
   }
+  if (p.c_in != nullptr) {
+    return {K::kEpilogue, "cublas reads C in place only; a residual from another tensor runs on "
+                          "cublasLt"};
+  }
   if (p.bias != nullptr || p.activation != Activation::kNone) {
     return {K::kEpilogue, "cublasGemmEx has no epilogue (bias/activation); cublasLt fuses them"};
   }

@@ -25,6 +25,9 @@ class CublasMatmul final : public Kernel {
     matmul::GemmLayout l;
     Support s = matmul::read_gemm_layout(ctx, &l);
     if (!s.ok) return s;
+    if (ctx.attr_int("_sum", 0) != 0)
+      return Support::no(reason::kAttributeUnsupported,
+                         "cublas has no residual epilogue (a fused Add); cublasLt reads it as C");
     if (l.dtype == DType::kBFloat16 && ctx.capability > 0 && ctx.capability < 80) {
       return Support::no(reason::kCapabilityTooLow, "bfloat16 GEMM needs sm_80 or newer, this is sm_" +
                                                         std::to_string(ctx.capability));

@@ -299,7 +299,9 @@ void cublaslt_gemm(const GemmProblem& p, void* stream, int device, void* workspa
   cuda::DeviceGuard guard(device);
   cublasLtHandle_t h = lt_handle(device);
   auto plan = plan_for(p, g, device);
-  const uint32_t ax = alignment_of(g.x.data), ay = alignment_of(g.y.data), ac = alignment_of(p.c);
+  const void* c_in = p.c_in != nullptr ? p.c_in : p.c;  // C ≠ D: a residual, same layout
+  const uint32_t ax = alignment_of(g.x.data), ay = alignment_of(g.y.data),
+                 ac = std::min(alignment_of(p.c), alignment_of(c_in));
   std::lock_guard lock(plan->mu());
   const cublasLtMatmulAlgo_t* algo = nullptr;
   if (algorithm.empty()) {
@@ -332,7 +334,7 @@ void cublaslt_gemm(const GemmProblem& p, void* stream, int device, void* workspa
   const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
   XRT_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc(), alpha, g.x.data, plan->x(), g.y.data, plan->y(),
-                                  beta, p.c, plan->c(), p.c, plan->c(), algo, workspace,
+                                  beta, c_in, plan->c(), p.c, plan->c(), algo, workspace,
                                   workspace_bytes, static_cast<cudaStream_t>(stream)));
 }
 

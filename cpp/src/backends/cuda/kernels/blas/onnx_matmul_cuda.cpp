@@ -4,9 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common/device_buffer.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/ir.h"
 #include "xpuruntime/ops/epilogue.h"
@@ -44,11 +47,32 @@ void fill_broadcast(void *y, const void *c, int64_t cm, int64_t cn, int64_t m, i
   }
 }
 
+// Round a byte count up to the workspace alignment cuBLASLt wants (256 B).
+constexpr std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
+
+// A GEMM whose N columns make every row of B and C misaligned (N·esize not a
+// multiple of 16 bytes: GPT-2's 50257-word vocabulary) runs on cuBLAS's slow
+// unaligned kernels (5-6x slower on an H200). Such a GEMM with a constant B
+// instead reads B from a copy whose rows are padded to 16 bytes and writes C
+// with the same padded pitch into the workspace; one 2-D copy then packs C into
+// the output. The padding columns are never computed (n stays N; only the
+// leading dimensions grow), so a bias row is read as it is.
+struct PaddedColumns {
+  int64_t rows = 0;   // M (all of A's rows, batches included)
+  int64_t cols = 0;   // N
+  int64_t pitch = 0;  // N rounded up to 16 bytes, in elements
+  bool b_transposed = false;  // B is [N, K] (Gemm transB, already aligned): not copied
+  std::unique_ptr<cuda_ops::DeviceBuffer> b;  // B [K, pitch], when !b_transposed
+  std::size_t c_bytes() const { return round256(static_cast<std::size_t>(rows * pitch) * es); }
+  std::size_t es = 2;
+};
+
 class OnnxMatmulCuda final : public PreparedKernel {
  public:
   OnnxMatmulCuda(CudaGemmLibrary lib, graph::Node node, int device, bool tf32,
-                 std::size_t workspace)
-      : lib_(std::move(lib)),
+                 std::size_t workspace, std::unique_ptr<PaddedColumns> padded = nullptr)
+      : pad_(std::move(padded)),
+        lib_(std::move(lib)),
         node_(std::move(node)),
         attrs_(ops::GemmAttrs::from_node(node_)),
         epilogue_(ops::Epilogue::from_node(node_)),
@@ -72,17 +96,20 @@ class OnnxMatmulCuda final : public PreparedKernel {
     XRT_CHECK(lib_.epilogues || (!epilogue_.bias && !epilogue_.has_activation()),
               UnsupportedOperationError, node_.where(), ": ", lib_.name,
               " has no fused bias/activation epilogue; cublasLt runs this node");
-    XRT_CHECK(!epilogue_.residual, UnsupportedOperationError, node_.where(),
-              ": a residual epilogue is not supported by the CUDA GEMM kernels");
+    XRT_CHECK(!epilogue_.residual || lib_.epilogues, UnsupportedOperationError, node_.where(),
+              ": ", lib_.name, " has no residual epilogue; cublasLt runs this node");
   }
 
   void run(const KernelArgs &args) const override {
+    if (pad_ && !epilogue_.residual && run_padded(args)) return;
     if (is_gemm_)
       run_gemm(args);
     else
       run_matmul(args);
   }
-  std::size_t workspace_bytes() const override { return workspace_; }
+  std::size_t workspace_bytes() const override {
+    return workspace_ + (pad_ ? pad_->c_bytes() : 0);
+  }
 
  private:
   GemmProblem base(const KernelArgs &args) const {
@@ -92,11 +119,61 @@ class OnnxMatmulCuda final : public PreparedKernel {
     p.allow_tf32 = tf32_;
     return p;
   }
-  void gemm(const GemmProblem &p, double alpha, double beta, const KernelArgs &args) const {
+  // The fused residual (input 3, the output's shape), read as the GEMM's C with beta 1;
+  // null without one.
+  const void *residual(const KernelArgs &args) const {
+    if (!epilogue_.residual) return nullptr;
+    XRT_CHECK(args.inputs.size() > 3 && args.inputs[3].present() &&
+                  shape_numel(args.inputs[3].shape) == shape_numel(args.outputs[0].shape),
+              InvalidArgumentError, node_.where(),
+              ": the fused residual (input 3) must have the output's size");
+    return args.inputs[3].data;
+  }
+  void gemm(const GemmProblem &p, double alpha, double beta, const KernelArgs &args,
+            std::size_t ws_offset = 0) const {
     const GemmRejection why = lib_.rejection(p);
     XRT_CHECK(!why, UnsupportedOperationError, node_.where(), ": ", lib_.name,
               " cannot run this GEMM: ", why.detail);
-    lib_.gemm(p, alpha, beta, args.stream, device_, args.workspace, args.workspace_bytes);
+    XRT_CHECK(args.workspace_bytes >= ws_offset, InvalidArgumentError, node_.where(),
+              ": the run's workspace (", args.workspace_bytes, " B) is smaller than the step's (",
+              workspace_bytes(), " B)");
+    lib_.gemm(p, alpha, beta, args.stream, device_, static_cast<char *>(args.workspace) + ws_offset,
+              args.workspace_bytes - ws_offset);
+  }
+
+  // The padded-pitch GEMM (PaddedColumns). False when this run's shapes are not the
+  // ones it was prepared for (then the plain path runs).
+  bool run_padded(const KernelArgs &args) const {
+    const PaddedColumns &pc = *pad_;
+    const TensorArg &ia = args.inputs[0];
+    const TensorArg &ib = args.inputs[1];
+    const TensorArg &out = args.outputs[0];
+    if (ia.shape.empty() || shape_numel(out.shape) != pc.rows * pc.cols ||
+        out.shape.back() != pc.cols || args.workspace_bytes < workspace_bytes())
+      return false;
+    const int64_t k = ia.shape.back();
+    GemmProblem p = base(args);
+    p.m = pc.rows;
+    p.n = pc.cols;
+    p.k = k;
+    p.a = {ia.data, k, 1, 0};
+    p.b = pc.b_transposed ? MatrixRef{ib.data, 1, k, 0} : MatrixRef{pc.b->data(), pc.pitch, 1, 0};
+    p.c = args.workspace;
+    p.c_rs = pc.pitch;
+    double alpha = 1.0;
+    if (is_gemm_) {
+      alpha = attrs_.alpha;
+      if (args.inputs.size() > 2 && args.inputs[2].present() && attrs_.beta != 0.0)
+        p.bias = args.inputs[2].data;  // prepare checked: a bias row, alpha = beta = 1
+    } else if (epilogue_.bias && args.inputs.size() > 2 && args.inputs[2].present()) {
+      p.bias = args.inputs[2].data;
+    }
+    gemm(p, alpha, 0.0, args, pc.c_bytes());
+    const std::size_t row = static_cast<std::size_t>(pc.cols) * pc.es;
+    XRT_CUDA_CHECK(cudaMemcpy2DAsync(out.data, row, args.workspace, pc.pitch * pc.es, row,
+                                     static_cast<std::size_t>(pc.rows), cudaMemcpyDeviceToDevice,
+                                     static_cast<cudaStream_t>(args.stream)));
+    return true;
   }
 
   void run_matmul(const KernelArgs &args) const {
@@ -129,13 +206,16 @@ class OnnxMatmulCuda final : public PreparedKernel {
     };
     const Shape pa = padded(ab), pb = padded(bb);
     const bool a_one = shape_numel(ab) == 1, b_one = shape_numel(bb) == 1;
+    const void *res = residual(args);
+    const double beta = res != nullptr ? 1.0 : 0.0;
+    p.c_in = res;
     if (b_one) {
       // B shared by every batch: one tall GEMM over all of A's rows.
       p.m = nb * m;
       p.a = {ia.data, k, 1, 0};
       p.b = {ib.data, nn, 1, 0};
       p.c = out.data;
-      gemm(p, 1.0, 0.0, args);
+      gemm(p, 1.0, beta, args);
     } else if ((a_one || pa == batch) && pb == batch) {
       // Same-shaped batches (or a shared A): one strided batched GEMM.
       p.batch = nb;
@@ -143,7 +223,7 @@ class OnnxMatmulCuda final : public PreparedKernel {
       p.b = {ib.data, nn, 1, k * nn};
       p.c = out.data;
       p.c_bs = m * nn;
-      gemm(p, 1.0, 0.0, args);
+      gemm(p, 1.0, beta, args);
     } else {
       // Any other broadcast of the batch dims: one GEMM per output batch.
       auto strides = [&](const Shape &full, int64_t mat) {
@@ -168,7 +248,8 @@ class OnnxMatmulCuda final : public PreparedKernel {
         q.a = {static_cast<const char *>(ia.data) + oa * es, k, 1, 0};
         q.b = {static_cast<const char *>(ib.data) + ob * es, nn, 1, 0};
         q.c = static_cast<char *>(out.data) + bi * m * nn * es;
-        gemm(q, 1.0, 0.0, args);
+        if (res != nullptr) q.c_in = static_cast<const char *>(res) + bi * m * nn * es;
+        gemm(q, 1.0, beta, args);
       }
     }
   }
@@ -197,6 +278,16 @@ class OnnxMatmulCuda final : public PreparedKernel {
     p.c_rs = nn;
     const bool has_c = args.inputs.size() > 2 && args.inputs[2].present() && beta != 0.0;
     double gemm_beta = 0.0;
+    if (const void *res = residual(args)) {
+      // The fusion took only a bias-row C (alpha = beta = 1) or none.
+      XRT_CHECK(!has_c || (alpha == 1.0 && beta == 1.0 && shape_numel(args.inputs[2].shape) == nn),
+                InvalidArgumentError, node_.where(),
+                ": a fused residual combines with a bias-row C only (alpha = beta = 1)");
+      if (has_c) p.bias = args.inputs[2].data;
+      p.c_in = res;
+      gemm(p, alpha, 1.0, args);
+      return;
+    }
     if (has_c) {
       const TensorArg &c = args.inputs[2];
       XRT_CHECK(c.shape.size() <= 2, InvalidArgumentError, node_.where(), ": Gemm's C has rank ",
@@ -231,6 +322,7 @@ class OnnxMatmulCuda final : public PreparedKernel {
     return out;
   }
 
+  std::unique_ptr<PaddedColumns> pad_;
   CudaGemmLibrary lib_;
   graph::Node node_;
   ops::GemmAttrs attrs_;
@@ -248,12 +340,67 @@ bool is_onnx_matmul(const PrepareContext &pc) {
   return pc.node != nullptr && (pc.node->op_type == "MatMul" || pc.node->op_type == "Gemm");
 }
 
+namespace {
+
+// The PaddedColumns of pc's node, or null where the plain GEMM runs: B a constant
+// matrix, static shapes, misaligned output rows, aligned K, a bias row at most,
+// and the padded C within the policy's workspace limit.
+std::unique_ptr<PaddedColumns> padded_columns(const PrepareContext &pc) {
+  const OpContext &ctx = *pc.ctx;
+  const graph::Node &n = *pc.node;
+  if (ctx.inputs.size() < 2 || ctx.outputs.empty() || pc.constants.size() < 2 ||
+      !pc.constants[1].defined())
+    return nullptr;
+  const TensorSpec &a = ctx.inputs[0], &b = ctx.inputs[1], &y = ctx.outputs[0];
+  const DType dt = a.dtype;
+  if (dt != DType::kFloat16 && dt != DType::kBFloat16 && dt != DType::kFloat32) return nullptr;
+  if (b.dtype != dt || y.dtype != dt || pc.constants[1].dtype != dt) return nullptr;
+  if (b.shape.size() != 2 || a.shape.empty() || y.shape.empty()) return nullptr;
+  for (const auto *s : {&a.shape, &y.shape})
+    for (int64_t d : *s)
+      if (d <= 0) return nullptr;
+  const auto es = static_cast<int64_t>(dtype_size(dt));
+  const ops::GemmAttrs attrs = ops::GemmAttrs::from_node(n);
+  const bool gemm = n.op_type == "Gemm";
+  if (gemm && (attrs.trans_a || a.shape.size() != 2)) return nullptr;
+  const bool tb = gemm && attrs.trans_b;
+  const int64_t k = a.shape.back(), cols = tb ? b.shape[0] : b.shape[1];
+  if ((tb ? b.shape[1] : b.shape[0]) != k || y.shape.back() != cols) return nullptr;
+  if ((cols * es) % 16 == 0 || (k * es) % 16 != 0 || cols < 64) return nullptr;
+  if (gemm && ctx.inputs.size() > 2 && ctx.inputs[2].numel() > 0) {
+    const Shape &c = ctx.inputs[2].shape;  // only a bias row (the epilogue) qualifies
+    const bool row = (c.size() == 1 && c[0] == cols) || (c.size() == 2 && c[0] == 1 && c[1] == cols);
+    if (!row || attrs.alpha != 1.0 || attrs.beta != 1.0) return nullptr;
+  }
+  auto pad = std::make_unique<PaddedColumns>();
+  pad->es = static_cast<std::size_t>(es);
+  pad->cols = cols;
+  pad->pitch = (cols * es + 15) / 16 * 16 / es;
+  pad->rows = graph::shape_numel(y.shape) / cols;
+  pad->b_transposed = tb;
+  if (ctx.workspace_limit_bytes != 0 && pad->c_bytes() > ctx.workspace_limit_bytes / 2)
+    return nullptr;
+  if (!tb) {
+    std::vector<unsigned char> host(static_cast<std::size_t>(k * pad->pitch * es), 0);
+    const auto *src = static_cast<const unsigned char *>(pc.constants[1].data);
+    for (int64_t r = 0; r < k; ++r)
+      std::copy_n(src + r * cols * es, cols * es, host.data() + r * pad->pitch * es);
+    pad->b = std::make_unique<cuda_ops::DeviceBuffer>(host.data(), host.size(), ctx.device.index);
+  }
+  return pad;
+}
+
+}  // namespace
+
 PreparedKernelPtr prepare_onnx_matmul(const PrepareContext &pc, CudaGemmLibrary lib,
                                       std::size_t workspace_bytes) {
   XRT_CHECK(pc.ctx != nullptr && is_onnx_matmul(pc), InvalidArgumentError,
             "prepare_onnx_matmul needs the context and an ONNX MatMul/Gemm node");
+  // Only for libraries whose GEMMs honour the padded pitches (cuBLASLt and cuBLAS).
+  std::unique_ptr<PaddedColumns> pad =
+      lib.name == "cublasLt" || lib.name == "cublas" ? padded_columns(pc) : nullptr;
   return std::make_shared<OnnxMatmulCuda>(std::move(lib), *pc.node, pc.ctx->device.index,
-                                          pc.ctx->allow_tf32, workspace_bytes);
+                                          pc.ctx->allow_tf32, workspace_bytes, std::move(pad));
 }
 
 }  // namespace xpuruntime::matmul

@@ -358,6 +358,7 @@ void dispatch_layout(const SkinnyArgs& args, bool k_major, bool aligned, int til
 
 GemmRejection skinny_rejection(const GemmProblem& p) {
   using K = GemmRejection::Kind;
+  if (p.c_in != nullptr) return {K::kEpilogue, "skinny has no residual (C input) epilogue"};
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return {K::kDtype, "skinny runs float16 and bfloat16 (fp32 accumulate), not " +
                            std::string(dtype_name(p.dtype))};

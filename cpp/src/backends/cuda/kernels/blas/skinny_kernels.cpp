@@ -24,6 +24,9 @@ class SkinnyMatmul final : public Kernel {
     matmul::GemmLayout l;
     Support s = matmul::read_gemm_layout(ctx, &l);
     if (!s.ok) return s;
+    if (ctx.attr_int("_sum", 0) != 0)
+      return Support::no(reason::kAttributeUnsupported,
+                         "skinny has no residual epilogue (a fused Add); cublasLt reads it as C");
     return matmul::to_support(matmul::skinny_rejection(matmul::shape_only_problem(l, ctx.allow_tf32)));
   }
 

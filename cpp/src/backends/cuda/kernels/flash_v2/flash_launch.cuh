@@ -33,8 +33,31 @@ void ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_dev
 #ifndef XRT_FLASH_FWD_D64_BLOCK_N
 #define XRT_FLASH_FWD_D64_BLOCK_N 64  // measured on an H200: 4-9% faster than 128 (fewer registers, no spills)
 #endif
-template <typename T, int kD, bool kExtras>
-using FwdCfgFor = FwdConfig<T, kD, 128, (kD == 128 ? 64 : XRT_FLASH_FWD_D64_BLOCK_N), 4, kExtras>;
+template <typename T, int kD, bool kExtras, int kBlockM = 128>
+using FwdCfgFor = FwdConfig<T, kD, kBlockM, (kD == 128 ? 64 : XRT_FLASH_FWD_D64_BLOCK_N), 4, kExtras>;
+
+// Streaming multiprocessors of the current device, asked once per device.
+inline int current_device_sms() {
+  static std::atomic<int> cache[64] = {};
+  int device = 0;
+  XRT_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 64) {
+    const int known = cache[device].load(std::memory_order_relaxed);
+    if (known != 0) return known;
+  }
+  int sms = 0;
+  XRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device < 64) cache[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+// Whether 128-row CTAs would leave the GPU under-filled (fewer than two per SM: short
+// sequences at serving batch sizes, e.g. 8 x 12 heads x 128 tokens = 96 CTAs on 132
+// SMs); then 64-row CTAs (one 16-row MMA tile per warp) double the parallelism.
+inline bool small_fwd_grid(const FlashFwdArgs& a) {
+  const int64_t ctas = cdiv(a.shape.seqlen_q, 128) * int64_t{a.shape.heads_q} * a.shape.batch;
+  return ctas < 2 * int64_t{current_device_sms()};
+}
 
 template <typename Cfg>
 void launch_fwd(const FlashFwdArgs& a) {
@@ -85,10 +108,11 @@ void run_flash_fwd(const FlashFwdArgs& a) {
     return;
   }
 #endif
+  const bool small = small_fwd_grid(a);
   if (extras) {
-    launch_fwd<FwdCfgFor<T, kD, true>>(a);
+    small ? launch_fwd<FwdCfgFor<T, kD, true, 64>>(a) : launch_fwd<FwdCfgFor<T, kD, true>>(a);
   } else {
-    launch_fwd<FwdCfgFor<T, kD, false>>(a);
+    small ? launch_fwd<FwdCfgFor<T, kD, false, 64>>(a) : launch_fwd<FwdCfgFor<T, kD, false>>(a);
   }
 }
 

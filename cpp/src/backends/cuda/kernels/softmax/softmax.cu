@@ -78,6 +78,77 @@ __global__ void softmax_warp_rows(const T* __restrict__ x, T* __restrict__ y, in
   for (int64_t i = lane; i < n; i += 32) yr[i] = finish<T>(static_cast<A>(load(xr[i])), st, log);
 }
 
+// Rows of at most kLanes * kPer elements, each row held in registers by kLanes lanes
+// (element lane + kLanes * j): the maximum, then the sum of exponentials, each one
+// shuffle reduction, so a row costs n exponentials (the online pairs above cost one
+// per element and two per merge step on every lane: Swin's 49-element window rows
+// ran at a third of the memory bandwidth). NaN and all -inf rows give NaN, as above.
+template <typename T, int kLanes, int kPer>
+__global__ void softmax_reg_rows(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
+                                 int n, bool log) {
+  using A = compute_t<T>;
+  const int lane = threadIdx.x % kLanes;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const bool active = row < rows;  // every lane stays for the full-warp shuffles
+  const T* xr = x + row * n;
+  T* yr = y + row * n;
+  A v[kPer];
+  A m = neg_inf<A>();
+  bool nan = false;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = lane + kLanes * j;
+    v[j] = active && i < n ? static_cast<A>(load(xr[i])) : neg_inf<A>();
+    nan = nan || v[j] != v[j];
+    m = v[j] > m ? v[j] : m;
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) {
+    const A other = __shfl_xor_sync(0xffffffffu, m, o, kLanes);
+    m = other > m ? other : m;
+    nan = __shfl_xor_sync(0xffffffffu, static_cast<int>(nan), o, kLanes) != 0 || nan;
+  }
+  if (nan) m = static_cast<A>(NAN);
+  A sum = A(0);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    v[j] = lane + kLanes * j < n ? v[j] - m : neg_inf<A>();
+    sum += exp(v[j]);
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o, kLanes);
+  const A log_sum = log ? std::log(sum) : A(0);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = lane + kLanes * j;
+    if (active && i < n) yr[i] = store<T>(log ? v[j] - log_sum : exp(v[j]) / sum);
+  }
+}
+
+template <typename T, int kLanes, int kPer>
+void launch_reg_rows(const T* x, T* y, int64_t rows, int64_t n, bool log, cudaStream_t s) {
+  constexpr int kThreads = 256;
+  const int64_t blocks = (rows * kLanes + kThreads - 1) / kThreads;
+  XRT_CHECK(blocks < (int64_t{1} << 31), InvalidArgumentError, "Softmax: ", rows,
+            " rows is too many");
+  softmax_reg_rows<T, kLanes, kPer>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(x, y, rows, static_cast<int>(n), log);
+}
+
+// Rows of up to 256 elements through softmax_reg_rows: lanes per row and elements per
+// lane chosen so few lanes idle. False for longer rows.
+template <typename T>
+bool launch_short_rows(const T* x, T* y, int64_t rows, int64_t n, bool log, cudaStream_t s) {
+  if (n <= 8) launch_reg_rows<T, 8, 1>(x, y, rows, n, log, s);
+  else if (n <= 16) launch_reg_rows<T, 16, 1>(x, y, rows, n, log, s);
+  else if (n <= 32) launch_reg_rows<T, 32, 1>(x, y, rows, n, log, s);
+  else if (n <= 64) launch_reg_rows<T, 32, 2>(x, y, rows, n, log, s);
+  else if (n <= 128) launch_reg_rows<T, 32, 4>(x, y, rows, n, log, s);
+  else if (n <= 256) launch_reg_rows<T, 32, 8>(x, y, rows, n, log, s);
+  else return false;
+  return true;
+}
+
 // One block per row (long rows).
 template <typename T>
 __global__ void softmax_block_rows(const T* __restrict__ x, T* __restrict__ y, int64_t n,
@@ -145,7 +216,9 @@ void launch_softmax(DType t, bool log, int64_t outer, int64_t axis_len, int64_t 
     using T = typename decltype(tag)::type;
     const T* px = static_cast<const T*>(x);
     T* py = static_cast<T*>(y);
-    if (inner == 1 && axis_len <= 1024) {
+    if (inner == 1 && launch_short_rows<T>(px, py, outer, axis_len, log, s)) {
+      // registers per row (softmax_reg_rows)
+    } else if (inner == 1 && axis_len <= 1024) {
       const int64_t blocks = (outer + 7) / 8;  // 8 warps (rows) per block
       XRT_CHECK(blocks < (int64_t{1} << 31), InvalidArgumentError, "Softmax: ", outer,
                 " rows is too many");
