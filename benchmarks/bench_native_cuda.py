@@ -303,6 +303,12 @@ def main() -> int:
     )
     ap.add_argument("--profile", action="store_true", help="write a per-kernel profile of each native run")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the measured rows of models not in this run from the existing results file "
+        "(one benchmark split over several GPU calls); goals are computed over all rows",
+    )
     args = ap.parse_args()
     name = torch.cuda.get_device_name().replace(" ", "_")
     out = Path(args.out or HERE / "results" / f"native_cuda_{name}.json")
@@ -322,6 +328,14 @@ def main() -> int:
         "eager, CUDA graph, torch.compile(mode='reduce-overhead'); median of 7 interleaved rounds",
     }
     rows: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
+    if args.merge and out.is_file():
+        prev = json.loads(out.read_text())
+        names = {m.name for m in wanted}
+        kept = [r for r in prev.get("models", []) if r["model"] not in names and "ms" in r]
+        for r in kept:
+            r.setdefault("measured", prev.get("date"))
+        meta["merged_from"] = sorted({str(r["measured"]) for r in kept})
     t_start = time.perf_counter()
     compile_spent = 0.0
     prof_dir = out.parent / "native_cuda_profiles" if args.profile else None
@@ -345,7 +359,8 @@ def main() -> int:
             rows.append(row)
             torch.cuda.empty_cache()
             torch._dynamo.reset()
-            out.write_text(json.dumps({**meta, "goals": goals(rows), "models": rows}, indent=1))
+            row.setdefault("measured", meta["date"])
+            out.write_text(json.dumps({**meta, "goals": goals(rows + kept), "models": rows + kept}, indent=1))
             r = row
             print(
                 f"{m.name:20s} "
@@ -360,7 +375,7 @@ def main() -> int:
                 flush=True,
             )
     print("\n| goal | figure | target | met |\n|---|---|---|---|")
-    for g in goals(rows):
+    for g in goals(rows + kept):
         print(f"| {g['name']} | {g['figure']} | {g['target']} | {g['met']} |")
     print(f"wrote {out}")
     return 0
