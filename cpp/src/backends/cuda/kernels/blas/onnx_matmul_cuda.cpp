@@ -55,14 +55,16 @@ constexpr std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
 // unaligned kernels (5-6x slower on an H200). Such a GEMM with a constant B
 // instead reads B from a copy whose rows are padded to 16 bytes and writes C
 // with the same padded pitch into the workspace; one 2-D copy then packs C into
-// the output. The padding columns are never computed (n stays N; only the
-// leading dimensions grow), so a bias row is read as it is.
+// the output. The GEMM computes all `pitch` columns (cuBLASLt picks its unaligned
+// kernels for an N that is not a multiple of 8 even with aligned leading dimensions,
+// measured on an H200): B's and the bias's padding are zeros.
 struct PaddedColumns {
   int64_t rows = 0;   // M (all of A's rows, batches included)
   int64_t cols = 0;   // N
   int64_t pitch = 0;  // N rounded up to 16 bytes, in elements
-  bool b_transposed = false;  // B is [N, K] (Gemm transB, already aligned): not copied
-  std::unique_ptr<cuda_ops::DeviceBuffer> b;  // B [K, pitch], when !b_transposed
+  bool b_transposed = false;  // B is [pitch, K] (Gemm transB), else [K, pitch]
+  std::unique_ptr<cuda_ops::DeviceBuffer> b;     // B, zero-padded
+  std::unique_ptr<cuda_ops::DeviceBuffer> bias;  // the bias row, zero-padded, or null
   std::size_t c_bytes() const { return round256(static_cast<std::size_t>(rows * pitch) * es); }
   std::size_t es = 2;
 };
@@ -153,22 +155,16 @@ class OnnxMatmulCuda final : public PreparedKernel {
       return false;
     const int64_t k = ia.shape.back();
     GemmProblem p = base(args);
+    (void)ib;
     p.m = pc.rows;
-    p.n = pc.cols;
+    p.n = pc.pitch;
     p.k = k;
     p.a = {ia.data, k, 1, 0};
-    p.b = pc.b_transposed ? MatrixRef{ib.data, 1, k, 0} : MatrixRef{pc.b->data(), pc.pitch, 1, 0};
+    p.b = pc.b_transposed ? MatrixRef{pc.b->data(), 1, k, 0} : MatrixRef{pc.b->data(), pc.pitch, 1, 0};
     p.c = args.workspace;
     p.c_rs = pc.pitch;
-    double alpha = 1.0;
-    if (is_gemm_) {
-      alpha = attrs_.alpha;
-      if (args.inputs.size() > 2 && args.inputs[2].present() && attrs_.beta != 0.0)
-        p.bias = args.inputs[2].data;  // prepare checked: a bias row, alpha = beta = 1
-    } else if (epilogue_.bias && args.inputs.size() > 2 && args.inputs[2].present()) {
-      p.bias = args.inputs[2].data;
-    }
-    gemm(p, alpha, 0.0, args, pc.c_bytes());
+    p.bias = pc.bias ? pc.bias->data() : nullptr;  // prepare checked: alpha = beta = 1 with one
+    gemm(p, is_gemm_ ? attrs_.alpha : 1.0, 0.0, args, pc.c_bytes());
     const std::size_t row = static_cast<std::size_t>(pc.cols) * pc.es;
     XRT_CUDA_CHECK(cudaMemcpy2DAsync(out.data, row, args.workspace, pc.pitch * pc.es, row,
                                      static_cast<std::size_t>(pc.rows), cudaMemcpyDeviceToDevice,
@@ -360,6 +356,7 @@ std::unique_ptr<PaddedColumns> padded_columns(const PrepareContext &pc) {
     for (int64_t d : *s)
       if (d <= 0) return nullptr;
   const auto es = static_cast<int64_t>(dtype_size(dt));
+  if (ops::Epilogue::from_node(n).residual) return nullptr;  // C is the residual then
   const ops::GemmAttrs attrs = ops::GemmAttrs::from_node(n);
   const bool gemm = n.op_type == "Gemm";
   if (gemm && (attrs.trans_a || a.shape.size() != 2)) return nullptr;
@@ -367,10 +364,14 @@ std::unique_ptr<PaddedColumns> padded_columns(const PrepareContext &pc) {
   const int64_t k = a.shape.back(), cols = tb ? b.shape[0] : b.shape[1];
   if ((tb ? b.shape[1] : b.shape[0]) != k || y.shape.back() != cols) return nullptr;
   if ((cols * es) % 16 == 0 || (k * es) % 16 != 0 || cols < 64) return nullptr;
-  if (gemm && ctx.inputs.size() > 2 && ctx.inputs[2].numel() > 0) {
-    const Shape &c = ctx.inputs[2].shape;  // only a bias row (the epilogue) qualifies
-    const bool row = (c.size() == 1 && c[0] == cols) || (c.size() == 2 && c[0] == 1 && c[1] == cols);
-    if (!row || attrs.alpha != 1.0 || attrs.beta != 1.0) return nullptr;
+  // A bias (Gemm's C row with alpha = beta = 1, or a MatMul's fused bias) must be a
+  // constant: its padded copy is made here.
+  const bool has_bias = n.inputs.size() > 2 && n.inputs[2] >= 0 &&
+                        (gemm ? attrs.beta != 0.0 : ops::Epilogue::from_node(n).bias);
+  if (has_bias) {
+    if (pc.constants.size() < 3 || !pc.constants[2].defined() || pc.constants[2].dtype != dt ||
+        pc.constants[2].numel() != cols || (gemm && (attrs.alpha != 1.0 || attrs.beta != 1.0)))
+      return nullptr;
   }
   auto pad = std::make_unique<PaddedColumns>();
   pad->es = static_cast<std::size_t>(es);
@@ -380,12 +381,19 @@ std::unique_ptr<PaddedColumns> padded_columns(const PrepareContext &pc) {
   pad->b_transposed = tb;
   if (ctx.workspace_limit_bytes != 0 && pad->c_bytes() > ctx.workspace_limit_bytes / 2)
     return nullptr;
-  if (!tb) {
-    std::vector<unsigned char> host(static_cast<std::size_t>(k * pad->pitch * es), 0);
-    const auto *src = static_cast<const unsigned char *>(pc.constants[1].data);
+  const auto *src = static_cast<const unsigned char *>(pc.constants[1].data);
+  std::vector<unsigned char> host(static_cast<std::size_t>(k * pad->pitch * es), 0);
+  if (tb) {  // [N, K] rows, then zero rows up to the pitch
+    std::copy_n(src, cols * k * es, host.data());
+  } else {  // K rows of N, each padded to the pitch
     for (int64_t r = 0; r < k; ++r)
       std::copy_n(src + r * cols * es, cols * es, host.data() + r * pad->pitch * es);
-    pad->b = std::make_unique<cuda_ops::DeviceBuffer>(host.data(), host.size(), ctx.device.index);
+  }
+  pad->b = std::make_unique<cuda_ops::DeviceBuffer>(host.data(), host.size(), ctx.device.index);
+  if (has_bias) {
+    std::vector<unsigned char> bias(static_cast<std::size_t>(pad->pitch * es), 0);
+    std::copy_n(static_cast<const unsigned char *>(pc.constants[2].data), cols * es, bias.data());
+    pad->bias = std::make_unique<cuda_ops::DeviceBuffer>(bias.data(), bias.size(), ctx.device.index);
   }
   return pad;
 }
