@@ -266,3 +266,17 @@ def test_attention_without_head_transposes_matches_onnxruntime(precision):
     assert ops.count("FusedAttention") == 1 and "Transpose" not in ops, ops
     (y,) = sess.run(feeds).values()
     assert _rel(y, ref) <= TOL[precision]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_dense_block_batchnorm_channels_last_matches_onnxruntime(precision):
+    """DenseNet's Concat -> BatchNormalization -> Relu -> Conv with the BatchNormalization
+    as a per-channel Mul and Add in the plan's dtype, channels-last."""
+    model = models._dense_block()
+    x = np.random.default_rng(9).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    (ref,) = _ort(model, {"x": x})
+    sess = _native(model, precision)
+    ops = [s["op_type"] for s in sess.plan.steps if not s["view"]]
+    assert "BatchNormalization" not in ops and ops.count("NhwcConv") == 5, ops
+    (y,) = sess.run({"x": x}).values()
+    assert _rel(y, ref) <= TOL[precision]

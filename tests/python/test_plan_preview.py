@@ -362,3 +362,48 @@ def test_cuda_attention_reads_the_projections_without_head_transposes():
     cpu = preview_plan(_bert_attention(), device="cpu")
     assert "Transpose" in _ops(cpu)
     assert not [d for d in cpu.decisions if d["op"] == "fusion" and "head transposes" in d["detail"]]
+
+
+def _dense_block() -> bytes:
+    """A stem Conv, then DenseNet's pre-activation layer four times: Concat(features) -> BatchNormalization ->
+    Relu -> 3x3 Conv, each new map concatenated to what came before. The
+    BatchNormalizations follow a Concat, so no Conv absorbs them."""
+    rng = np.random.default_rng(4)
+    ch = 8
+    nodes = [helper.make_node("Conv", ["x", "stem_w"], ["stem"], pads=[1] * 4, name="stem")]
+    inits = [_init("stem_w", rng.standard_normal((ch, 3, 3, 3)) * 0.2)]
+    feats = ["stem"]
+    for i in range(4):
+        nodes += [
+            helper.make_node("Concat", list(feats), [f"cat{i}"], axis=1, name=f"cat{i}"),
+            helper.make_node(
+                "BatchNormalization",
+                [f"cat{i}", f"s{i}", f"b{i}", f"m{i}", f"v{i}"],
+                [f"bn{i}"],
+                name=f"bn{i}",
+            ),
+            helper.make_node("Relu", [f"bn{i}"], [f"r{i}"], name=f"relu{i}"),
+            helper.make_node("Conv", [f"r{i}", f"w{i}"], [f"f{i}"], pads=[1] * 4, name=f"conv{i}"),
+        ]
+        c = ch * (i + 1)
+        inits += [
+            _init(f"s{i}", rng.uniform(0.5, 1.5, c)),
+            _init(f"b{i}", rng.standard_normal(c) * 0.1),
+            _init(f"m{i}", rng.standard_normal(c) * 0.1),
+            _init(f"v{i}", rng.uniform(0.5, 1.5, c)),
+            _init(f"w{i}", rng.standard_normal((ch, c, 3, 3)) * 0.1),
+        ]
+        feats.append(f"f{i}")
+    nodes.append(helper.make_node("Concat", feats, ["y"], axis=1, name="out"))
+    return _model(nodes, [_f("x", [2, 3, 12, 12])], [_f("y", [2, 5 * ch, 12, 12])], inits)
+
+
+@pytest.mark.parametrize("policy", [FP16, BF16, None], ids=["fp16", "bf16", "fp32"])
+def test_cuda_dense_blocks_keep_batchnorm_channels_last(policy):
+    """A BatchNormalization after a Concat becomes a per-channel Mul and Add in the
+    plan's dtype inside the channels-last region (before, 16-bit plans kept it NCHW
+    with a Transpose on each side: 124 of DenseNet-121's 434 launches)."""
+    pv = preview_plan(_dense_block(), device="cuda", target="sm_90", exec_policy=policy)
+    ops = _ops(pv)
+    assert ops.count("NhwcConv") == 5 and "BatchNormalization" not in ops, ops
+    assert ops.count("Transpose") == 2, ops  # the plan's input and output only

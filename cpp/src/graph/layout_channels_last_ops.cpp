@@ -1,10 +1,12 @@
 // The channels-last layout pass: conversions of the ops that move or select along an
 // axis (Concat, Split, Slice, channel shuffles), BatchNormalization, Shape and pooling.
 // See layout_channels_last.cpp for the pass.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <optional>
 
+#include "core/half_float.h"
 #include "graph/layout_channels_last.h"
 
 namespace xpuruntime::graph::passes::channels_last {
@@ -206,22 +208,37 @@ bool ChannelsLast::convert_batchnorm(const Node& n) {
     if (n.inputs[i] < 0 || !g_.values[n.inputs[i]].constant.defined() ||
         g_.values[n.inputs[i]].constant.shape.size() != 1)
       return false;
-  if (g_.values[n.inputs[0]].dtype != DType::kFloat32) return false;
+  // The Mul and Add take x's dtype (a reduced-precision plan's BatchNormalization
+  // reads float16/bfloat16 activations; its factors are computed in double and
+  // rounded once).
+  const DType xt = g_.values[n.inputs[0]].dtype;
+  if (xt != DType::kFloat32 && xt != DType::kFloat16 && xt != DType::kBFloat16) return false;
   const HostTensor &s = g_.values[n.inputs[1]].constant, &b = g_.values[n.inputs[2]].constant,
                    &m = g_.values[n.inputs[3]].constant, &var = g_.values[n.inputs[4]].constant;
   const int64_t ch = s.numel();
   if (b.numel() != ch || m.numel() != ch || var.numel() != ch) return false;
   const double eps = n.attr_float("epsilon", 1e-5);
-  HostTensor a = HostTensor::alloc(DType::kFloat32, {ch}), sh = HostTensor::alloc(DType::kFloat32, {ch});
+  HostTensor a = HostTensor::alloc(xt, {ch}), sh = HostTensor::alloc(xt, {ch});
+  auto put = [&](HostTensor& t, int64_t j, double v) {
+    if (xt == DType::kFloat32) {
+      t.ptr<float>()[j] = static_cast<float>(v);
+    } else if (xt == DType::kFloat16) {
+      const float f = std::isfinite(v) ? static_cast<float>(std::clamp(v, -65504.0, 65504.0))
+                                       : static_cast<float>(v);
+      t.ptr<uint16_t>()[j] = matmul::float_to_half(f);
+    } else {
+      t.ptr<uint16_t>()[j] = matmul::float_to_bf16(static_cast<float>(v));
+    }
+  };
   for (int64_t j = 0; j < ch; ++j) {
     const double aj = s.float_at(j) / std::sqrt(var.float_at(j) + eps);
-    a.ptr<float>()[j] = static_cast<float>(aj);
-    sh.ptr<float>()[j] = static_cast<float>(b.float_at(j) - m.float_at(j) * aj);
+    put(a, j, aj);
+    put(sh, j, b.float_at(j) - m.float_at(j) * aj);
   }
   auto constant = [&](const HostTensor& t, const std::string& suffix) {
     const int v = g_.value_id(fresh_name(g_, n.name + suffix));
     g_.values[v].constant = t;
-    g_.values[v].dtype = DType::kFloat32;
+    g_.values[v].dtype = xt;
     g_.values[v].dtype_known = true;
     g_.values[v].shape = t.shape;
     return v;
