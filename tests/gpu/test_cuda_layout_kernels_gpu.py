@@ -169,6 +169,9 @@ def test_average_pools_channels_last(precision):
         ((4, 33, 12, 6), (0, 2, 1, 3)),  # inner run of 6: 4-byte units (fp16), scalar (fp32)
         ((2, 7, 5, 3), (3, 1, 0, 2)),  # inner dim changes: the element walk
         ((3, 40, 24), (0, 2, 1)),  # last two swapped
+        ((3, 130, 66), (0, 2, 1)),  # even sides: the paired 64x64 tiles (fp16), partial tiles
+        ((2, 32, 7, 9), (0, 2, 3, 1)),  # NCHW -> NHWC, odd H*W: the 32x32 tiles
+        ((2, 3, 70, 2), (0, 2, 3, 1)),  # three channels (an image): rows odd, 32x32 tiles
     ],
 )
 def test_transposes_on_every_copy_path(precision, shape, perm):
@@ -278,5 +281,20 @@ def test_dense_block_batchnorm_channels_last_matches_onnxruntime(precision):
     sess = _native(model, precision)
     ops = [s["op_type"] for s in sess.plan.steps if not s["view"]]
     assert "BatchNormalization" not in ops and ops.count("NhwcConv") == 5, ops
+    (y,) = sess.run({"x": x}).values()
+    assert _rel(y, ref) <= TOL[precision]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("back_perm", [(0, 2, 1), (2, 1, 0)])
+def test_tokens_to_image_and_back_without_transposes_matches_onnxruntime(precision, back_perm):
+    """PVT's tokens -> image -> convolutions -> tokens with the Transpose/Reshape chains
+    folded into views (and a real permutation on the way back kept)."""
+    model = models._tokens_conv_tokens(back_perm=back_perm)
+    x = np.random.default_rng(8).standard_normal((2, 48, 16)).astype(np.float32)
+    (ref,) = _ort(model, {"x": x})
+    sess = _native(model, precision)
+    ops = [s["op_type"] for s in sess.plan.steps if not s["view"]]
+    assert ("Transpose" in ops) == (back_perm != (0, 2, 1)), ops
     (y,) = sess.run({"x": x}).values()
     assert _rel(y, ref) <= TOL[precision]

@@ -407,3 +407,52 @@ def test_cuda_dense_blocks_keep_batchnorm_channels_last(policy):
     ops = _ops(pv)
     assert ops.count("NhwcConv") == 5 and "BatchNormalization" not in ops, ops
     assert ops.count("Transpose") == 2, ops  # the plan's input and output only
+
+
+def _tokens_conv_tokens(h: int = 6, w: int = 8, c: int = 16, back_perm=(0, 2, 1)) -> bytes:
+    """PVT's mixing step: tokens [B, H*W, C] transposed to [B, C, H*W], viewed as an
+    image, a 3x3 depthwise and a 1x1 Conv, viewed back and transposed to tokens, then
+    a token MatMul. ``back_perm`` other than (0, 2, 1) makes the way back a real
+    permutation (kept)."""
+    rng = np.random.default_rng(5)
+    b = 2
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1], name="to_channels"),
+        helper.make_node("Reshape", ["xt", "img_shape"], ["img"], name="to_image"),
+        helper.make_node("Conv", ["img", "wd"], ["d"], group=c, pads=[1] * 4, name="dw"),
+        helper.make_node("Conv", ["d", "wp"], ["p"], name="pw"),
+        helper.make_node("Reshape", ["p", "flat_shape"], ["pf"], name="to_flat"),
+        helper.make_node("Transpose", ["pf"], ["tok"], perm=list(back_perm), name="to_tokens"),
+        helper.make_node("MatMul", ["tok", "wm"], ["y"], name="mix"),
+    ]
+    out_tok = [b, h * w, c] if tuple(back_perm) == (0, 2, 1) else [h * w, c, b]
+    inits = [
+        numpy_helper.from_array(np.array([b, c, h, w], np.int64), "img_shape"),
+        numpy_helper.from_array(np.array([b, c, h * w], np.int64), "flat_shape"),
+        _init("wd", rng.standard_normal((c, 1, 3, 3)) * 0.3),
+        _init("wp", rng.standard_normal((c, c, 1, 1)) * 0.3),
+        _init("wm", rng.standard_normal((out_tok[-1], 8)) * 0.3),
+    ]
+    return _model(nodes, [_f("x", [b, h * w, c])], [_f("y", out_tok[:-1] + [8])], inits)
+
+
+@pytest.mark.parametrize("policy", [FP16, None], ids=["fp16", "fp32"])
+def test_transpose_reshape_transpose_chains_become_views(policy):
+    pv = preview_plan(_tokens_conv_tokens(), device="cuda", target="sm_90", exec_policy=policy)
+    ops = _ops(pv)
+    assert ops.count("NhwcConv") == 2 and "Transpose" not in ops, ops
+    # A way back that really permutes keeps its Transpose.
+    kept = preview_plan(
+        _tokens_conv_tokens(back_perm=(2, 1, 0)), device="cuda", target="sm_90", exec_policy=policy
+    )
+    assert "Transpose" in _ops(kept)
+
+
+@pytest.mark.parametrize("back_perm", [(0, 2, 1), (2, 1, 0)])
+def test_transpose_reshape_transpose_folding_matches_onnxruntime_on_the_cpu(back_perm):
+    ort = pytest.importorskip("onnxruntime")
+    model = _tokens_conv_tokens(back_perm=back_perm)
+    x = np.random.default_rng(6).standard_normal((2, 48, 16)).astype(np.float32)
+    (ref,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = xrt.InferenceSession(model, device="cpu", engine="native").run({"x": x})
+    np.testing.assert_allclose(next(iter(got.values())), ref, rtol=1e-4, atol=1e-4)

@@ -356,6 +356,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
       log("epilogue fusion (ops fused into NhwcConv)", passes::fuse_epilogues(g, provider.get()));
     if (n > 0 && pays.elementwise_chains)
       log("elementwise fusion (chains fused)", passes::fuse_elementwise(g, provider.get()));
+    log("transpose-reshape-transpose folding (chains made views)",
+        passes::fold_transpose_reshape_transpose(g));
   }
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/false),

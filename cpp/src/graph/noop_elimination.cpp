@@ -15,6 +15,8 @@
 // The node's other inputs lose a reader (dead-code elimination drops constants nobody
 // reads).
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "graph/fusion_patterns.h"
 #include "graph/passes.h"
@@ -88,6 +90,93 @@ int eliminate_noops(Graph& g) {
   }
   compact(g);
   return removed;
+}
+
+}  // namespace xpuruntime::graph::passes
+
+namespace xpuruntime::graph::passes {
+namespace {
+
+// One factor of a tensor's dims in the common refinement of a Reshape's input and
+// output shapes: which input dim and which output dim it belongs to.
+struct Atom {
+  int64_t size;
+  int in_dim, out_dim;
+};
+
+// The common refinement of `in` and `out` (same element count), size-1 dims dropped;
+// nullopt when a dim of one does not split cleanly along the other's (e.g. [4, 6] ->
+// [6, 4]).
+std::optional<std::vector<Atom>> refine(const Shape& in, const Shape& out) {
+  std::vector<Atom> atoms;
+  std::size_t i = 0, j = 0;
+  int64_t ri = 0, rj = 0;
+  while (true) {
+    while (ri <= 1 && i < in.size()) ri = in[i++];
+    while (rj <= 1 && j < out.size()) rj = out[j++];
+    if (ri <= 1 || rj <= 1) return ri <= 1 && rj <= 1 ? std::optional(atoms) : std::nullopt;
+    const int64_t a = std::min(ri, rj);
+    if (std::max(ri, rj) % a != 0) return std::nullopt;
+    atoms.push_back({a, static_cast<int>(i) - 1, static_cast<int>(j) - 1});
+    ri /= a;
+    rj /= a;
+  }
+}
+
+std::vector<int64_t> perm_of(const Node& t, std::size_t rank) {
+  std::vector<int64_t> p = t.attr_ints("perm");
+  if (p.empty())
+    for (std::size_t d = rank; d-- > 0;) p.push_back(static_cast<int64_t>(d));
+  return p;
+}
+
+}  // namespace
+
+int fold_transpose_reshape_transpose(Graph& g) {
+  int folded = 0;
+  for (std::size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& t2 = g.nodes[k];
+    if (t2.op_type != "Transpose" || !t2.domain.empty() || t2.inputs.empty() || t2.outputs.size() != 1)
+      continue;
+    const Node* r = patterns::producer(g, t2.inputs[0]);
+    if (!r || r->op_type != "Reshape" || r->inputs.empty()) continue;
+    const Node* t1 = patterns::producer(g, r->inputs[0]);
+    if (!t1 || t1->op_type != "Transpose" || !t1->domain.empty() || t1->inputs.empty()) continue;
+    const int x = t1->inputs[0], y = t2.outputs[0];
+    const Value &xv = g.values[x], &s1v = g.values[r->inputs[0]], &s2v = g.values[t2.inputs[0]],
+                &yv = g.values[y];
+    if (!xv.shape || !s1v.shape || !s2v.shape || !yv.shape) continue;
+    const std::vector<int64_t> p1 = perm_of(*t1, xv.shape->size()),
+                               p2 = perm_of(t2, s2v.shape->size());
+    const std::optional<std::vector<Atom>> atoms = refine(*s1v.shape, *s2v.shape);
+    if (!atoms || p1.size() != s1v.shape->size() || p2.size() != s2v.shape->size()) continue;
+    // x's memory order of the atoms: x's dims in order, each as the atoms of the
+    // Reshape input dim it became (a Transpose keeps a dim's inside order).
+    std::vector<int> x_order, y_order;
+    for (std::size_t xd = 0; xd < p1.size(); ++xd)
+      for (std::size_t a = 0; a < atoms->size(); ++a)
+        if (p1[static_cast<std::size_t>((*atoms)[a].in_dim)] == static_cast<int64_t>(xd))
+          x_order.push_back(static_cast<int>(a));
+    // y's: its dims in order, each the atoms of the Reshape output dim p2 put there.
+    for (int64_t od : p2)
+      for (std::size_t a = 0; a < atoms->size(); ++a)
+        if ((*atoms)[a].out_dim == od) y_order.push_back(static_cast<int>(a));
+    if (x_order != y_order) continue;
+    // The chain moves nothing: y = Reshape(x).
+    HostTensor shape = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(yv.shape->size())});
+    std::copy(yv.shape->begin(), yv.shape->end(), shape.ptr<int64_t>());
+    const int sv = g.value_id(fresh_name(g, yv.name + "_view_shape"));
+    g.values[sv].constant = shape;
+    g.values[sv].dtype = DType::kInt64;
+    g.values[sv].dtype_known = true;
+    g.values[sv].shape = shape.shape;
+    Node& n = g.nodes[k];  // t2, rewritten in place (t1 and r lose a reader)
+    n.op_type = "Reshape";
+    n.attrs.clear();
+    n.inputs = {x, sv};
+    ++folded;
+  }
+  return folded;
 }
 
 }  // namespace xpuruntime::graph::passes

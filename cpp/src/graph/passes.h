@@ -73,6 +73,10 @@ int lower_einsum(Graph& g);
 // Pad by zeros, identity Transposes, same-shape Expand/Slice, same-dtype Cast and
 // one-input Concat become Identity (a view). Shapes must be inferred. Returns the count.
 int eliminate_noops(Graph& g);
+// Transpose -> Reshape -> Transpose chains that move no element (PVT's tokens to an
+// image and back around a convolution, once the channels-last pass added its own
+// Transposes) become one Reshape of the chain's input. Returns the count.
+int fold_transpose_reshape_transpose(Graph& g);
 // Removes nodes whose outputs no graph output needs.
 int eliminate_dead_code(Graph& g);
 // Nodes computing what an earlier node computes (same op, attributes, inputs) are
