@@ -23,6 +23,17 @@ def test_sha256_matches_hashlib(n):
     assert _sha(data) == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.parametrize("portable", [False, True], ids=["sha_extensions_if_present", "portable"])
+@pytest.mark.parametrize("n", [64 * 1024 - 1, 3 * 1024 * 1024 + 17])
+def test_sha256_of_long_messages_matches_hashlib_on_both_paths(monkeypatch, portable, n):
+    """Plan files hash their constants (hundreds of MB) with the SHA extensions where the
+    CPU has them; XRT_SHA256_PORTABLE forces the portable loop. Both give hashlib's."""
+    if portable:
+        monkeypatch.setenv("XRT_SHA256_PORTABLE", "1")
+    data = random.Random(n).randbytes(n)
+    assert _sha(data) == hashlib.sha256(data).hexdigest()
+
+
 def test_fingerprint_is_sha256_of_canonical_json():
     p = KernelPolicy(matmul=["cublasLt", "cublas"], attention="flash_v2", mode="require")
     canonical = p.canonical_json()

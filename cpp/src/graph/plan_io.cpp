@@ -286,19 +286,33 @@ void ExecutionPlan::save(const std::string& path) const {
   XRT_CHECK(f.good(), InvalidArgumentError, "writing the plan to '", path, "' failed");
 }
 
+namespace {
+ExecutionPlan parse_plan_checked(std::string_view bytes, const std::shared_ptr<void>& keep,
+                                 const PlanExpectation& expect);
+}  // namespace
+
 ExecutionPlan ExecutionPlan::load(const std::string& path, const PlanExpectation& expect) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   XRT_CHECK(f.good(), InvalidArgumentError, "cannot open plan file '", path, "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return deserialize(ss.str(), expect);
+  // One read into one buffer (a stringstream copied the whole file twice more: plans
+  // carry their constants, hundreds of MB for a language model).
+  const std::streamoff size = f.tellg();
+  XRT_CHECK(size >= 0, InvalidArgumentError, "cannot read the size of plan file '", path, "'");
+  // 64-byte aligned storage: the constants stay views into it (no second copy).
+  HostTensor file = HostTensor::alloc(DType::kUInt8, {static_cast<int64_t>(size)});
+  f.seekg(0);
+  f.read(static_cast<char*>(file.data), size);
+  XRT_CHECK(f.gcount() == size, InvalidArgumentError, "reading plan file '", path, "' failed after ",
+            f.gcount(), " of ", size, " bytes");
+  return parse_plan_checked(std::string_view(static_cast<const char*>(file.data), size),
+                            file.holder, expect);
 }
 
 namespace {
 
 // The container: magic, header length, both digests (before anything is parsed).
 // Returns the header length.
-uint64_t check_container(const std::string& bytes) {
+uint64_t check_container(std::string_view bytes) {
   XRT_CHECK(bytes.size() >= 16 && std::memcmp(bytes.data(), kPlanMagic, 7) == 0, InvalidModelError,
             "not an xpuruntime plan file (bad magic); save one with InferenceSession.save_plan()");
   XRT_CHECK(bytes[7] != '1', InvalidModelError,
@@ -331,7 +345,10 @@ uint64_t check_container(const std::string& bytes) {
   return hl;
 }
 
-ExecutionPlan parse_plan(std::string bytes, const PlanExpectation& expect) {
+// `bytes`: the whole file. `keep`: the owner of those bytes when they start 64-byte
+// aligned (load()): the constants are then views into them, not copies; null: copied.
+ExecutionPlan parse_plan(std::string_view bytes, const std::shared_ptr<void>& keep,
+                         const PlanExpectation& expect) {
   const uint64_t hl = check_container(bytes);
   json h;
   try {
@@ -436,10 +453,16 @@ ExecutionPlan parse_plan(std::string bytes, const PlanExpectation& expect) {
     const Shape shape = shape_from(c.at("shape"), dt, "a constant's shape");
     XRT_CHECK(static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt) == nb, InvalidModelError,
               "plan file is corrupt: a constant's size does not match its shape");
-    // The blob offset is 64-byte aligned inside a std::string whose data is
-    // only 16-byte aligned: copy into aligned storage.
+    // The blob offset is 64-byte aligned in the file: a view when the file's bytes
+    // are (load()'s buffer), else a copy into aligned storage (a std::string's data
+    // is only 16-byte aligned).
+    const char* src = bytes.data() + blob + off;
+    if (keep != nullptr && reinterpret_cast<uintptr_t>(src) % 64 == 0) {
+      p.constants.push_back(HostTensor::wrap(dt, shape, const_cast<char*>(src), keep));
+      continue;
+    }
     HostTensor t = HostTensor::alloc(dt, shape);
-    if (nb) std::memcpy(t.data, bytes.data() + blob + off, nb);
+    if (nb) std::memcpy(t.data, src, nb);
     p.constants.push_back(std::move(t));
   }
   // Nothing from the file is used before it is checked against the plan itself,
@@ -453,12 +476,15 @@ ExecutionPlan parse_plan(std::string bytes, const PlanExpectation& expect) {
 
 }  // namespace
 
-ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectation& expect) {
-  // One boundary for every failure a file can cause: typed errors pass through;
-  // anything else a damaged file provokes in a library (a JSON type error, a
-  // container length error, an allocation it asks for) becomes InvalidModelError.
+namespace {
+
+// One boundary for every failure a file can cause: typed errors pass through;
+// anything else a damaged file provokes in a library (a JSON type error, a
+// container length error, an allocation it asks for) becomes InvalidModelError.
+ExecutionPlan parse_plan_checked(std::string_view bytes, const std::shared_ptr<void>& keep,
+                                 const PlanExpectation& expect) {
   try {
-    return parse_plan(std::move(bytes), expect);
+    return parse_plan(bytes, keep, expect);
   } catch (const XpuRuntimeError&) {
     throw;
   } catch (const json::exception& e) {
@@ -469,6 +495,12 @@ ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectatio
   } catch (const std::exception& e) {
     XRT_THROW(InvalidModelError, "plan file is corrupt: ", safe_text(e.what()));
   }
+}
+
+}  // namespace
+
+ExecutionPlan ExecutionPlan::deserialize(std::string bytes, const PlanExpectation& expect) {
+  return parse_plan_checked(bytes, nullptr, expect);
 }
 
 std::string ExecutionPlan::summary() const {
