@@ -44,7 +44,8 @@ bool same_spec(const Graph& g, int a, int b) {
 }
 
 bool is_noop(const Graph& g, const Node& n) {
-  if (n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
+  if (n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1 || n.outputs[0] < 0)
+    return false;
   const int x = n.inputs[0], y = n.outputs[0];
   if (!same_spec(g, x, y)) return false;
   const std::string& op = n.op_type;
@@ -60,7 +61,8 @@ bool is_noop(const Graph& g, const Node& n) {
     return !perm.empty() || g.values[x].shape->size() <= 1;
   }
   if (op == "Expand" || op == "Cast") return true;  // same shape and dtype in and out
-  if (op == "Slice") return n.inputs.size() < 5 || n.inputs[4] < 0 || constant_all(g, n.inputs[4], 1);
+  if (op == "Slice")
+    return n.inputs.size() < 5 || n.inputs[4] < 0 || constant_all(g, n.inputs[4], 1);
   if (op == "Concat") return n.inputs.size() == 1;
   return false;
 }
@@ -136,7 +138,8 @@ int fold_transpose_reshape_transpose(Graph& g) {
   int folded = 0;
   for (std::size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& t2 = g.nodes[k];
-    if (t2.op_type != "Transpose" || !t2.domain.empty() || t2.inputs.empty() || t2.outputs.size() != 1)
+    if (t2.op_type != "Transpose" || !t2.domain.empty() || t2.inputs.empty() ||
+        t2.outputs.size() != 1)
       continue;
     const Node* r = patterns::producer(g, t2.inputs[0]);
     if (!r || r->op_type != "Reshape" || r->inputs.empty()) continue;

@@ -81,7 +81,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_shani(std::array<uint3
                                                                 std::size_t blocks) {
   const __m128i kByteSwap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&h[0])), 0xB1);
-  __m128i state1 = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&h[4])), 0x1B);
+  __m128i state1 =
+      _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&h[4])), 0x1B);
   __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);  // ABEF
   state1 = _mm_blend_epi16(state1, tmp, 0xF0);       // CDGH
   for (; blocks > 0; --blocks, data += 64) {
@@ -99,7 +100,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_shani(std::array<uint3
         wi = _mm_sha256msg2_epu32(t, w[(i + 3) & 3]);
       }
       w[i & 3] = wi;
-      __m128i msg = _mm_add_epi32(wi, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kK[4 * i])));
+      __m128i msg =
+          _mm_add_epi32(wi, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kK[4 * i])));
       state1 = _mm_sha256rnds2_epu32(state1, state0, msg);
       msg = _mm_shuffle_epi32(msg, 0x0E);
       state0 = _mm_sha256rnds2_epu32(state0, state1, msg);
@@ -107,10 +109,10 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_shani(std::array<uint3
     state0 = _mm_add_epi32(state0, abef);
     state1 = _mm_add_epi32(state1, cdgh);
   }
-  tmp = _mm_shuffle_epi32(state0, 0x1B);       // FEBA
-  state1 = _mm_shuffle_epi32(state1, 0xB1);    // DCHG
+  tmp = _mm_shuffle_epi32(state0, 0x1B);        // FEBA
+  state1 = _mm_shuffle_epi32(state1, 0xB1);     // DCHG
   state0 = _mm_blend_epi16(tmp, state1, 0xF0);  // DCBA
-  state1 = _mm_alignr_epi8(state1, tmp, 8);    // HGFE
+  state1 = _mm_alignr_epi8(state1, tmp, 8);     // HGFE
   _mm_storeu_si128(reinterpret_cast<__m128i*>(&h[0]), state0);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(&h[4]), state1);
 }
