@@ -144,6 +144,16 @@ bool as_instr(const Graph& g, const Node& n, int acc, DType t, Instr& ins) {
   return true;
 }
 
+// The Reshape that alone reads y (itself read once), or null: an epilogue may look
+// through it (it keeps the bytes; the Reshape then yields the epilogue's result).
+Node* through_reshape(Graph& g, const std::vector<std::vector<int>>& cons, int y) {
+  Node& r = g.nodes[cons[y][0]];
+  if (r.op_type == "Reshape" && r.inputs[0] == y && r.outputs.size() == 1 &&
+      single_use(g, cons, r.outputs[0]))
+    return &r;
+  return nullptr;
+}
+
 }  // namespace
 
 int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
@@ -221,13 +231,8 @@ int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
     const int y = mm.outputs[0];
     const DType t = g.values[y].dtype;
     if (!single_use(g, cons, y) || !g.values[y].shape) continue;
-    Node* reshape = nullptr;
-    int x = y;
-    if (Node& r = g.nodes[cons[y][0]]; r.op_type == "Reshape" && r.inputs[0] == y &&
-                                       r.outputs.size() == 1 && single_use(g, cons, r.outputs[0])) {
-      reshape = &r;
-      x = r.outputs[0];
-    }
+    Node* reshape = through_reshape(g, cons, y);
+    const int x = reshape != nullptr ? reshape->outputs[0] : y;
     Node& add = g.nodes[cons[x][0]];
     if (add.op_type != "Add" || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
     const int other = add.inputs[0] == x ? add.inputs[1] : add.inputs[0];
@@ -257,13 +262,8 @@ int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
     if (!single_use(g, cons, y)) continue;
     // Through one Reshape (an activation commutes with it): GPT-2's Conv1D is
     // Gemm -> Reshape [B, S, N] -> GELU. The Reshape then yields the activated values.
-    Node* reshape = nullptr;
-    int x = y;
-    if (Node& r = g.nodes[cons[y][0]]; r.op_type == "Reshape" && r.inputs[0] == y &&
-                                       r.outputs.size() == 1 && single_use(g, cons, r.outputs[0])) {
-      reshape = &r;
-      x = r.outputs[0];
-    }
+    Node* reshape = through_reshape(g, cons, y);
+    const int x = reshape != nullptr ? reshape->outputs[0] : y;
     Node& a = g.nodes[cons[x][0]];
     if (a.inputs.empty() || a.inputs[0] != x || a.outputs.size() != 1) continue;
     ops::Epilogue e;
