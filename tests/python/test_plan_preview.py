@@ -456,3 +456,26 @@ def test_transpose_reshape_transpose_folding_matches_onnxruntime_on_the_cpu(back
     (ref,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     got = xrt.InferenceSession(model, device="cpu", engine="native").run({"x": x})
     np.testing.assert_allclose(next(iter(got.values())), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_dims_are_previewed_as_the_shapes_a_session_would_compile():
+    """A session compiles for the shapes it runs with; a preview without input_shapes
+    resolves each symbolic dim from ``dims`` (1 when not named) and says so. (It raised
+    before: CUDA's fused LayerNorm saw a rank-0 placeholder, every MatMul 'shapes only
+    known at run time'.)"""
+    rng = np.random.default_rng(7)
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, name="ln"),
+        helper.make_node("MatMul", ["y", "w"], ["z"], name="mm"),
+    ]
+    inits = [_init("g", rng.uniform(0.5, 1.5, 64)), _init("b", rng.standard_normal(64) * 0.1)]
+    inits.append(_init("w", rng.standard_normal((64, 32)) * 0.1))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq", 32])
+    model = _model(nodes, [x], [z], inits)
+    for device in ("cuda", "cpu"):
+        pv = preview_plan(model, device=device, target="sm_90" if device == "cuda" else "", exec_policy=FP16)
+        assert pv.input_shapes == {"x": (1, 1, 64)}
+        assert _ops(pv).count("LayerNormalization") == 1 and _ops(pv).count("MatMul") == 1
+    pv = preview_plan(model, device="cuda", target="sm_90", exec_policy=FP16, dims={"batch": 8, "seq": 128})
+    assert pv.input_shapes == {"x": (8, 128, 64)}

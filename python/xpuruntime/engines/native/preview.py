@@ -35,6 +35,8 @@ class PlanPreview:
     device: str
     target: str
     plan: Any = field(repr=False)  # _core.graph.ExecutionPlan with preview=True
+    # The input shapes the plan was compiled for (symbolic dims resolved from ``dims``).
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -92,8 +94,9 @@ def preview_plan(
     ("sm_90", "sm_80", ...; "" = this machine's device, which must then exist).
     ``input_shapes``: input name -> shape, as for a session; otherwise each input's
     symbolic dimensions take their value from ``dims`` (dimension name -> value), 1 when
-    not named there (``dims=None`` with no ``input_shapes`` leaves them symbolic: steps
-    shaped at run time then show fewer fusions). Policies as for ``InferenceSession``. Raises ``InvalidArgumentError`` for an unknown
+    not named there (a session compiles its plan for the shapes it is run with, so a
+    preview is always of concrete shapes; ``PlanPreview.input_shapes`` says which).
+    Policies as for ``InferenceSession``. Raises ``InvalidArgumentError`` for an unknown
     target, ``UnsupportedOperationError`` naming ops with no kernel on the device.
     """
     kind = str(_core.accelerator_kind() if device is None else device).split(":")[0]
@@ -105,9 +108,10 @@ def preview_plan(
     loaded = frontend.load(model)
     desc = frontend.describe(loaded)
     inputs = [TensorInfo(n, tuple(d), t) for n, t, d in desc["inputs"]]
-    if input_shapes is None and dims is not None:
+    if input_shapes is None:
+        named = dims or {}
         input_shapes = {
-            i.name: [d if isinstance(d, int) and d >= 0 else int(dims.get(str(d), 1)) for d in i.shape]
+            i.name: [d if isinstance(d, int) and d >= 0 else int(named.get(str(d), 1)) for d in i.shape]
             for i in inputs
         }
     shapes = parse_input_shapes(input_shapes, inputs)
@@ -123,4 +127,9 @@ def preview_plan(
         dry_run=True,
         target=target,
     )
-    return PlanPreview(device=kind, target=target or "this machine", plan=plan)
+    return PlanPreview(
+        device=kind,
+        target=target or "this machine",
+        plan=plan,
+        input_shapes={k: tuple(int(d) for d in v) for k, v in input_shapes.items()},
+    )
