@@ -9,6 +9,7 @@
 // ranks.
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +38,10 @@ struct Comm {
   CUdevice dev = 0;
   int device = -1, rank = 0, world = 0;
   double timeout_s = 300.0;
+  // Where ncclCommSplit stores the (null) result of a NCCL_SPLIT_NOCOLOR split: NCCL's
+  // init thread writes it after the call may have returned, so it lives as long as
+  // this (parent) communicator. A deque: slots never move as more are added.
+  std::deque<ncclComm_t> nocolor_slots;
   std::string where() const {
     return "rank " + std::to_string(rank) + " of " + std::to_string(world) +
            " on cuda:" + std::to_string(device);
@@ -252,10 +257,17 @@ int xrt_nccl_comm_split(void* comm, int color, int key, void** out) {
   if (int st = bind(c, *k)) return st;
   auto child = std::make_unique<Comm>(*k);  // same device, context and timeout
   child->comm = nullptr;
+  child->nocolor_slots.clear();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  // A non-member's split still runs NCCL's init job, which stores its null result
+  // into *newcomm from NCCL's own thread, possibly after this call returned: into
+  // `child`, freed on return, that store corrupted the heap ("malloc(): unaligned
+  // tcache chunk detected" when the GPU suite's process exited). It goes to a slot
+  // the parent keeps instead.
+  ncclComm_t* target = color < 0 ? &k->nocolor_slots.emplace_back(nullptr) : &child->comm;
   const ncclResult_t rc =
-      n.CommSplit(k->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child->comm, &config);
+      n.CommSplit(k->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, target, &config);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     return fail(kXrtNcclError, "ncclCommSplit failed on " + k->where() + ": " + nccl_text(n, rc, k->comm));
   }
@@ -272,11 +284,10 @@ int xrt_nccl_comm_split(void* comm, int color, int key, void** out) {
     return ok();
   }
   // Non-blocking split: NCCL keeps *newcomm NULL "until comm split fully complete" and
-  // stores the handle from its own init thread (init.cc, ncclCommInitChildComm), which
+  // stores the handle from its own init thread (init.cc, ncclCommInitRankFunc), which
   // can be after the parent reports success. Reading child->comm once here returned
   // None for a member (world size 1 on the H200), and freeing `child` then let that
-  // late store write into freed heap (malloc(): unaligned tcache chunk at exit).
-  // Wait for the store, bounded by the timeout.
+  // late store write into freed heap. Wait for the store, bounded by the timeout.
   {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(k->timeout_s);
     while (__atomic_load_n(&child->comm, __ATOMIC_ACQUIRE) == nullptr) {
