@@ -14,6 +14,12 @@
 //
 // The node's other inputs lose a reader (dead-code elimination drops constants nobody
 // reads).
+//
+// Also here, the other rewrite of data movement into nothing: a Transpose -> Reshape
+// -> Transpose chain whose composite keeps every element in place becomes one Reshape
+// (fold_transpose_reshape_transpose, run after the channels-last pass adds its own
+// Transposes: PVT views its tokens [B, H*W, C] as an image [B, C, H, W] around each
+// convolution, which in NHWC is the tokens themselves).
 #include <algorithm>
 #include <optional>
 #include <vector>
