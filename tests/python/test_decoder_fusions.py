@@ -189,18 +189,35 @@ def test_grouped_query_needs_the_exact_repeat_kv_shape():
 
 
 def test_residual_is_not_fused_after_an_activation():
-    """MatMul -> Relu -> Add(x): the Add reads the activated values, so it stays its
-    own step (a residual epilogue adds before the activation)."""
+    """Conv region -> pool -> MatMul -> Relu -> Add(skip). The first epilogue round puts
+    the Relu into the MatMul; the second one, after the channels-last pass converted
+    the convolution, sees MatMul -> Add and must leave it: the Add reads the activated
+    values, and a residual epilogue adds before the activation."""
     rng = np.random.default_rng(3)
     nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["y0"], name="mm"),
-        helper.make_node("Relu", ["y0"], ["y1"], name="relu"),
-        helper.make_node("Add", ["y1", "x"], ["y"], name="skip"),
+        helper.make_node("Conv", ["x", "wc"], ["c"], pads=[1] * 4, name="conv"),
+        helper.make_node("Relu", ["c"], ["cr"], name="conv_relu"),
+        helper.make_node("GlobalAveragePool", ["cr"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+        helper.make_node("MatMul", ["f", "w"], ["m"], name="mm"),
+        helper.make_node("Relu", ["m"], ["mr"], name="relu"),
+        helper.make_node("Add", ["mr", "f"], ["y"], name="skip"),
     ]
-    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
-    f = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 64])
-    g = helper.make_graph(nodes, "g", [f("x")], [f("y")], [w])
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "wc"),
+        numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        inits,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     pv = preview_plan(m.SerializeToString(), device="cuda", target="sm_90", exec_policy=FP16)
-    assert "Add" in _ops(pv) or "FusedElementwise" in " ".join(_ops(pv)), _ops(pv)
+    assert "NhwcConv" in _ops(pv), _ops(pv)  # the second epilogue round runs
+    (mm,) = [st for st in pv.steps if st["name"] == "mm"]
+    assert mm["activation"] == "Relu", mm
+    assert "Add" in _ops(pv), _ops(pv)  # not folded into the GEMM as a residual

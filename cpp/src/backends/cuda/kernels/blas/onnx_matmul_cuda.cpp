@@ -62,11 +62,11 @@ struct PaddedColumns {
   int64_t rows = 0;   // M (all of A's rows, batches included)
   int64_t cols = 0;   // N
   int64_t pitch = 0;  // N rounded up to 16 bytes, in elements
+  std::size_t es = 2;  // element size
   bool b_transposed = false;  // B is [pitch, K] (Gemm transB), else [K, pitch]
   std::unique_ptr<cuda_ops::DeviceBuffer> b;     // B, zero-padded
   std::unique_ptr<cuda_ops::DeviceBuffer> bias;  // the bias row, zero-padded, or null
   std::size_t c_bytes() const { return round256(static_cast<std::size_t>(rows * pitch) * es); }
-  std::size_t es = 2;
 };
 
 class OnnxMatmulCuda final : public PreparedKernel {
@@ -148,14 +148,12 @@ class OnnxMatmulCuda final : public PreparedKernel {
   bool run_padded(const KernelArgs &args) const {
     const PaddedColumns &pc = *pad_;
     const TensorArg &ia = args.inputs[0];
-    const TensorArg &ib = args.inputs[1];
     const TensorArg &out = args.outputs[0];
     if (ia.shape.empty() || shape_numel(out.shape) != pc.rows * pc.cols ||
         out.shape.back() != pc.cols || args.workspace_bytes < workspace_bytes())
       return false;
     const int64_t k = ia.shape.back();
     GemmProblem p = base(args);
-    (void)ib;
     p.m = pc.rows;
     p.n = pc.pitch;
     p.k = k;
