@@ -11,6 +11,11 @@ Profiler = _core.Profiler
 _profiler = _core.Profiler.instance()
 
 
+def enabled() -> bool:
+    """Whether the profiler records now (callers skip building range names when not)."""
+    return bool(_profiler.enabled)
+
+
 @contextmanager
 def record_range(name: str) -> Iterator[None]:
     """A named range (an NVTX range too on CUDA); free when profiling is off."""
@@ -52,4 +57,4 @@ def instance() -> _core.Profiler:
     return _profiler
 
 
-__all__ = ["Profiler", "profile", "record_range", "summary", "instance"]
+__all__ = ["Profiler", "instance", "profile", "record_range", "summary"]
