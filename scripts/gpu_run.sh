@@ -19,7 +19,11 @@
 #                               -k K when given ('+' for spaces: @not+torch_compile)
 #         bench:SCRIPT[+ARG...]  python3 benchmarks/SCRIPT.py ARG... ('+' separates the
 #                               arguments; results under benchmarks/results/)
-#         sanitize              compute-sanitizer memcheck over the C++ GPU suites
+#         sanitize              compute-sanitizer: memcheck over the C++ GPU suite,
+#                               racecheck + synccheck over our kernels' suites, memcheck
+#                               over the zoo through the native CUDA engine, racecheck
+#                               + synccheck over its transformers (each run
+#                               bounded by SANITIZE_TIMEOUT s, default 150)
 #       and packs logs and results into $OUT/results.tgz. Prints a table of stage,
 #       seconds and status last. PYTEST_TIMEOUT / BENCH_TIMEOUT (s) bound each stage.
 set -uo pipefail
@@ -135,9 +139,38 @@ remote() {
         run_stage "$st" bash -c "timeout ${BENCH_TIMEOUT:-560} python3 benchmarks/$script.py ${args//+/ } >$LOGS/$script.log 2>&1"
         rc=$((rc | $?)); tail -40 "$LOGS/$script.log" ;;
       sanitize)
-        run_stage "memcheck xrt_gpu_tests" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 \
-          --log-file $LOGS/sanitize_memcheck.log $B/bin/xrt_gpu_tests --gtest_brief=1 >$LOGS/sanitize_memcheck.out 2>&1"
-        rc=$((rc | $?)); tail -5 "$LOGS/sanitize_memcheck.log" ;;
+        # compute-sanitizer over our CUDA kernels: memcheck over the whole C++ GPU suite,
+        # racecheck and synccheck over the suites of the kernels we wrote (shared memory,
+        # barriers), memcheck over one fp32 and one fp16 run of each zoo model through the
+        # native CUDA engine (exported outside the sanitizer). Each run is bounded by
+        # SANITIZE_TIMEOUT seconds; a run cut by it reports rc=124 (its log holds what was
+        # checked until then).
+        local cs st_t=${SANITIZE_TIMEOUT:-150} ours='CudaOp*:CudaFused*:CudaProvider*'
+        cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+        for tool in memcheck racecheck synccheck; do
+          local filter='*'
+          [ "$tool" != memcheck ] && filter=$ours
+          run_stage "$tool xrt_gpu_tests ($filter)" bash -c "timeout $st_t $cs --tool $tool --error-exitcode 9 \
+            --log-file $LOGS/sanitize_${tool}.log $B/bin/xrt_gpu_tests --gtest_filter='$filter' --gtest_brief=1 \
+            >$LOGS/sanitize_${tool}.out 2>&1"
+          rc=$((rc | $?)); tail -3 "$LOGS/sanitize_${tool}.log"
+        done
+        local zoo
+        zoo=$(python3 -c "import sys; sys.path.insert(0, 'tests/python'); import model_zoo as z; print(' '.join(str(z.export(n)) for n in z.MODELS))")
+        run_stage "memcheck zoo through the native CUDA engine" bash -c "timeout $st_t $cs --tool memcheck \
+          --error-exitcode 9 --log-file $LOGS/sanitize_memcheck_zoo.log python3 scripts/sanitize_native_cuda.py $zoo \
+          >$LOGS/sanitize_memcheck_zoo.out 2>&1"
+        rc=$((rc | $?)); tail -3 "$LOGS/sanitize_memcheck_zoo.log"; tail -12 "$LOGS/sanitize_memcheck_zoo.out"
+        # Our attention, softmax, LayerNorm and transpose kernels use shared memory and
+        # barriers: racecheck and synccheck over the two transformer models of the zoo.
+        local tx
+        tx=$(python3 -c "import sys; sys.path.insert(0, 'tests/python'); import model_zoo as z; print(' '.join(str(z.export(n)) for n in ('vit_tiny', 'gpt2_tiny')))")
+        for tool in racecheck synccheck; do
+          run_stage "$tool zoo transformers (native CUDA)" bash -c "timeout $st_t $cs --tool $tool --error-exitcode 9 \
+            --log-file $LOGS/sanitize_${tool}_zoo.log python3 scripts/sanitize_native_cuda.py $tx \
+            >$LOGS/sanitize_${tool}_zoo.out 2>&1"
+          rc=$((rc | $?)); tail -3 "$LOGS/sanitize_${tool}_zoo.log"
+        done ;;
       *) echo "unknown stage '$st'"; rc=1 ;;
     esac
   done
@@ -152,5 +185,5 @@ remote() {
 case "$MODE" in
   pack) pack "$@" ;;
   remote) remote "$@" ;;
-  *) sed -n 2,26p "$0"; exit 2 ;;
+  *) sed -n 2,30p "$0"; exit 2 ;;
 esac
