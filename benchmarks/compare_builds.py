@@ -91,10 +91,15 @@ def _collect(dirs: list[str]) -> tuple[dict[str, list[float]], dict[str, Any]]:
     env: dict[str, Any] = {}
     for d in dirs:
         for path in sorted(glob.glob(os.path.join(d, "*.json"))):
-            bench = os.path.basename(path).split("_NVIDIA")[0]
+            bench = os.path.basename(path)[: -len(".json")].split("_NVIDIA")[0]
+            if bench.startswith("native_cuda"):  # one file per model: native_cuda_<model>.json
+                bench = "native_cuda"
             with open(path) as f:
                 data = json.load(f)
-            env = data.get("env", env)
+            if "env" in data:
+                env = data["env"]
+            elif "device" in data:  # bench_native_cuda.py: device, date and versions at the top
+                env = {k: data[k] for k in ("device", "date", "versions") if k in data}
             for k, v in _figures(bench, data).items():
                 runs.setdefault(k, []).append(float(v))
     return runs, env
