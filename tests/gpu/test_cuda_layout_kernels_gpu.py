@@ -298,3 +298,84 @@ def test_tokens_to_image_and_back_without_transposes_matches_onnxruntime(precisi
     assert ("Transpose" in ops) == (back_perm != (0, 2, 1)), ops
     (y,) = sess.run({"x": x}).values()
     assert _rel(y, ref) <= TOL[precision]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_squeeze_excite_on_few_large_images(precision):
+    """An SE block on 2 images of 48x48 pixels: the channels-last global pools reduce in
+    pixel chunks merged in order (few images, many pixels), and the gate [N, 1, 1, C]
+    multiplies [N, H, W, C]; 40 channels (16-byte vectors in fp16) and 20 (not)."""
+    rng = np.random.default_rng(31)
+    for c in (40, 20):
+        nodes = [
+            helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="c1"),
+            helper.make_node("GlobalAveragePool", ["a"], ["s"], name="gap"),
+            helper.make_node("GlobalMaxPool", ["a"], ["m"], name="gmp"),
+            helper.make_node("Add", ["s", "m"], ["sm"], name="mix"),
+            helper.make_node("Conv", ["sm", "w2"], ["g0"], name="fc"),
+            helper.make_node("Sigmoid", ["g0"], ["g"], name="gate"),
+            helper.make_node("Mul", ["a", "g"], ["e"], name="excite"),
+            helper.make_node("Conv", ["e", "w3"], ["y"], name="c3"),
+        ]
+        inits = [
+            numpy_helper.from_array((rng.standard_normal((c, 8, 3, 3)) * 0.2).astype(np.float32), "w1"),
+            numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.2).astype(np.float32), "w2"),
+            numpy_helper.from_array((rng.standard_normal((16, c, 1, 1)) * 0.2).astype(np.float32), "w3"),
+        ]
+        model = _model(nodes, [_f("x", [2, 8, 48, 48])], [_f("y", [2, 16, 48, 48])], inits)
+        x = rng.standard_normal((2, 8, 48, 48)).astype(np.float32)
+        (ref,) = _ort(model, {"x": x})
+        sess = _native(model, precision)
+        ops = [s["op_type"] for s in sess.plan.steps if not s["view"]]
+        assert "NhwcGlobalAveragePool" in ops, ops
+        (y,) = sess.run({"x": x}).values()
+        assert _rel(y, ref) <= TOL[precision], (c, _rel(y, ref))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_poolformer_block(precision):
+    """PoolFormer's token mixer as torch exports it: GroupNorm with one group
+    (Reshape [N, 1, -1] -> InstanceNormalization -> Reshape -> Mul/Add by [C, 1, 1]), a
+    3x3 AveragePool (stride 1, pad 1, padding not counted) minus its input, a layer scale
+    [C, 1, 1] and the residual Add: the chunked InstanceNormalization (2 rows of 150,000),
+    the 2-D pool and the per-channel row broadcast, against ONNX Runtime."""
+    rng = np.random.default_rng(37)
+    n, c, h, w = 2, 24, 50, 125
+
+    def const(name, v, dt=np.float32):
+        return numpy_helper.from_array(np.asarray(v, dtype=dt), name)
+
+    nodes = [
+        helper.make_node("Reshape", ["x", "grp"], ["r"], name="gn_reshape"),
+        helper.make_node("InstanceNormalization", ["r", "one", "zero"], ["nr"], epsilon=1e-5, name="gn"),
+        helper.make_node("Reshape", ["nr", "shp"], ["n0"], name="gn_back"),
+        helper.make_node("Mul", ["n0", "gamma"], ["n1"], name="gn_scale"),
+        helper.make_node("Add", ["n1", "beta"], ["n2"], name="gn_shift"),
+        helper.make_node(
+            "AveragePool",
+            ["n2"],
+            ["p"],
+            kernel_shape=[3, 3],
+            strides=[1, 1],
+            pads=[1, 1, 1, 1],
+            count_include_pad=0,
+            name="pool",
+        ),
+        helper.make_node("Sub", ["p", "n2"], ["d"], name="mix"),
+        helper.make_node("Mul", ["d", "ls"], ["e"], name="layer_scale"),
+        helper.make_node("Add", ["x", "e"], ["y"], name="residual"),
+    ]
+    inits = [
+        const("grp", [n, 1, -1], np.int64),
+        const("shp", [n, c, h, w], np.int64),
+        const("one", [1.0]),
+        const("zero", [0.0]),
+        const("gamma", rng.uniform(0.5, 1.5, (c, 1, 1))),
+        const("beta", rng.uniform(-0.5, 0.5, (c, 1, 1))),
+        const("ls", rng.uniform(-1, 1, (c, 1, 1))),
+    ]
+    model = _model(nodes, [_f("x", [n, c, h, w])], [_f("y", [n, c, h, w])], inits)
+    x = (rng.standard_normal((n, c, h, w)) + 3.0).astype(np.float32)  # an offset: the pivot
+    (ref,) = _ort(model, {"x": x})
+    (y,) = _native(model, precision).run({"x": x}).values()
+    assert _rel(y, ref) <= TOL[precision]

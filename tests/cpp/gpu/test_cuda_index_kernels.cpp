@@ -331,7 +331,12 @@ TEST_F(CudaOpTest, ScatterWithBoolDataAndReductionIsRefused) {
 // ---- InstanceNormalization ----
 
 TEST_F(CudaOpTest, InstanceNormalizationEveryFloatDtype) {
-  const std::vector<Shape> shapes = {{2, 3, 5}, {1, 4, 33, 17}, {3, 2, 4099}, {2, 3, 1}, {2, 5}};
+  // {2, 1, 70001} and {3, 1, 40, 1001}: few long rows (a one-group GroupNorm), split into
+  // chunks whose statistics are merged (launch_instance_norm's chunked path; 70001 leaves
+  // a short last chunk).
+  const std::vector<Shape> shapes = {{2, 3, 5},      {1, 4, 33, 17}, {3, 2, 4099},
+                                     {2, 3, 1},      {2, 5},         {2, 1, 70001},
+                                     {3, 1, 40, 1001}};
   for (DType t : kFloats) {
     for (const Shape& s : shapes) {
       for (double offset : {0.0, 50.0}) {

@@ -161,9 +161,20 @@ double nan_min(double a, double b) {
 }
 
 const std::vector<std::pair<Shape, Shape>> kBinaryShapes = {
-    {{2, 3, 4}, {2, 3, 4}}, {{1031}, {1031}},       {{2, 3, 4}, {4}},
-    {{5, 1, 7}, {1, 6, 1}}, {{}, {3, 5}},           {{3, 5}, {}},
-    {{0, 3}, {3}},          {{4, 1, 3, 2}, {3, 1}}, {{2, 65, 33}, {2, 1, 33}}};
+    {{2, 3, 4}, {2, 3, 4}},
+    {{1031}, {1031}},
+    {{2, 3, 4}, {4}},
+    {{5, 1, 7}, {1, 6, 1}},
+    {{}, {3, 5}},
+    {{3, 5}, {}},
+    {{0, 3}, {3}},
+    {{4, 1, 3, 2}, {3, 1}},
+    {{2, 65, 33}, {2, 1, 33}},
+    // A per-channel operand over rows of >= 128 (the row-broadcast kernel): on either
+    // side, vectorized (136 = 17 x 8) and not (130), [C, 1] and [N, C, 1].
+    {{2, 3, 136}, {3, 1}},
+    {{3, 1}, {2, 3, 130}},
+    {{2, 3, 1}, {2, 3, 136}}};
 
 TEST_F(CudaOpTest, BinaryOpsBroadcastLikeNumpy) {
   const std::vector<DType> ints = {DType::kInt32, DType::kInt64, DType::kInt8, DType::kUInt8};

@@ -101,7 +101,12 @@ TEST_F(CudaOpTest, MaxAndAveragePool) {
       {{2, 2, 13}, {4}, {3}, {}, {2, 1}},
       {{1, 2, 5, 6, 7}, {2, 3, 2}, {1, 2, 2}, {}, {0, 1, 0, 1, 1, 1}},
       {{1, 3, 9, 9}, {3, 3}, {2, 2}, {}, {}, false, "SAME_UPPER"},
-      {{1, 3, 8, 9}, {2, 3}, {2, 2}, {}, {}, false, "SAME_LOWER"}};
+      {{1, 3, 8, 9}, {2, 3}, {2, 2}, {}, {}, false, "SAME_LOWER"},
+      // PoolFormer's token mixer (3x3, stride 1, pad 1) on rows wider than one block.
+      {{2, 3, 9, 150}, {3, 3}, {1, 1}, {}, {1, 1, 1, 1}},
+      // Uneven pads with a stride above the window, and a 1-D window with dilation.
+      {{1, 2, 6, 40}, {2, 2}, {3, 3}, {}, {0, 1, 1, 1}},
+      {{2, 2, 70}, {3}, {2}, {3}, {2, 2}}};
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (const PoolCase& c : cases) {
       HostArray x = random_array(rng, t, c.x, -4, 4);

@@ -2,6 +2,8 @@
 // dtypes, fp32 statistics for the 16-bit floats and fp32, fp64 for fp64.
 #include "backends/cuda/kernels/norm/norm_kernels.h"
 
+#include <algorithm>
+
 #include "backends/cuda/kernels/common/op_kernel.h"
 #include "backends/cuda/kernels/norm/norm_impl.h"
 #include "xpuruntime/error.h"
@@ -15,8 +17,8 @@ namespace {
 void add_instance_norm(KernelRegistry& r) {
   add_kernel(
       r, "instancenormalization", kFloatTypes,
-      "InstanceNormalization (one block per batch x channel row, two-pass fp32 "
-      "statistics)",
+      "InstanceNormalization (one block per batch x channel row, or chunks of few long rows "
+      "merged in a fixed order; two-pass fp32 statistics)",
       [](const OpContext& ctx) {
         Support s = first_refusal({require_arity(ctx, 3), require_dense(ctx),
                                    require_dtype(ctx, 0, kFloatTypes, "input")});
@@ -31,6 +33,13 @@ void add_instance_norm(KernelRegistry& r) {
       [](const PrepareContext& pc) {
         const double eps = ops::InstanceNormAttrs::from_node(*pc.node).epsilon;
         const std::string what = where(pc);
+        // The chunk statistics of few long rows (launch_instance_norm): sized for the
+        // shape known now; a run of other shapes that needs more uses one block per row.
+        std::size_t ws = 0;
+        const Shape& s0 = pc.ctx->inputs[0].shape;
+        if (s0.size() >= 2 && std::all_of(s0.begin(), s0.end(), [](int64_t d) { return d > 0; }))
+          ws = instance_norm_workspace_bytes(pc.ctx->inputs[0].dtype, s0[0] * s0[1],
+                                             graph::shape_numel(s0) / (s0[0] * s0[1]));
         return make_prepared([eps, what](const KernelArgs& a) {
           const Shape& s = a.inputs[0].shape;
           XRT_CHECK(s.size() >= 2, InvalidArgumentError, what, ": input ", graph::shape_str(s),
@@ -44,8 +53,8 @@ void add_instance_norm(KernelRegistry& r) {
           const int64_t inner = rows > 0 ? a.inputs[0].numel() / rows : 0;
           launch_instance_norm(a.inputs[0].dtype, a.inputs[0].data, a.inputs[1].data,
                                a.inputs[2].data, a.outputs[0].data, batch, channels, inner, eps,
-                               a.stream);
-        });
+                               a.workspace, a.workspace_bytes, a.stream);
+        }, ws);
       });
 }
 

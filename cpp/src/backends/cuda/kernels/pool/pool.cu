@@ -58,6 +58,97 @@ __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolGeom
   }
 }
 
+// 1-D and 2-D windows (the common case): blocks of one output row's columns, planes
+// along grid.y; 32-bit index math and no division per element (the general kernel's
+// 64-bit divisions and per-tap bounds made PoolFormer's 3x3 AveragePool 78 us on a
+// 32x64x56x56 fp16 tensor). The window's valid and padded counts are separable: rows
+// times columns.
+struct Pool2d {
+  int64_t planes;
+  int ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, eh, ew;
+};
+
+__device__ __forceinline__ void window_1d(int start, int k, int d, int n, int n_pad, int& first,
+                                          int& last, int& cnt_pad) {
+  // Taps t with 0 <= start + t*d < n are [first, last); those inside the padded range
+  // (start + t*d < n + pad_end; start >= -pad_begin always) count for include_pad.
+  first = 0;
+  while (first < k && start + first * d < 0) ++first;
+  last = k;
+  while (last > first && start + (last - 1) * d >= n) --last;
+  cnt_pad = k;
+  while (cnt_pad > 0 && start + (cnt_pad - 1) * d >= n + n_pad) --cnt_pad;
+}
+
+template <typename T, bool kMax>
+__global__ void pool2d_kernel(const T* __restrict__ x, T* __restrict__ y, Pool2d g,
+                              bool include_pad) {
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int tiles_w = (g.ow + blockDim.x - 1) / blockDim.x;
+  const int oh = blockIdx.x / tiles_w;
+  const int ow = (blockIdx.x - oh * tiles_w) * blockDim.x + threadIdx.x;
+  if (ow >= g.ow) return;
+  const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  int fh, lh, ph, fw, lw, pw;
+  window_1d(h0, g.kh, g.dh, g.ih, g.eh, fh, lh, ph);
+  window_1d(w0, g.kw, g.dw, g.iw, g.ew, fw, lw, pw);
+  const int64_t in_plane = static_cast<int64_t>(g.ih) * g.iw;
+  const int64_t out_plane = static_cast<int64_t>(g.oh) * g.ow;
+  const int div = include_pad ? ph * pw : (lh - fh) * (lw - fw);
+  for (int64_t p = blockIdx.y; p < g.planes; p += gridDim.y) {
+    const T* xp = x + p * in_plane;
+    C best = -static_cast<C>(INFINITY);
+    bool any = false;
+    C sum = 0;
+    for (int th = fh; th < lh; ++th) {
+      const T* xr = xp + static_cast<int64_t>(h0 + th * g.dh) * g.iw;
+      for (int tw = fw; tw < lw; ++tw) {
+        const C v = static_cast<C>(load(xr[w0 + tw * g.dw]));
+        if constexpr (kMax) {
+          if (v > best || !any) best = v;
+          any = true;
+        } else {
+          sum += v;
+        }
+      }
+    }
+    T* yp = y + p * out_plane + static_cast<int64_t>(oh) * g.ow + ow;
+    if constexpr (kMax) {
+      *yp = store<T>(best);
+    } else {
+      *yp = store<T>(div > 0 ? sum / static_cast<C>(div) : C(0));
+    }
+  }
+}
+
+// The 2-D kernel's geometry when g is a 1-D or 2-D pool whose sizes fit 32 bits.
+bool as_pool2d(const PoolGeometry& g, Pool2d& p) {
+  if (g.in[0] != 1 || g.out[0] != 1 || g.k[0] != 1 || g.pb[0] != 0 || g.pe[0] != 0) return false;
+  const int64_t lim = int64_t{1} << 30;
+  for (int i = 1; i < 3; ++i) {
+    if (g.in[i] >= lim || g.out[i] >= lim || g.k[i] >= lim || g.s[i] >= lim || g.d[i] >= lim ||
+        g.pb[i] >= lim || g.pe[i] >= lim || (g.out[i] - 1) * g.s[i] + (g.k[i] - 1) * g.d[i] >= lim)
+      return false;
+  }
+  if ((g.out[2] + 31) / 32 * g.out[1] >= (int64_t{1} << 31) - 1) return false;
+  p = Pool2d{g.planes,
+             static_cast<int>(g.in[1]),
+             static_cast<int>(g.in[2]),
+             static_cast<int>(g.out[1]),
+             static_cast<int>(g.out[2]),
+             static_cast<int>(g.k[1]),
+             static_cast<int>(g.k[2]),
+             static_cast<int>(g.s[1]),
+             static_cast<int>(g.s[2]),
+             static_cast<int>(g.d[1]),
+             static_cast<int>(g.d[2]),
+             static_cast<int>(g.pb[1]),
+             static_cast<int>(g.pb[2]),
+             static_cast<int>(g.pe[1]),
+             static_cast<int>(g.pe[2])};
+  return true;
+}
+
 template <typename T>
 __global__ void batchnorm_kernel(const T* __restrict__ x, const T* __restrict__ scale,
                                  const T* __restrict__ bias, const T* __restrict__ mean,
@@ -83,6 +174,22 @@ void launch_pool(DType t, bool is_max, bool count_include_pad, const PoolGeometr
   visit_dtype<TypeSet::kNumeric>(t, is_max ? "MaxPool" : "AveragePool", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_float_v<T> || std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
+      Pool2d p2;
+      if (as_pool2d(g, p2)) {
+        const int threads = p2.ow <= 32 ? 32 : (p2.ow <= 64 ? 64 : 128);
+        const int64_t tiles = (p2.ow + threads - 1) / threads * static_cast<int64_t>(p2.oh);
+        const dim3 grid(static_cast<unsigned>(tiles),
+                        static_cast<unsigned>(g.planes < 65535 ? g.planes : 65535));
+        if (is_max) {
+          pool2d_kernel<T, true>
+              <<<grid, threads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), p2, false);
+        } else {
+          pool2d_kernel<T, false><<<grid, threads, 0, s>>>(
+              static_cast<const T*>(x), static_cast<T*>(y), p2, count_include_pad);
+        }
+        XRT_CUDA_LAUNCH_CHECK();
+        return;
+      }
       if (is_max) {
         pool_kernel<T, true><<<grid_for(n, 256), 256, 0, s>>>(static_cast<const T*>(x),
                                                               static_cast<T*>(y), g, false);

@@ -3,6 +3,7 @@
 // [N, C, spatial...]; one thread per output element.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "xpuruntime/dtype.h"
@@ -28,9 +29,12 @@ void launch_nhwc_pool(DType t, bool is_max, bool count_include_pad, const PoolGe
                       int64_t channels, const void* x, void* y, void* stream);
 
 // GlobalMax/AveragePool of channels-last X [n, pixels, C] into [n, C] (a window of no
-// pixels gives 0).
+// pixels gives 0). Few images of many pixels are reduced in pixel chunks through an fp32
+// `workspace` of nhwc_global_pool_workspace_bytes() (in one pass without it).
 void launch_nhwc_global_pool(DType t, bool is_max, int64_t n, int64_t pixels, int64_t channels,
-                             const void* x, void* y, void* stream);
+                             const void* x, void* y, void* workspace, std::size_t workspace_bytes,
+                             void* stream);
+std::size_t nhwc_global_pool_workspace_bytes(int64_t n, int64_t pixels, int64_t channels);
 
 // y = (x - mean[c]) * scale[c] / sqrt(var[c] + eps) + bias[c] over [N, C, inner]
 // (all parameters of x's dtype, fp32 math for the 16-bit floats).

@@ -3,6 +3,8 @@
 // inference BatchNormalization.
 #include "backends/cuda/kernels/pool/pool_kernels.h"
 
+#include <algorithm>
+
 #include "backends/cuda/kernels/common/op_kernel.h"
 #include "backends/cuda/kernels/common/shape_cache.h"
 #include "backends/cuda/kernels/pool/pool_impl.h"
@@ -117,17 +119,29 @@ void add_nhwc_global_pool(KernelRegistry& r, const char* op_type, bool is_max) {
   add_kernel(
       r, op_key_of(op_type), {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
       std::string(op_type) +
-          " on channels-last [N, D1.., C] (a block per image and 32 channel vectors, pixel "
-          "lanes reduced in shared memory)",
+          " on channels-last [N, D1.., C] (a block per image, 32 channel vectors and pixel "
+          "chunk, lanes reduced in shared memory, chunks merged in order)",
       [](const OpContext& ctx) { return nhwc_pool_supports(ctx, 2); },
-      [is_max](const PrepareContext&) {
-        return make_prepared([is_max](const KernelArgs& a) {
-          const Shape& x = a.inputs[0].shape;
+      [is_max](const PrepareContext& pc) {
+        auto pixels_of = [](const Shape& x) {
           int64_t pixels = 1;
           for (std::size_t i = 1; i + 1 < x.size(); ++i) pixels *= x[i];
-          launch_nhwc_global_pool(a.inputs[0].dtype, is_max, x[0], pixels, x.back(),
-                                  a.inputs[0].data, a.outputs[0].data, a.stream);
-        });
+          return pixels;
+        };
+        // Pixel-chunk partials for the shape known now (a larger run shape reduces in
+        // one pass).
+        const Shape& x0 = pc.ctx->inputs[0].shape;
+        const bool known = std::all_of(x0.begin(), x0.end(), [](int64_t d) { return d > 0; });
+        const std::size_t ws =
+            known ? nhwc_global_pool_workspace_bytes(x0[0], pixels_of(x0), x0.back()) : 0;
+        return make_prepared(
+            [is_max, pixels_of](const KernelArgs& a) {
+              const Shape& x = a.inputs[0].shape;
+              launch_nhwc_global_pool(a.inputs[0].dtype, is_max, x[0], pixels_of(x), x.back(),
+                                      a.inputs[0].data, a.outputs[0].data, a.workspace,
+                                      a.workspace_bytes, a.stream);
+            },
+            ws);
       });
 }
 

@@ -7,6 +7,7 @@
 // channels with 16-byte loads and neighbouring threads neighbouring channel
 // vectors (coalesced); fp32 accumulation.
 #include <cmath>
+#include <type_traits>
 
 #include "backends/cuda/kernels/common/device_types.cuh"
 #include "backends/cuda/kernels/pool/pool_impl.h"
@@ -81,20 +82,29 @@ __global__ void nhwc_pool_kernel(const T *__restrict__ x, T *__restrict__ y, Poo
 
 // [n, pixels, C] -> [n, C]: block (TX channel vectors, TY pixel lanes), one
 // block per (image, TX vectors); the lanes' partials meet in shared memory.
-template <typename T, int V, bool kMax>
-__global__ void nhwc_global_pool_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t pixels,
-                                        int64_t channels) {
+// Global pool: a block per (channel-vector tile, image, pixel chunk). Pixel lanes
+// (threadIdx.y) reduce into shared memory; with one chunk the block writes y, with
+// several it writes fp32 partials [n][chunk][C] that nhwc_global_pool_merge sums in
+// chunk order (the same bits run to run). Chunks keep the SMs busy where images are
+// few and large (an SE block's squeeze on 112x112 pixels of 32 channels was 32 blocks
+// of 256 threads for 132 SMs: 24 us).
+template <typename T, int V, bool kMax, bool kPartial>
+__global__ void nhwc_global_pool_kernel(const T *__restrict__ x, T *__restrict__ y,
+                                        float *__restrict__ part, int64_t pixels, int64_t channels,
+                                        int64_t chunk) {
   using VT = Vec<T, V>;
   extern __shared__ float partial[];  // [TY][TX][V]
   const int64_t vectors = channels / V;
   const int64_t n = blockIdx.y;
   const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.z) * chunk;
+  const int64_t p1 = p0 + chunk < pixels ? p0 + chunk : pixels;
   float acc[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) acc[j] = kMax ? -INFINITY : 0.f;
   if (cv < vectors) {
     bool first = true;
-    for (int64_t p = threadIdx.y; p < pixels; p += blockDim.y) {
+    for (int64_t p = p0 + threadIdx.y; p < p1; p += blockDim.y) {
       const VT v = *reinterpret_cast<const VT *>(x + (n * pixels + p) * channels + cv * V);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
@@ -109,9 +119,9 @@ __global__ void nhwc_global_pool_kernel(const T *__restrict__ x, T *__restrict__
   for (int j = 0; j < V; ++j) mine[j] = acc[j];
   __syncthreads();
   if (threadIdx.y != 0 || cv >= vectors) return;
-  const int lanes =
-      static_cast<int>(pixels < static_cast<int64_t>(blockDim.y) ? pixels : blockDim.y);
-  VT out;
+  const int64_t count = p1 - p0;
+  const int lanes = static_cast<int>(count < static_cast<int64_t>(blockDim.y) ? count : blockDim.y);
+  float out[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     float a = partial[threadIdx.x * V + j];
@@ -119,10 +129,48 @@ __global__ void nhwc_global_pool_kernel(const T *__restrict__ x, T *__restrict__
       const float f = partial[(l * blockDim.x + threadIdx.x) * V + j];
       a = kMax ? max_step(a, f, false) : a + f;
     }
-    out.v[j] = store<T>(kMax ? a : a / static_cast<float>(pixels));
+    out[j] = a;
   }
-  *reinterpret_cast<VT *>(y + n * channels + cv * V) = out;
+  if constexpr (kPartial) {
+    float *dst = part + (n * gridDim.z + blockIdx.z) * channels + cv * V;
+#pragma unroll
+    for (int j = 0; j < V; ++j) dst[j] = out[j];
+  } else {
+    VT o;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      o.v[j] = store<T>(kMax ? out[j] : out[j] / static_cast<float>(pixels));
+    *reinterpret_cast<VT *>(y + n * channels + cv * V) = o;
+  }
 }
+
+// y[n][c] from the chunks' partials, summed (or maxed) in chunk order.
+template <typename T, bool kMax>
+__global__ void nhwc_global_pool_merge(const float *__restrict__ part, T *__restrict__ y, int64_t n,
+                                       int64_t channels, int64_t chunks, int64_t pixels) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * channels) return;
+  const int64_t img = i / channels, c = i - img * channels;
+  const float *src = part + img * chunks * channels + c;
+  float a = src[0];
+  for (int64_t k = 1; k < chunks; ++k) {
+    const float f = src[k * channels];
+    a = kMax ? max_step(a, f, false) : a + f;
+  }
+  y[i] = store<T>(kMax ? a : a / static_cast<float>(pixels));
+}
+
+// Pixel chunks of a global pool: enough blocks for two per SM of an H100/H200, at
+// least 256 pixels a chunk, at most 64 chunks.
+int64_t global_pool_chunks(int64_t blocks, int64_t pixels) {
+  constexpr int64_t kBlocksWanted = 2 * 132, kMinPixels = 256, kMaxChunks = 64;
+  if (blocks >= kBlocksWanted || pixels < 2 * kMinPixels) return 1;
+  int64_t c = (kBlocksWanted + blocks - 1) / blocks;
+  if (c > pixels / kMinPixels) c = pixels / kMinPixels;
+  return c < 1 ? 1 : (c > kMaxChunks ? kMaxChunks : c);
+}
+
+int64_t global_pool_tile(int64_t vectors) { return vectors < 32 ? vectors : 32; }
 
 bool aligned_to(const void *p, std::size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
@@ -163,8 +211,16 @@ void launch_nhwc_pool(DType t, bool is_max, bool count_include_pad, const PoolGe
   });
 }
 
+std::size_t nhwc_global_pool_workspace_bytes(int64_t n, int64_t pixels, int64_t channels) {
+  if (n <= 0 || channels <= 0 || pixels <= 0) return 0;
+  // The fewest blocks (one channel tile per image) give the most chunks.
+  const int64_t most = global_pool_chunks(n, pixels);
+  return most <= 1 ? 0 : static_cast<std::size_t>(n * most * channels) * sizeof(float);
+}
+
 void launch_nhwc_global_pool(DType t, bool is_max, int64_t n, int64_t pixels, int64_t channels,
-                             const void *x, void *y, void *stream) {
+                             const void *x, void *y, void *workspace, std::size_t workspace_bytes,
+                             void *stream) {
   if (n <= 0 || channels <= 0) return;
   XRT_CHECK(n < 65536, InvalidArgumentError, "channels-last global pool: batch ", n,
             " is above 65535");
@@ -173,24 +229,45 @@ void launch_nhwc_global_pool(DType t, bool is_max, int64_t n, int64_t pixels, in
     with_vector<T>(channels, x, y, [&](auto vc) {
       constexpr int V = decltype(vc)::value;
       const int64_t vectors = channels / V;
-      const int tx = static_cast<int>(vectors < 32 ? vectors : 32);
+      const int tx = static_cast<int>(global_pool_tile(vectors));
       const int ty = 256 / tx;
-      const dim3 grid(static_cast<unsigned>((vectors + tx - 1) / tx), static_cast<unsigned>(n));
-      const std::size_t smem = static_cast<std::size_t>(tx) * ty * V * sizeof(float);
+      const int64_t tiles = (vectors + tx - 1) / tx;
       auto *px = static_cast<const T *>(x);
       auto *py = static_cast<T *>(y);
+      cudaStream_t s = as_stream(stream);
       if (pixels <= 0) {
-        XRT_CUDA_CHECK(cudaMemsetAsync(py, 0, static_cast<std::size_t>(n * channels) * sizeof(T),
-                                       as_stream(stream)));
+        XRT_CUDA_CHECK(
+            cudaMemsetAsync(py, 0, static_cast<std::size_t>(n * channels) * sizeof(T), s));
         return;
       }
+      int64_t chunks = global_pool_chunks(tiles * n, pixels);
+      if (chunks > 1 &&
+          (workspace == nullptr ||
+           workspace_bytes < static_cast<std::size_t>(n * chunks * channels) * sizeof(float)))
+        chunks = 1;  // a run whose shape outgrew the workspace sized at prepare
+      const int64_t chunk = (pixels + chunks - 1) / chunks;
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n),
+                      static_cast<unsigned>(chunks));
+      const std::size_t smem = static_cast<std::size_t>(tx) * ty * V * sizeof(float);
+      auto *part = static_cast<float *>(workspace);
+      auto launch = [&](auto max_tag, auto partial_tag) {
+        constexpr bool kMax = decltype(max_tag)::value, kPart = decltype(partial_tag)::value;
+        nhwc_global_pool_kernel<T, V, kMax, kPart>
+            <<<grid, dim3(tx, ty), smem, s>>>(px, py, part, pixels, channels, chunk);
+        XRT_CUDA_LAUNCH_CHECK();
+        if constexpr (kPart) {
+          const int64_t outs = n * channels;
+          nhwc_global_pool_merge<T, kMax><<<static_cast<unsigned>((outs + 255) / 256), 256, 0, s>>>(
+              part, py, n, channels, chunks, pixels);
+          XRT_CUDA_LAUNCH_CHECK();
+        }
+      };
+      using True = std::true_type;
+      using False = std::false_type;
       if (is_max)
-        nhwc_global_pool_kernel<T, V, true>
-            <<<grid, dim3(tx, ty), smem, as_stream(stream)>>>(px, py, pixels, channels);
+        chunks > 1 ? launch(True{}, True{}) : launch(True{}, False{});
       else
-        nhwc_global_pool_kernel<T, V, false>
-            <<<grid, dim3(tx, ty), smem, as_stream(stream)>>>(px, py, pixels, channels);
-      XRT_CUDA_LAUNCH_CHECK();
+        chunks > 1 ? launch(False{}, True{}) : launch(False{}, False{});
     });
   });
 }
