@@ -95,7 +95,9 @@ def test_levit_linear_bn_folds_and_matches(b, n, k, c, with_bias):
     model, ref = _levit(b, n, k, c, with_bias)
     x = RNG.standard_normal((b, n, k)).astype(np.float32)
     sess, ops = _check(model, x, ref(x), bn_folded=True)
-    assert any(line == "batchnorm folding into MatMul (BatchNormalization folded): 1" for line in sess.plan.pass_log)
+    assert any(
+        line == "batchnorm folding into MatMul (BatchNormalization folded): 1" for line in sess.plan.pass_log
+    )
     # The shift became a bias the epilogue fusion takes: no Add step survives on its own.
     assert "Add" not in ops, ops
 
