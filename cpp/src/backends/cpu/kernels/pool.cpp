@@ -132,9 +132,10 @@ Taps window_taps(int64_t o, int64_t in, int64_t k, int64_t s, int64_t d, int64_t
 // sum: KH + KW adds per output instead of KH·KW and no per-tap bounds checks. Outputs
 // whose windows lie inside the row (the interior) are summed a tap at a time across the
 // row, which vectorizes for stride 1. Both counts are separable too (valid positions,
-// or positions inside input + pads), so the divisor is a product of per-row and
-// per-column counts; a window without positions gives 0, as the generic loop. Sums run
-// in the compute type (float for fp32/fp16/bf16) instead of the generic loop's double.
+// or positions inside input + pads), so the sum is scaled by the reciprocals of a
+// per-row and a per-column count (a rounding or two from dividing by their product); a
+// window without positions gives 0, as the generic loop. Sums run in the compute type
+// (float for fp32/fp16/bf16) instead of the generic loop's double.
 template <typename T>
 void avgpool2d(const Spatial& g, bool include_pad, const T* px, T* py, int64_t planes) {
   using N = Num<T>;
@@ -144,11 +145,12 @@ void avgpool2d(const Spatial& g, bool include_pad, const T* px, T* py, int64_t p
   std::vector<Taps> th(OH), tw(OW);
   for (int64_t oh = 0; oh < OH; ++oh)
     th[oh] = window_taps(oh, H, KH, g.s[1], g.d[1], g.pb[1], g.pe[1]);
-  std::vector<C> cw(OW);  // per-column counts
-  int64_t lo = OW, hi = 0;  // the interior [lo, hi): every column tap valid
+  std::vector<C> inv_w(OW);  // 1 / per-column count (0 for a column without positions)
+  int64_t lo = OW, hi = 0;    // the interior [lo, hi): every column tap valid
   for (int64_t ow = 0; ow < OW; ++ow) {
     tw[ow] = window_taps(ow, W, KW, SW, DW, PW, g.pe[2]);
-    cw[ow] = static_cast<C>(include_pad ? tw[ow].padded : tw[ow].k1 - tw[ow].k0);
+    const int64_t cnt = include_pad ? tw[ow].padded : tw[ow].k1 - tw[ow].k0;
+    inv_w[ow] = cnt > 0 ? C(1) / static_cast<C>(cnt) : C(0);
     if (tw[ow].k0 == 0 && tw[ow].k1 == KW) {
       lo = std::min(lo, ow);
       hi = ow + 1;
@@ -156,9 +158,12 @@ void avgpool2d(const Spatial& g, bool include_pad, const T* px, T* py, int64_t p
   }
   for (int64_t ow = lo; ow < hi; ++ow)  // the interior is contiguous; guard anyway
     if (tw[ow].k0 != 0 || tw[ow].k1 != KW) lo = hi;
+  // PoolFormer's 3x3 stride-1 window: three adds and one multiply per output.
+  const bool k3s1 = KW == 3 && SW == 1 && DW == 1;
   parallel_for(planes, planes * OH * OW * (KH + KW), [&](int64_t p_begin, int64_t p_end)
                                                          XRT_ISA_LAMBDA {
     std::vector<C> rows(static_cast<std::size_t>(W)), acc(static_cast<std::size_t>(OW));
+    std::vector<C> scale(static_cast<std::size_t>(OW));
     for (int64_t p = p_begin; p < p_end; ++p) {
       const T* xp = px + p * H * W;
       T* yp = py + p * OH * OW;
@@ -166,38 +171,48 @@ void avgpool2d(const Spatial& g, bool include_pad, const T* px, T* py, int64_t p
         const Taps& t = th[oh];
         const int64_t bh = oh * g.s[1] - g.pb[1];
         C* rs = rows.data();
-        for (int64_t w = 0; w < W; ++w) rs[w] = C(0);
-        for (int64_t kh = t.k0; kh < t.k1; ++kh) {
+        if (t.k1 > t.k0) {  // the first valid row, then the others added
+          const T* x0 = xp + (bh + t.k0 * g.d[1]) * W;
+          for (int64_t w = 0; w < W; ++w) rs[w] = N::load(x0[w]);
+        } else {
+          for (int64_t w = 0; w < W; ++w) rs[w] = C(0);
+        }
+        for (int64_t kh = t.k0 + 1; kh < t.k1; ++kh) {
           const T* xr = xp + (bh + kh * g.d[1]) * W;
           for (int64_t w = 0; w < W; ++w) rs[w] += N::load(xr[w]);
         }
-        C* a = acc.data();
-        for (int64_t ow = 0; ow < OW; ++ow) a[ow] = C(0);
+        const int64_t cnt_h = include_pad ? t.padded : t.k1 - t.k0;
+        const C inv_h = cnt_h > 0 ? C(1) / static_cast<C>(cnt_h) : C(0);
+        C* sc = scale.data();
+        for (int64_t ow = 0; ow < OW; ++ow) sc[ow] = inv_h * inv_w[ow];
+        T* yr = yp + oh * OW;
         if (lo < hi) {
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const C* r = rs + (lo * SW - PW + kw * DW);  // inside the row for the interior
-            C* ai = a + lo;
-            const int64_t n = hi - lo;
-            if (SW == 1) {
-              for (int64_t i = 0; i < n; ++i) ai[i] += r[i];
-            } else {
-              for (int64_t i = 0; i < n; ++i) ai[i] += r[i * SW];
+          const C* r = rs + (lo * SW - PW);  // inside the row for the interior
+          const int64_t n = hi - lo;
+          if (k3s1) {
+            for (int64_t i = 0; i < n; ++i)
+              yr[lo + i] = N::store((r[i] + r[i + 1] + r[i + 2]) * sc[lo + i]);
+          } else {
+            C* a = acc.data();
+            for (int64_t i = 0; i < n; ++i) a[i] = r[i * SW];
+            for (int64_t kw = 1; kw < KW; ++kw) {
+              const C* rk = r + kw * DW;
+              if (SW == 1) {
+                for (int64_t i = 0; i < n; ++i) a[i] += rk[i];
+              } else {
+                for (int64_t i = 0; i < n; ++i) a[i] += rk[i * SW];
+              }
             }
+            for (int64_t i = 0; i < n; ++i) yr[lo + i] = N::store(a[i] * sc[lo + i]);
           }
         }
-        for (int64_t ow = 0; ow < OW; ++ow) {
+        for (int64_t ow = 0; ow < OW; ++ow) {  // the edges, tap by tap
           if (ow == lo) ow = hi;
           if (ow >= OW) break;
           const int64_t b = ow * SW - PW;
           C sum = C(0);
           for (int64_t kw = tw[ow].k0; kw < tw[ow].k1; ++kw) sum += rs[b + kw * DW];
-          a[ow] = sum;
-        }
-        const C ch = static_cast<C>(include_pad ? t.padded : t.k1 - t.k0);
-        T* yr = yp + oh * OW;
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const C div = ch * cw[ow];
-          yr[ow] = N::store(div > C(0) ? a[ow] / div : C(0));
+          yr[ow] = N::store(sum * sc[ow]);
         }
       }
     }
