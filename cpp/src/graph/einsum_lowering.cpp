@@ -95,9 +95,9 @@ class Lowering {
     added_.push_back(std::move(n));
     return y;
   }
-  int reshape(int x, const Shape& from, const Shape& to) {
-    if (from == to) return x;
-    const int y = value(g_.values[x].dtype, to);
+  int reshape(int x, const Shape& from, const Shape& to, int out = -1) {
+    if (from == to && out < 0) return x;
+    const int y = out >= 0 ? out : value(g_.values[x].dtype, to);
     Node n;
     n.name = fresh_node("_reshape");
     n.op_type = "Reshape";
@@ -106,8 +106,8 @@ class Lowering {
     added_.push_back(std::move(n));
     return y;
   }
-  int matmul(int a, int b, DType t, const Shape& out) {
-    const int y = value(t, out);
+  int matmul(int a, int b, DType t, const Shape& shape, int out = -1) {
+    const int y = out >= 0 ? out : value(t, shape);
     Node n;
     n.name = fresh_node("_matmul");
     n.op_type = "MatMul";
@@ -194,8 +194,8 @@ bool lower_one(Graph& g, int k) {
   auto labelled_in = [&](const Labels& have, const Shape& shape, const Labels& order) {
     Shape s;
     for (int x : order)
-      s.push_back(shape[static_cast<std::size_t>(std::find(have.begin(), have.end(), x) -
-                                                 have.begin())]);
+      s.push_back(
+          shape[static_cast<std::size_t>(std::find(have.begin(), have.end(), x) - have.begin())]);
     return s;
   };
   // [batch extents as `shape` has them..., rows, cols]: flattened to 3-D, or with the
@@ -223,15 +223,26 @@ bool lower_one(Graph& g, int k) {
   if (!broadcast && batched) c3.push_back(nb);
   c3.push_back(m);
   c3.push_back(nn);
-  int c = low.matmul(a, b, t, c3);
   Labels c_order = batch;
   c_order.insert(c_order.end(), free_a.begin(), free_a.end());
   c_order.insert(c_order.end(), free_b.begin(), free_b.end());
-  c = low.reshape(c, c3, labelled(c_order));
-  // The last node writes the Einsum's own output value (readers keep it).
+  // The last node writes the Einsum's own output value (readers keep it): the Transpose
+  // to the output's order, else the Reshape out of the product, else the MatMul itself
+  // (no Identity copy of the result).
+  const int y = e.outputs[0];
   g.nodes[k].op_type.clear();
-  g.values[e.outputs[0]].producer = -1;
-  low.transpose(c, labelled(c_order), perm_of(c_order, O), e.outputs[0]);
+  g.values[y].producer = -1;
+  const std::vector<int64_t> out_perm = perm_of(c_order, O);
+  const Shape unflat = labelled(c_order);
+  if (!is_identity(out_perm)) {
+    int c = low.matmul(a, b, t, c3);
+    c = low.reshape(c, c3, unflat);
+    low.transpose(c, unflat, out_perm, y);
+  } else if (c3 != unflat) {
+    low.reshape(low.matmul(a, b, t, c3), c3, unflat, y);
+  } else {
+    low.matmul(a, b, t, c3, y);
+  }
   low.commit();
   return true;
 }

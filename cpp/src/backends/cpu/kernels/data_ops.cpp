@@ -96,7 +96,8 @@ int64_t gather_elements_index(const TensorView& data, const I* idx, TensorView& 
   const Shape& ds = data.shape;
   switch (dtype_size(data.dtype)) {
     case 1:
-      return gather_elements_typed(data.ptr<const uint8_t>(), idx, out.ptr<uint8_t>(), ds, is, axis);
+      return gather_elements_typed(data.ptr<const uint8_t>(), idx, out.ptr<uint8_t>(), ds, is,
+                                   axis);
     case 2:
       return gather_elements_typed(data.ptr<const uint16_t>(), idx, out.ptr<uint16_t>(), ds, is,
                                    axis);

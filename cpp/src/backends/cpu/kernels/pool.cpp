@@ -115,8 +115,7 @@ parallel_for(planes, planes * OH * OW * KH * KW, [&](int64_t p_begin, int64_t p_
 struct Taps {
   int64_t k0 = 0, k1 = 0, padded = 0;
 };
-Taps window_taps(int64_t o, int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb,
-                 int64_t pe) {
+Taps window_taps(int64_t o, int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe) {
   const int64_t b = o * s - pb;
   Taps t;
   t.k0 = b >= 0 ? 0 : (-b + d - 1) / d;
@@ -146,7 +145,7 @@ void avgpool2d(const Spatial& g, bool include_pad, const T* px, T* py, int64_t p
   for (int64_t oh = 0; oh < OH; ++oh)
     th[oh] = window_taps(oh, H, KH, g.s[1], g.d[1], g.pb[1], g.pe[1]);
   std::vector<C> inv_w(OW);  // 1 / per-column count (0 for a column without positions)
-  int64_t lo = OW, hi = 0;    // the interior [lo, hi): every column tap valid
+  int64_t lo = OW, hi = 0;   // the interior [lo, hi): every column tap valid
   for (int64_t ow = 0; ow < OW; ++ow) {
     tw[ow] = window_taps(ow, W, KW, SW, DW, PW, g.pe[2]);
     const int64_t cnt = include_pad ? tw[ow].padded : tw[ow].k1 - tw[ow].k0;
@@ -160,67 +159,68 @@ void avgpool2d(const Spatial& g, bool include_pad, const T* px, T* py, int64_t p
     if (tw[ow].k0 != 0 || tw[ow].k1 != KW) lo = hi;
   // PoolFormer's 3x3 stride-1 window: three adds and one multiply per output.
   const bool k3s1 = KW == 3 && SW == 1 && DW == 1;
-  parallel_for(planes, planes * OH * OW * (KH + KW), [&](int64_t p_begin, int64_t p_end)
-                                                         XRT_ISA_LAMBDA {
-    std::vector<C> rows(static_cast<std::size_t>(W)), acc(static_cast<std::size_t>(OW));
-    std::vector<C> scale(static_cast<std::size_t>(OW));
-    for (int64_t p = p_begin; p < p_end; ++p) {
-      const T* xp = px + p * H * W;
-      T* yp = py + p * OH * OW;
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        const Taps& t = th[oh];
-        const int64_t bh = oh * g.s[1] - g.pb[1];
-        C* rs = rows.data();
-        if (t.k1 > t.k0) {  // the first valid row, then the others added
-          const T* x0 = xp + (bh + t.k0 * g.d[1]) * W;
-          for (int64_t w = 0; w < W; ++w) rs[w] = N::load(x0[w]);
-        } else {
-          for (int64_t w = 0; w < W; ++w) rs[w] = C(0);
-        }
-        for (int64_t kh = t.k0 + 1; kh < t.k1; ++kh) {
-          const T* xr = xp + (bh + kh * g.d[1]) * W;
-          for (int64_t w = 0; w < W; ++w) rs[w] += N::load(xr[w]);
-        }
-        const int64_t cnt_h = include_pad ? t.padded : t.k1 - t.k0;
-        const C inv_h = cnt_h > 0 ? C(1) / static_cast<C>(cnt_h) : C(0);
-        C* sc = scale.data();
-        for (int64_t ow = 0; ow < OW; ++ow) sc[ow] = inv_h * inv_w[ow];
-        T* yr = yp + oh * OW;
-        if (lo < hi) {
-          const C* r = rs + (lo * SW - PW);  // inside the row for the interior
-          const int64_t n = hi - lo;
-          if (k3s1) {
-            for (int64_t i = 0; i < n; ++i)
-              yr[lo + i] = N::store((r[i] + r[i + 1] + r[i + 2]) * sc[lo + i]);
-          } else {
-            C* a = acc.data();
-            for (int64_t i = 0; i < n; ++i) a[i] = r[i * SW];
-            for (int64_t kw = 1; kw < KW; ++kw) {
-              const C* rk = r + kw * DW;
-              if (SW == 1) {
-                for (int64_t i = 0; i < n; ++i) a[i] += rk[i];
+  parallel_for(
+      planes, planes * OH * OW * (KH + KW), [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
+        std::vector<C> rows(static_cast<std::size_t>(W)), acc(static_cast<std::size_t>(OW));
+        std::vector<C> scale(static_cast<std::size_t>(OW));
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          const T* xp = px + p * H * W;
+          T* yp = py + p * OH * OW;
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            const Taps& t = th[oh];
+            const int64_t bh = oh * g.s[1] - g.pb[1];
+            C* rs = rows.data();
+            if (t.k1 > t.k0) {  // the first valid row, then the others added
+              const T* x0 = xp + (bh + t.k0 * g.d[1]) * W;
+              for (int64_t w = 0; w < W; ++w) rs[w] = N::load(x0[w]);
+            } else {
+              for (int64_t w = 0; w < W; ++w) rs[w] = C(0);
+            }
+            for (int64_t kh = t.k0 + 1; kh < t.k1; ++kh) {
+              const T* xr = xp + (bh + kh * g.d[1]) * W;
+              for (int64_t w = 0; w < W; ++w) rs[w] += N::load(xr[w]);
+            }
+            const int64_t cnt_h = include_pad ? t.padded : t.k1 - t.k0;
+            const C inv_h = cnt_h > 0 ? C(1) / static_cast<C>(cnt_h) : C(0);
+            C* sc = scale.data();
+            for (int64_t ow = 0; ow < OW; ++ow) sc[ow] = inv_h * inv_w[ow];
+            T* yr = yp + oh * OW;
+            if (lo < hi) {
+              const C* r = rs + (lo * SW - PW);  // inside the row for the interior
+              const int64_t n = hi - lo;
+              if (k3s1) {
+                for (int64_t i = 0; i < n; ++i)
+                  yr[lo + i] = N::store((r[i] + r[i + 1] + r[i + 2]) * sc[lo + i]);
               } else {
-                for (int64_t i = 0; i < n; ++i) a[i] += rk[i * SW];
+                C* a = acc.data();
+                for (int64_t i = 0; i < n; ++i) a[i] = r[i * SW];
+                for (int64_t kw = 1; kw < KW; ++kw) {
+                  const C* rk = r + kw * DW;
+                  if (SW == 1) {
+                    for (int64_t i = 0; i < n; ++i) a[i] += rk[i];
+                  } else {
+                    for (int64_t i = 0; i < n; ++i) a[i] += rk[i * SW];
+                  }
+                }
+                for (int64_t i = 0; i < n; ++i) yr[lo + i] = N::store(a[i] * sc[lo + i]);
               }
             }
-            for (int64_t i = 0; i < n; ++i) yr[lo + i] = N::store(a[i] * sc[lo + i]);
+            for (int64_t ow = 0; ow < OW; ++ow) {  // the edges, tap by tap
+              if (ow == lo) ow = hi;
+              if (ow >= OW) break;
+              const int64_t b = ow * SW - PW;
+              C sum = C(0);
+              for (int64_t kw = tw[ow].k0; kw < tw[ow].k1; ++kw) sum += rs[b + kw * DW];
+              yr[ow] = N::store(sum * sc[ow]);
+            }
           }
         }
-        for (int64_t ow = 0; ow < OW; ++ow) {  // the edges, tap by tap
-          if (ow == lo) ow = hi;
-          if (ow >= OW) break;
-          const int64_t b = ow * SW - PW;
-          C sum = C(0);
-          for (int64_t kw = tw[ow].k0; kw < tw[ow].k1; ++kw) sum += rs[b + kw * DW];
-          yr[ow] = N::store(sum * sc[ow]);
-        }
-      }
-    }
-  });
+      });
 }
 
 template <typename T>
-void pool_typed(const PoolAttrs& a, const TensorView& x, TensorView& y, TensorView* idx, bool is_max) {
+void pool_typed(const PoolAttrs& a, const TensorView& x, TensorView& y, TensorView* idx,
+                bool is_max) {
   using N = Num<T>;
   using C = typename N::C;
   const Spatial g = as3d(pool_geometry(a, x.shape));
