@@ -7,6 +7,7 @@
 #include "backends/cpu/kernels/broadcast.h"
 #include "backends/cpu/kernels/elementwise.h"
 #include "backends/cpu/kernels/shape_util.h"
+#include "backends/cpu/kernels/isa_clones.h"
 #include "backends/cpu/kernels/parallel.h"
 #include "xpuruntime/ops/data.h"
 
@@ -47,7 +48,7 @@ int64_t gather_elements_typed(const E* src, const I* idx, E* dst, const Shape& d
   const int64_t size = ds[axis], step = dstr[axis];
   const bool last = axis == r - 1;
   std::atomic<int64_t> first_bad{-1};
-  parallel_for(rows, rows * L, [&](int64_t r0, int64_t r1) {
+  parallel_for(rows, rows * L, [&](int64_t r0, int64_t r1) XRT_ISA_LAMBDA {
     for (int64_t row = r0; row < r1; ++row) {
       int64_t rem = row, base = 0;
       for (int64_t i = r - 2; i >= 0; --i) {
@@ -57,25 +58,16 @@ int64_t gather_elements_typed(const E* src, const I* idx, E* dst, const Shape& d
       }
       const I* ir = idx + row * L;
       E* yr = dst + row * L;
-      bool ok = true;
-      if (last) {
-        const E* xr = src + base;
-        for (int64_t j = 0; j < L; ++j) {
-          int64_t k = static_cast<int64_t>(ir[j]);
-          ok &= k >= -size && k < size;
-          k += k < 0 ? size : 0;
-          yr[j] = xr[k >= 0 && k < size ? k : 0];
-        }
-      } else {
-        const E* xr = src + base;
-        for (int64_t j = 0; j < L; ++j) {
-          int64_t k = static_cast<int64_t>(ir[j]);
-          ok &= k >= -size && k < size;
-          k += k < 0 ? size : 0;
-          yr[j] = xr[(k >= 0 && k < size ? k : 0) * step + j];
-        }
+      const E* xr = src + base;
+      // The row's index range first (a vectorized pass over data in L1 after it): in
+      // range and non-negative, the gather runs without checks (vector gathers).
+      int64_t lo = static_cast<int64_t>(ir[0]), hi = lo;
+      for (int64_t j = 1; j < L; ++j) {
+        const int64_t k = static_cast<int64_t>(ir[j]);
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
       }
-      if (!ok) {
+      if (lo < -size || hi >= size) {
         for (int64_t j = 0; j < L; ++j) {
           const int64_t k = static_cast<int64_t>(ir[j]);
           if (k < -size || k >= size) {
@@ -83,6 +75,20 @@ int64_t gather_elements_typed(const E* src, const I* idx, E* dst, const Shape& d
             first_bad.compare_exchange_strong(expected, row * L + j);
             break;
           }
+        }
+        continue;
+      }
+      if (last && lo >= 0) {
+        for (int64_t j = 0; j < L; ++j) yr[j] = xr[ir[j]];
+      } else if (last) {
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t k = static_cast<int64_t>(ir[j]);
+          yr[j] = xr[k < 0 ? k + size : k];
+        }
+      } else {
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t k = static_cast<int64_t>(ir[j]);
+          yr[j] = xr[(k < 0 ? k + size : k) * step + j];
         }
       }
     }
