@@ -25,12 +25,16 @@ LOWERED = [
     ("...ij,...jk->...ik", (2, 3, 4, 5), (2, 3, 5, 6)),  # ellipsis
     ("i,i->", (17,), (17,)),  # a dot product (no free labels)
     ("i,j->ij", (4,), (6,)),  # an outer product (no contracted labels)
+    ("bij,bjk->bik", (1, 3, 4), (2, 4, 5)),  # b broadcasts: the MatMul broadcasts it
+    ("bghid,bghjd->bghij", (2, 1, 3, 6, 8), (2, 4, 3, 5, 8)),  # 5-D, g broadcasts in A
+    ("bghij,bghjd->bghid", (2, 4, 1, 6, 5), (1, 4, 3, 5, 8)),  # 5-D, b and h broadcast
 ]
-# Left to the Einsum kernel: a diagonal, a label summed out of one operand, broadcast labels.
+# Left to the Einsum kernel: a diagonal, a label summed out of one operand, a broadcast
+# contracted label.
 KEPT = [
     ("ii,ij->ij", (4, 4), (4, 5)),
     ("ij,jk->k", (3, 4), (4, 5)),  # i summed out of A alone
-    ("bij,bjk->bik", (1, 3, 4), (2, 4, 5)),  # b broadcasts
+    ("ij,jk->ik", (3, 1), (4, 5)),  # the contracted label broadcasts
 ]
 
 
@@ -65,6 +69,7 @@ def test_lowered_einsum_matches_numpy_and_runs_as_a_matmul(eq, sa, sb):
     sess, y, ref = _run(eq, sa, sb, seed=len(eq))
     ops = [s["op_type"] for s in sess.plan.steps]
     assert "Einsum" not in ops and ops.count("MatMul") + ops.count("Gemm") == 1, ops
+    assert "Identity" not in ops, ops  # the last MatMul/Reshape/Transpose writes the output
     assert y.shape == ref.shape
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
 

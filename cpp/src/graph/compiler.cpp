@@ -310,8 +310,11 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   const FusionSupport pays = provider->fusions();
   // BatchNormalization folds into the weights in fp32, before the precision pass
   // rounds them once (folding already-rounded bf16 weights and statistics rounds twice).
-  if (opt.fold_batchnorm && pays.fold_batchnorm)
+  if (opt.fold_batchnorm && pays.fold_batchnorm) {
     log("batchnorm folding (BatchNormalization folded)", passes::fold_batchnorm(g));
+    log("batchnorm folding into MatMul (BatchNormalization folded)",
+        passes::fold_batchnorm_into_matmul(g));
+  }
   // Precision: after folding (constants are converted once, in their final form),
   // before fusion and dispatch (kernels are chosen for the narrowed dtypes).
   using Precision = ExecutionPolicy::Precision;

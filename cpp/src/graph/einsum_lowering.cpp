@@ -11,10 +11,12 @@
 // A is permuted to [batch, free A, contract] and B to [batch, contract, free B], each
 // flattened to 3-D (2-D without batch labels); the product [batch, M, N] is
 // unflattened and permuted to the output's label order. Identity permutations and
-// reshapes are left out. Left as they are (the Einsum kernel runs them): one or more
-// than two operands, a label repeated within an operand (a diagonal), a label summed
-// out of one operand alone, operands whose shapes are not known at compile time, and
-// extents that differ between the operands (broadcast labels).
+// reshapes are left out. A batch label of extent 1 in one operand (a bias or mask shared
+// across heads or groups) keeps the batch dimensions unflattened, [batch.., M, K] and
+// [batch.., K, N], and the MatMul broadcasts them. Left as they are (the Einsum kernel
+// runs them): one or more than two operands, a label repeated within an operand (a
+// diagonal), a label summed out of one operand alone, operands whose shapes are not
+// known at compile time, and other labels whose extents differ between the operands.
 #include <algorithm>
 #include <numeric>
 #include <set>
@@ -93,9 +95,9 @@ class Lowering {
     added_.push_back(std::move(n));
     return y;
   }
-  int reshape(int x, const Shape& from, const Shape& to) {
-    if (from == to) return x;
-    const int y = value(g_.values[x].dtype, to);
+  int reshape(int x, const Shape& from, const Shape& to, int out = -1) {
+    if (from == to && out < 0) return x;
+    const int y = out >= 0 ? out : value(g_.values[x].dtype, to);
     Node n;
     n.name = fresh_node("_reshape");
     n.op_type = "Reshape";
@@ -104,8 +106,8 @@ class Lowering {
     added_.push_back(std::move(n));
     return y;
   }
-  int matmul(int a, int b, DType t, const Shape& out) {
-    const int y = value(t, out);
+  int matmul(int a, int b, DType t, const Shape& shape, int out = -1) {
+    const int y = out >= 0 ? out : value(t, shape);
     Node n;
     n.name = fresh_node("_matmul");
     n.op_type = "MatMul";
@@ -143,6 +145,10 @@ bool lower_one(Graph& g, int k) {
   const Shape* sa = va.constant.defined() ? &va.constant.shape : (va.shape ? &*va.shape : nullptr);
   const Shape* sb = vb.constant.defined() ? &vb.constant.shape : (vb.shape ? &*vb.shape : nullptr);
   if (sa == nullptr || sb == nullptr || !vo.shape) return false;
+  // Copies: the lowering adds values, which may move the ones these point into.
+  const Shape shape_a = *sa, shape_b = *sb;
+  sa = &shape_a;
+  sb = &shape_b;
   ops::EinsumLayout l;
   try {
     l = ops::einsum_layout(e, ops::EinsumAttrs::from_node(e), {*sa, *sb});
@@ -151,10 +157,6 @@ bool lower_one(Graph& g, int k) {
   }
   const Labels &A = l.inputs[0], &B = l.inputs[1], &O = l.output;
   if (!unique_labels(A) || !unique_labels(B) || !unique_labels(O)) return false;
-  // Extents must agree between the operands (no broadcast labels).
-  for (std::size_t i = 0; i < A.size(); ++i)
-    for (std::size_t j = 0; j < B.size(); ++j)
-      if (A[i] == B[j] && (*sa)[i] != (*sb)[j]) return false;
   Labels batch, contract, free_a, free_b;
   for (int x : O) {
     const bool in_a = contains(A, x), in_b = contains(B, x);
@@ -170,6 +172,15 @@ bool lower_one(Graph& g, int k) {
   }
   for (int x : B)
     if (!contains(O, x) && !contains(A, x)) return false;
+  // Extents must agree between the operands, except a batch label of extent 1 in one
+  // of them: the MatMul broadcasts it, so those keep their batch dimensions unflattened.
+  bool broadcast = false;
+  for (std::size_t i = 0; i < A.size(); ++i)
+    for (std::size_t j = 0; j < B.size(); ++j)
+      if (A[i] == B[j] && (*sa)[i] != (*sb)[j]) {
+        if (!contains(batch, A[i]) || ((*sa)[i] != 1 && (*sb)[j] != 1)) return false;
+        broadcast = true;
+      }
   const std::vector<int64_t>& ext = l.extent;
   const int64_t nb = product(ext, batch), m = product(ext, free_a), kk = product(ext, contract),
                 nn = product(ext, free_b);
@@ -177,6 +188,23 @@ bool lower_one(Graph& g, int k) {
   auto labelled = [&](const Labels& order) {
     Shape s;
     for (int x : order) s.push_back(ext[static_cast<std::size_t>(x)]);
+    return s;
+  };
+  // The extents of `order`'s labels in one operand (labels `have`, shape `shape`).
+  auto labelled_in = [&](const Labels& have, const Shape& shape, const Labels& order) {
+    Shape s;
+    for (int x : order)
+      s.push_back(
+          shape[static_cast<std::size_t>(std::find(have.begin(), have.end(), x) - have.begin())]);
+    return s;
+  };
+  // [batch extents as `shape` has them..., rows, cols]: flattened to 3-D, or with the
+  // batch dimensions kept where a label broadcasts.
+  auto operand_shape = [&](const Labels& have, const Shape& shape, int64_t rows, int64_t cols) {
+    Shape s = broadcast ? labelled_in(have, shape, batch) : Shape{};
+    if (!broadcast && batched) s.push_back(nb);
+    s.push_back(rows);
+    s.push_back(cols);
     return s;
   };
   Lowering low(g, e);
@@ -187,20 +215,34 @@ bool lower_one(Graph& g, int k) {
   b_order.insert(b_order.end(), free_b.begin(), free_b.end());
   int a = low.transpose(e.inputs[0], *sa, perm_of(A, a_order));
   int b = low.transpose(e.inputs[1], *sb, perm_of(B, b_order));
-  const Shape a3 = batched ? Shape{nb, m, kk} : Shape{m, kk};
-  const Shape b3 = batched ? Shape{nb, kk, nn} : Shape{kk, nn};
-  a = low.reshape(a, labelled(a_order), a3);
-  b = low.reshape(b, labelled(b_order), b3);
-  const Shape c3 = batched ? Shape{nb, m, nn} : Shape{m, nn};
-  int c = low.matmul(a, b, t, c3);
+  const Shape a3 = operand_shape(A, *sa, m, kk);
+  const Shape b3 = operand_shape(B, *sb, kk, nn);
+  a = low.reshape(a, labelled_in(A, *sa, a_order), a3);
+  b = low.reshape(b, labelled_in(B, *sb, b_order), b3);
+  Shape c3 = broadcast ? labelled(batch) : Shape{};
+  if (!broadcast && batched) c3.push_back(nb);
+  c3.push_back(m);
+  c3.push_back(nn);
   Labels c_order = batch;
   c_order.insert(c_order.end(), free_a.begin(), free_a.end());
   c_order.insert(c_order.end(), free_b.begin(), free_b.end());
-  c = low.reshape(c, c3, labelled(c_order));
-  // The last node writes the Einsum's own output value (readers keep it).
+  // The last node writes the Einsum's own output value (readers keep it): the Transpose
+  // to the output's order, else the Reshape out of the product, else the MatMul itself
+  // (no Identity copy of the result).
+  const int y = e.outputs[0];
   g.nodes[k].op_type.clear();
-  g.values[e.outputs[0]].producer = -1;
-  low.transpose(c, labelled(c_order), perm_of(c_order, O), e.outputs[0]);
+  g.values[y].producer = -1;
+  const std::vector<int64_t> out_perm = perm_of(c_order, O);
+  const Shape unflat = labelled(c_order);
+  if (!is_identity(out_perm)) {
+    int c = low.matmul(a, b, t, c3);
+    c = low.reshape(c, c3, unflat);
+    low.transpose(c, unflat, out_perm, y);
+  } else if (c3 != unflat) {
+    low.reshape(low.matmul(a, b, t, c3), c3, unflat, y);
+  } else {
+    low.matmul(a, b, t, c3, y);
+  }
   low.commit();
   return true;
 }

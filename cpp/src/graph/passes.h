@@ -17,6 +17,10 @@ namespace xpuruntime::graph::passes {
 int infer_and_fold(Graph& g, bool fold);
 // Conv/Gemm followed by BatchNormalization with constant parameters -> new weights.
 int fold_batchnorm(Graph& g);
+// MatMul (constant 2-D W) [-> Add bias] [-> Reshape/Flatten to [rows, C]] followed by a
+// BatchNormalization over those C columns -> scaled W and a bias Add
+// (fold_batchnorm_matmul.cpp); returns the BatchNormalizations folded.
+int fold_batchnorm_into_matmul(Graph& g);
 // MatMul+bias, Conv+residual Add, and {Conv, MatMul, Gemm}+activation epilogues,
 // each only where provider->takes_epilogue() says the device's kernels apply it to the
 // output's dtype (nullptr: float32 epilogues, the CPU's).

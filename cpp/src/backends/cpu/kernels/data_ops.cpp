@@ -1,11 +1,13 @@
 // Data movement and constants: Concat, Split, Slice, Gather, Pad, Cast,
 // ConstantOfShape, Constant, Range, Trilu, CumSum.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
 #include "backends/cpu/kernels/broadcast.h"
 #include "backends/cpu/kernels/elementwise.h"
 #include "backends/cpu/kernels/shape_util.h"
+#include "backends/cpu/kernels/isa_clones.h"
 #include "backends/cpu/kernels/parallel.h"
 #include "xpuruntime/ops/data.h"
 
@@ -29,6 +31,99 @@ std::vector<Meta> metas_of(const std::vector<TensorView>& in) {
     m[i].data = in[i].data;
   }
   return m;
+}
+
+// GatherElements: out[e] = data[e with its `axis` coordinate replaced by idx[e]]. The
+// indices' rows (all dimensions but the last) run in parallel; a row's data offset is
+// computed once, then its elements are gathered with the element type's width (the last
+// axis, relative-position attention's case, is a plain row gather). Returns -1, or the
+// flat position of an index out of [-size, size) (the output is then incomplete).
+template <typename E, typename I>
+int64_t gather_elements_typed(const E* src, const I* idx, E* dst, const Shape& ds, const Shape& is,
+                              int64_t axis) {
+  const int64_t r = static_cast<int64_t>(is.size());
+  const int64_t L = is[r - 1], rows = L > 0 ? shape_numel(is) / L : 0;
+  Shape dstr(r, 1);
+  for (int64_t i = r - 2; i >= 0; --i) dstr[i] = dstr[i + 1] * ds[i + 1];
+  const int64_t size = ds[axis], step = dstr[axis];
+  const bool last = axis == r - 1;
+  std::atomic<int64_t> first_bad{-1};
+  parallel_for(rows, rows * L, [&](int64_t r0, int64_t r1) XRT_ISA_LAMBDA {
+    for (int64_t row = r0; row < r1; ++row) {
+      int64_t rem = row, base = 0;
+      for (int64_t i = r - 2; i >= 0; --i) {
+        const int64_t c = rem % is[i];
+        rem /= is[i];
+        if (i != axis) base += c * dstr[i];
+      }
+      const I* ir = idx + row * L;
+      E* yr = dst + row * L;
+      const E* xr = src + base;
+      // The row's index range first (a vectorized pass over data in L1 after it): in
+      // range and non-negative, the gather runs without checks (vector gathers).
+      int64_t lo = static_cast<int64_t>(ir[0]), hi = lo;
+      for (int64_t j = 1; j < L; ++j) {
+        const int64_t k = static_cast<int64_t>(ir[j]);
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+      }
+      if (lo < -size || hi >= size) {
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t k = static_cast<int64_t>(ir[j]);
+          if (k < -size || k >= size) {
+            int64_t expected = -1;
+            first_bad.compare_exchange_strong(expected, row * L + j);
+            break;
+          }
+        }
+        continue;
+      }
+      if (last && lo >= 0) {
+        for (int64_t j = 0; j < L; ++j) yr[j] = xr[ir[j]];
+      } else if (last) {
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t k = static_cast<int64_t>(ir[j]);
+          yr[j] = xr[k < 0 ? k + size : k];
+        }
+      } else {
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t k = static_cast<int64_t>(ir[j]);
+          yr[j] = xr[(k < 0 ? k + size : k) * step + j];
+        }
+      }
+    }
+  });
+  return first_bad.load();
+}
+
+template <typename I>
+int64_t gather_elements_index(const TensorView& data, const I* idx, TensorView& out, int64_t axis,
+                              const Shape& is) {
+  const Shape& ds = data.shape;
+  switch (dtype_size(data.dtype)) {
+    case 1:
+      return gather_elements_typed(data.ptr<const uint8_t>(), idx, out.ptr<uint8_t>(), ds, is,
+                                   axis);
+    case 2:
+      return gather_elements_typed(data.ptr<const uint16_t>(), idx, out.ptr<uint16_t>(), ds, is,
+                                   axis);
+    case 4:
+      return gather_elements_typed(data.ptr<const uint32_t>(), idx, out.ptr<uint32_t>(), ds, is,
+                                   axis);
+    default:
+      XRT_CHECK(dtype_size(data.dtype) == 8, UnsupportedOperationError,
+                "GatherElements: element size ", dtype_size(data.dtype), " is not supported");
+      return gather_elements_typed(data.ptr<const uint64_t>(), idx, out.ptr<uint64_t>(), ds, is,
+                                   axis);
+  }
+}
+
+int64_t gather_elements(const TensorView& data, const TensorView& indices, TensorView& out,
+                        int64_t axis) {
+  if (indices.numel() == 0) return -1;
+  if (indices.dtype == DType::kInt32)
+    return gather_elements_index(data, indices.ptr<const int32_t>(), out, axis, indices.shape);
+  return gather_elements_index(data, indices.ptr<const int64_t>(), out, axis, indices.shape);
 }
 
 template <typename T>
@@ -215,30 +310,14 @@ parallel_for(outer * ni, out[0].numel(), [&](int64_t ob_begin, int64_t ob_end) {
       const Shape& is = in[1].shape;
       const int64_t r = in[0].rank();
       const int64_t axis = norm_axis(n, a.axis, r);
-      std::vector<int64_t> idx = in[1].ints();
-      for (int64_t& i : idx) {
-        XRT_CHECK(i >= -ds[axis] && i < ds[axis], InvalidArgumentError, n.where(), ": index ", i,
-                  " is out of range for axis ", axis, " of size ", ds[axis]);
-        if (i < 0) i += ds[axis];
-      }
-      Shape dstr(r, 1);
-      for (int64_t i = r - 2; i >= 0; --i) dstr[i] = dstr[i + 1] * ds[i + 1];
       for (int64_t i = 0; i < r; ++i)
         XRT_CHECK(i == axis || is[i] <= ds[i], InvalidArgumentError, n.where(),
                   ": indices shape ", shape_str(is), " exceeds data shape ", shape_str(ds));
-      const std::size_t es = dtype_size(in[0].dtype);
-      const char* src = static_cast<const char*>(in[0].data);
-      char* dst = static_cast<char*>(out[0].data);
-      const int64_t total = in[1].numel();
-      for (int64_t e = 0; e < total; ++e) {
-        int64_t rem = e, off = 0;
-        for (int64_t i = r - 1; i >= 0; --i) {
-          const int64_t c = rem % is[i];
-          rem /= is[i];
-          off += (i == axis ? idx[e] : c) * dstr[i];
-        }
-        std::memcpy(dst + e * es, src + off * es, es);
-      }
+      const int64_t bad = gather_elements(in[0], in[1], out[0], axis);
+      XRT_CHECK(bad < 0, InvalidArgumentError, n.where(), ": index ",
+                in[1].dtype == DType::kInt32 ? in[1].ptr<const int32_t>()[bad < 0 ? 0 : bad]
+                                             : in[1].ptr<const int64_t>()[bad < 0 ? 0 : bad],
+                " is out of range for axis ", axis, " of size ", ds[axis]);
     });
     defs.push_back(std::move(d));
   }

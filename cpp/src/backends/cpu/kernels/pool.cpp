@@ -4,6 +4,7 @@
 // speculated; results are identical, only FP exception flags could differ. Before
 // every include so inline helpers share these options and stay inlinable.
 #pragma GCC optimize("no-trapping-math")
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -108,8 +109,118 @@ parallel_for(planes, planes * OH * OW * KH * KW, [&](int64_t p_begin, int64_t p_
 });
 }
 
+// The taps of a window along one dimension: valid ones [k0, k1) (inside the input) and
+// how many lie inside input + pads (count_include_pad's count). A window starting past
+// the input (ceil_mode) has none; the check comes first as C++ division truncates.
+struct Taps {
+  int64_t k0 = 0, k1 = 0, padded = 0;
+};
+Taps window_taps(int64_t o, int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe) {
+  const int64_t b = o * s - pb;
+  Taps t;
+  t.k0 = b >= 0 ? 0 : (-b + d - 1) / d;
+  t.k1 = b > in - 1 ? 0 : std::min(k, (in - 1 - b) / d + 1);
+  t.k1 = std::max(t.k1, t.k0);
+  const int64_t last = in + pe - 1 - b;
+  t.padded = last < 0 ? 0 : std::min(k, last / d + 1);
+  return t;
+}
+
+// 2-D average pooling, separable: per output row the sum over the window's valid rows
+// (contiguous, vectorizes), then per output the sum over its valid columns of that row
+// sum: KH + KW adds per output instead of KH·KW and no per-tap bounds checks. Outputs
+// whose windows lie inside the row (the interior) are summed a tap at a time across the
+// row, which vectorizes for stride 1. Both counts are separable too (valid positions,
+// or positions inside input + pads), so the sum is scaled by the reciprocals of a
+// per-row and a per-column count (a rounding or two from dividing by their product); a
+// window without positions gives 0, as the generic loop. Sums run in the compute type
+// (float for fp32/fp16/bf16) instead of the generic loop's double.
 template <typename T>
-void pool_typed(const PoolAttrs& a, const TensorView& x, TensorView& y, TensorView* idx, bool is_max) {
+void avgpool2d(const Spatial& g, bool include_pad, const T* px, T* py, int64_t planes) {
+  using N = Num<T>;
+  using C = typename N::C;
+  const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2];
+  const int64_t KH = g.k[1], KW = g.k[2], SW = g.s[2], DW = g.d[2], PW = g.pb[2];
+  std::vector<Taps> th(OH), tw(OW);
+  for (int64_t oh = 0; oh < OH; ++oh)
+    th[oh] = window_taps(oh, H, KH, g.s[1], g.d[1], g.pb[1], g.pe[1]);
+  std::vector<C> inv_w(OW);  // 1 / per-column count (0 for a column without positions)
+  int64_t lo = OW, hi = 0;   // the interior [lo, hi): every column tap valid
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    tw[ow] = window_taps(ow, W, KW, SW, DW, PW, g.pe[2]);
+    const int64_t cnt = include_pad ? tw[ow].padded : tw[ow].k1 - tw[ow].k0;
+    inv_w[ow] = cnt > 0 ? C(1) / static_cast<C>(cnt) : C(0);
+    if (tw[ow].k0 == 0 && tw[ow].k1 == KW) {
+      lo = std::min(lo, ow);
+      hi = ow + 1;
+    }
+  }
+  for (int64_t ow = lo; ow < hi; ++ow)  // the interior is contiguous; guard anyway
+    if (tw[ow].k0 != 0 || tw[ow].k1 != KW) lo = hi;
+  // PoolFormer's 3x3 stride-1 window: three adds and one multiply per output.
+  const bool k3s1 = KW == 3 && SW == 1 && DW == 1;
+  parallel_for(
+      planes, planes * OH * OW * (KH + KW), [&](int64_t p_begin, int64_t p_end) XRT_ISA_LAMBDA {
+        std::vector<C> rows(static_cast<std::size_t>(W)), acc(static_cast<std::size_t>(OW));
+        std::vector<C> scale(static_cast<std::size_t>(OW));
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          const T* xp = px + p * H * W;
+          T* yp = py + p * OH * OW;
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            const Taps& t = th[oh];
+            const int64_t bh = oh * g.s[1] - g.pb[1];
+            C* rs = rows.data();
+            if (t.k1 > t.k0) {  // the first valid row, then the others added
+              const T* x0 = xp + (bh + t.k0 * g.d[1]) * W;
+              for (int64_t w = 0; w < W; ++w) rs[w] = N::load(x0[w]);
+            } else {
+              for (int64_t w = 0; w < W; ++w) rs[w] = C(0);
+            }
+            for (int64_t kh = t.k0 + 1; kh < t.k1; ++kh) {
+              const T* xr = xp + (bh + kh * g.d[1]) * W;
+              for (int64_t w = 0; w < W; ++w) rs[w] += N::load(xr[w]);
+            }
+            const int64_t cnt_h = include_pad ? t.padded : t.k1 - t.k0;
+            const C inv_h = cnt_h > 0 ? C(1) / static_cast<C>(cnt_h) : C(0);
+            C* sc = scale.data();
+            for (int64_t ow = 0; ow < OW; ++ow) sc[ow] = inv_h * inv_w[ow];
+            T* yr = yp + oh * OW;
+            if (lo < hi) {
+              const C* r = rs + (lo * SW - PW);  // inside the row for the interior
+              const int64_t n = hi - lo;
+              if (k3s1) {
+                for (int64_t i = 0; i < n; ++i)
+                  yr[lo + i] = N::store((r[i] + r[i + 1] + r[i + 2]) * sc[lo + i]);
+              } else {
+                C* a = acc.data();
+                for (int64_t i = 0; i < n; ++i) a[i] = r[i * SW];
+                for (int64_t kw = 1; kw < KW; ++kw) {
+                  const C* rk = r + kw * DW;
+                  if (SW == 1) {
+                    for (int64_t i = 0; i < n; ++i) a[i] += rk[i];
+                  } else {
+                    for (int64_t i = 0; i < n; ++i) a[i] += rk[i * SW];
+                  }
+                }
+                for (int64_t i = 0; i < n; ++i) yr[lo + i] = N::store(a[i] * sc[lo + i]);
+              }
+            }
+            for (int64_t ow = 0; ow < OW; ++ow) {  // the edges, tap by tap
+              if (ow == lo) ow = hi;
+              if (ow >= OW) break;
+              const int64_t b = ow * SW - PW;
+              C sum = C(0);
+              for (int64_t kw = tw[ow].k0; kw < tw[ow].k1; ++kw) sum += rs[b + kw * DW];
+              yr[ow] = N::store(sum * sc[ow]);
+            }
+          }
+        }
+      });
+}
+
+template <typename T>
+void pool_typed(const PoolAttrs& a, const TensorView& x, TensorView& y, TensorView* idx,
+                bool is_max) {
   using N = Num<T>;
   using C = typename N::C;
   const Spatial g = as3d(pool_geometry(a, x.shape));
@@ -117,6 +228,12 @@ void pool_typed(const PoolAttrs& a, const TensorView& x, TensorView& y, TensorVi
   if (is_max && !idx && g.in[0] == 1 && g.k[0] == 1 && g.pb[0] == 0) {
     maxpool2d<T>(g, x.ptr<const T>(), y.ptr<T>(), planes);
     return;
+  }
+  if constexpr (kIsFloat<T>) {
+    if (!is_max && g.in[0] == 1 && g.k[0] == 1 && g.pb[0] == 0 && g.out[0] == 1) {
+      avgpool2d<T>(g, a.count_include_pad, x.ptr<const T>(), y.ptr<T>(), planes);
+      return;
+    }
   }
   const int64_t in_sz = g.in_size(), out_sz = g.out_size();
   const bool include_pad = a.count_include_pad;
