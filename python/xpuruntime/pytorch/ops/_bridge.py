@@ -365,7 +365,13 @@ def column_sums(x: torch.Tensor, slot: list | None = None) -> torch.Tensor:
 
 
 def _run_column_sums(call: object, x: torch.Tensor, index: int) -> torch.Tensor:
-    out = torch.empty(x.shape[1], device=x.device, dtype=x.dtype)
+    return run_column_sums(call, x, x.shape[1], index)
+
+
+def run_column_sums(call: object, x: torch.Tensor, cols: int, index: int) -> torch.Tensor:
+    """Runs a prepared column-sum case on ``x``'s pointer (its rows x ``cols`` as the case
+    describes them; any leading shape of a contiguous ``x``); returns the ``cols`` sums."""
+    out = torch.empty(cols, device=x.device, dtype=x.dtype)
     _launch.run(call, (x,), (out,), x.device, index, raw_stream(index))
     return out
 
