@@ -137,16 +137,20 @@ def cached_verdict(
 
 def rows_aligned(t: torch.Tensor) -> torch.Tensor:
     """``t`` with a contiguous last dimension and 16-byte aligned rows and base (a copy when needed)."""
-    esize = t.element_size()
-    ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-    ok = ok and all((s * esize) % 16 == 0 for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1)
-    return t if ok else t.contiguous()
+    st = t.stride()
+    if st[-1] != 1 or t.data_ptr() % 16:
+        return t.contiguous()
+    esize, shape = t.element_size(), t.shape
+    for i in range(len(st) - 1):
+        if shape[i] > 1 and (st[i] * esize) % 16:
+            return t.contiguous()
+    return t
 
 
 def strides3(t: torch.Tensor) -> tuple[int, int, int]:
     """Element strides of dims 0..2 of a 4-D tensor; size-1 dims (never stepped over) get 0."""
-    s = t.stride()
-    return tuple(int(s[i]) if t.shape[i] > 1 else 0 for i in range(3))  # type: ignore[return-value]
+    s, n = t.stride(), t.shape
+    return (s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0, s[2] if n[2] > 1 else 0)
 
 
 def mask_args(
@@ -207,7 +211,7 @@ def flash_forward(
     keeps the contiguous layout its fake implementation promises).
     """
     index = q.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return flash_forward(q, k, v, mask, dropout_p, causal, scale, rng_state, layout_like_inputs)
     q, k, v = rows_aligned(q), rows_aligned(k), rows_aligned(v)
@@ -260,7 +264,7 @@ def flash_backward(
     (see :func:`flash_forward`), so autograd's transposes back are views.
     """
     index = q.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return flash_backward(
                 dout, q, k, v, out, lse, mask, dropout_p, causal, scale, rng_state, layout_like_inputs
@@ -336,7 +340,7 @@ def column_sums(x: torch.Tensor, slot: list | None = None) -> torch.Tensor:
         if hit is not None and hit[1] == _current_device():
             return _run_column_sums(hit[0], x, hit[1])
     index = x.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return column_sums(x)
     rows, cols = x.shape
@@ -396,7 +400,7 @@ def layernorm_forward(
     op outputs must not alias each other.)
     """
     index = x.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return layernorm_forward(x, weight, bias, cols, eps, with_stats)
     x = x.contiguous()
@@ -436,7 +440,7 @@ def layernorm_backward(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Fused LayerNorm backward; returns (dx, dweight or None, dbias or None)."""
     index = x.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return layernorm_backward(dy, x, mean, rstd, weight, cols, want_dweight, want_dbias)
     x, dy = x.contiguous(), dy.contiguous()
