@@ -414,7 +414,7 @@ STEPS_AFTER = {
     ],
     "linear (F.linear) with grad, issue 31 round 2": [
         (
-            "the weight passed as it is (ops.matmul._DirectLinear): no weight.t() view per call and no "
+            "the weight passed as it is (ops.linear._DirectLinear): no weight.t() view per call and no "
             "transpose node in the autograd graph; the weight's gradient comes back in its own layout"
         ),
         (
@@ -496,7 +496,7 @@ def backward_parts(device: str) -> dict[str, Any]:
     Python node (``autograd_parts``' floor), and the kernels' launches below."""
     if device != "cuda":
         return {}
-    from xpuruntime.pytorch.ops import _bridge, attention, layernorm, matmul
+    from xpuruntime.pytorch.ops import _bridge, attention, layernorm, linear, matmul
 
     sync = torch.cuda.synchronize
     dt = torch.float16
@@ -505,7 +505,7 @@ def backward_parts(device: str) -> dict[str, Any]:
     def rnd(*shape: int, grad: bool = False) -> torch.Tensor:
         return torch.randn(*shape, device="cuda", dtype=dt).requires_grad_(grad)
 
-    # ---- linear 8x64x64 with bias (cublasLt): ops.matmul._DirectLinear and its slots
+    # ---- linear 8x64x64 with bias (cublasLt): ops.linear._DirectLinear and its slots
     x, w, b = rnd(8, 64, grad=True), rnd(64, 64, grad=True), rnd(64, grad=True)
     g = torch.ones(8, 64, device="cuda", dtype=dt)
     slots = matmul.CaseSlots()
@@ -513,7 +513,7 @@ def backward_parts(device: str) -> dict[str, Any]:
     _safe_part(
         res,
         "linear fwd+bwd, our _DirectLinear without routing",
-        lambda: matmul.linear_forward(x, w, b, "cublasLt", slots).backward(g),
+        lambda: linear.linear_forward(x, w, b, "cublasLt", slots).backward(g),
         sync,
     )
     res["linear backward runs from its slots (CaseSlots.linear_bwd)"] = slots.linear_bwd is not None

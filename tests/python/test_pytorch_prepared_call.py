@@ -293,12 +293,12 @@ def test_the_direct_autograd_function_runs_its_case_from_the_slots(monkeypatch):
     [((3, 5, 16), (True, True, True)), ((7, 16), (True, True, False)), ((7, 16), (False, True, True))],
 )
 def test_the_direct_linear_runs_its_backward_from_the_slots_after_the_first(monkeypatch, x_shape, needs):
-    """ops.matmul._DirectLinear (a routed F.linear with grad: the weight as it is, no
+    """ops.linear._DirectLinear (a routed F.linear with grad: the weight as it is, no
     weight.t() node) on the registry's CPU kernel through the case's slots: the first
     backward fills them and marks the case (CaseSlots.linear_bwd), the later ones run
     from the slots on the pointers alone. Three calls on fresh inputs, every gradient
     against float64 autograd, inputs that need no gradient get None."""
-    from xpuruntime.pytorch.ops import _bridge, matmul
+    from xpuruntime.pytorch.ops import _bridge, linear, matmul
 
     kernel = _cpu_matmul_kernel()
 
@@ -308,9 +308,9 @@ def test_the_direct_linear_runs_its_backward_from_the_slots_after_the_first(monk
             return hit[0].run(a, b, bias, hit[1])
         return matmul._run_prepared(a, b, bias, kernel, 0, slot)
 
-    monkeypatch.setattr(matmul, "_run_cuda", run_cpu)
-    monkeypatch.setattr(matmul, "_column_sums_direct", lambda g2, slot=None: g2.sum(0))
-    monkeypatch.setattr(matmul, "_current_device", lambda: -1)  # a CPU GEMM's index
+    monkeypatch.setattr(linear, "_run_cuda", run_cpu)
+    monkeypatch.setattr(linear, "_column_sums_direct", lambda g2, slot=None: g2.sum(0))
+    monkeypatch.setattr(linear, "_current_device", lambda: -1)  # a CPU GEMM's index
     monkeypatch.setattr(_bridge, "eager_direct_ok", lambda *ts: True)
     _launch.clear()
     slots = matmul.CaseSlots()
@@ -319,7 +319,7 @@ def test_the_direct_linear_runs_its_backward_from_the_slots_after_the_first(monk
         w = _rand(24, 16, seed=seed + 3).requires_grad_(needs[1])
         b = _rand(24, seed=seed + 6).requires_grad_(needs[2])
         g = _rand(*x_shape[:-1], 24, seed=seed + 9)
-        y = matmul._DirectLinear.apply(x, w, b, kernel, slots)
+        y = linear._DirectLinear.apply(x, w, b, kernel, slots)
         assert y.grad_fn is not None and "Transpose" not in type(y.grad_fn.next_functions[1][0]).__name__
         y.backward(g)
         assert slots.linear_bwd == -1  # marked by the first backward
@@ -338,7 +338,7 @@ def test_the_direct_linear_runs_its_backward_from_the_slots_after_the_first(monk
 def test_the_direct_linear_keeps_the_general_backward_for_a_strided_input(monkeypatch):
     """A case whose input is not contiguous (its rows are a copy in the weight's gradient
     GEMM) never runs the pointer-only backward: each backward takes the general formula."""
-    from xpuruntime.pytorch.ops import _bridge, matmul
+    from xpuruntime.pytorch.ops import _bridge, linear, matmul
 
     kernel = _cpu_matmul_kernel()
 
@@ -348,9 +348,9 @@ def test_the_direct_linear_keeps_the_general_backward_for_a_strided_input(monkey
             return hit[0].run(a, b, bias, hit[1])
         return matmul._run_prepared(a, b, bias, kernel, 0, slot)
 
-    monkeypatch.setattr(matmul, "_run_cuda", run_cpu)
-    monkeypatch.setattr(matmul, "_column_sums_direct", lambda g2, slot=None: g2.sum(0))
-    monkeypatch.setattr(matmul, "_current_device", lambda: -1)
+    monkeypatch.setattr(linear, "_run_cuda", run_cpu)
+    monkeypatch.setattr(linear, "_column_sums_direct", lambda g2, slot=None: g2.sum(0))
+    monkeypatch.setattr(linear, "_current_device", lambda: -1)
     monkeypatch.setattr(_bridge, "eager_direct_ok", lambda *ts: True)
     _launch.clear()
     slots = matmul.CaseSlots()
@@ -359,7 +359,7 @@ def test_the_direct_linear_keeps_the_general_backward_for_a_strided_input(monkey
         x = base.transpose(1, 2).requires_grad_()  # [4, 6, 16], not contiguous
         w = _rand(24, 16, seed=seed + 3).requires_grad_()
         g = _rand(4, 6, 24, seed=seed + 9)
-        matmul._DirectLinear.apply(x, w, None, kernel, slots).backward(g)
+        linear._DirectLinear.apply(x, w, None, kernel, slots).backward(g)
         assert slots.linear_bwd is None
         x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
         (x64 @ w64.t()).backward(g.double())

@@ -41,7 +41,8 @@ import torch.nn.functional as F
 from . import _calls, _kernels, _log, _routing
 from .ops.attention import attention_forward, draw_rng_state
 from .ops.layernorm import layer_norm_forward
-from .ops.matmul import CaseSlots, linear_forward, matmul_forward
+from .ops.linear import linear_forward
+from .ops.matmul import CaseSlots, matmul_forward
 
 __all__ = ["case_key", "lookup", "prepare", "prepare_torch"]
 

@@ -21,7 +21,7 @@ from ... import _core
 from .._calls import output_shape
 from . import _bridge, _launch
 
-__all__ = ["CaseSlots", "linear_forward", "matmul_forward", "xrt_column_sums", "xrt_matmul"]
+__all__ = ["CaseSlots", "matmul_forward", "xrt_column_sums", "xrt_matmul"]
 
 MATMUL_KERNELS = ("cublasLt", "cublas")
 # What cuBLAS/cuBLASLt get by default in _core (kCublasLtDefaultWorkspace: 32 MiB,
@@ -223,7 +223,7 @@ class CaseSlots:
     and, for its backward, the two gradient GEMMs and the bias gradient's column sums
     (the gradient is made contiguous, so their layouts follow from the case).
 
-    ``linear_bwd``: for a routed ``F.linear`` (:class:`_DirectLinear`), the device index
+    ``linear_bwd``: for a routed ``F.linear`` (:mod:`.linear`), the device index
     its backward runs from the slots alone on the tensors' pointers (no view ops, no
     layout checks), or None until a first backward of the case has shown it can: the
     input and the weight contiguous (so the input's rows and the weight's gradient in
@@ -339,90 +339,6 @@ class _DirectMatmul(torch.autograd.Function):
         if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad, *ctx.saved_tensors):
             return (*_backward(ctx, grad), None)  # create_graph, or a mode that must see the op
         return (*_grads(ctx, *ctx.saved_tensors, grad, _run_cuda, _column_sums_direct, ctx.slots), None)
-
-
-class _DirectLinear(torch.autograd.Function):
-    """``F.linear(x, weight, bias)`` = ``x @ weight.t() (+ bias)`` on the CUDA kernels
-    directly, with the custom op's gradient formula, for a routed case (``slots``).
-
-    Unlike ``_DirectMatmul.apply(x, weight.t(), ...)`` the weight comes as it is: no
-    ``weight.t()`` view per call and no transpose node in the autograd graph (its
-    gradient is the weight's, in the weight's layout). A case's later calls run from its
-    slots on the tensors' pointers: the forward GEMM, and in the backward (once a first
-    backward has filled them, :attr:`CaseSlots.linear_bwd`) ``dx = g @ weight``,
-    ``dweight = g^T x`` and the bias gradient, with no view op and no layout check."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, kernel, slots):  # type: ignore[override]
-        ctx.save_for_backward(x, weight)
-        ctx.kernel, ctx.has_bias, ctx.slots = kernel, bias is not None, slots
-        hit = slots.fwd[0]
-        if hit is not None and hit[0].index == _current_device():
-            return hit[0].run(x, weight, bias, hit[1])  # weight.t() is a view of weight's pointer
-        return _run_cuda(x, weight.t(), bias, kernel, slots.fwd)
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        x, weight = ctx.saved_tensors
-        if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad, x, weight):
-            da, db, dbias, _ = _grads(ctx, x, weight.t(), grad, xrt_matmul, xrt_column_sums)
-            return da, None if db is None else db.t(), dbias, None, None
-        slots = ctx.slots
-        need = ctx.needs_input_grad
-        if slots.linear_bwd is not None and slots.linear_bwd == _current_device():
-            g = grad if grad.is_contiguous() else grad.contiguous()
-            dx = dw = dbias = None
-            if need[0]:
-                h = slots.da[0]
-                dx = h[0].run(g, weight, None, h[1])
-            if need[1]:
-                h = slots.db[0]
-                dw = h[0].run(g, x, None, h[1])  # g^T x: the weight's gradient in its layout
-            if ctx.has_bias and need[2]:
-                h = slots.dbias[0]
-                n = weight.shape[0]
-                dbias = _bridge.run_column_sums(h[0], g, n, h[1]) if h is not None else g.view(-1, n).sum(0)
-            return dx, dw, dbias, None, None
-        da, db, dbias, _ = _grads(ctx, x, weight.t(), grad, _run_cuda, _column_sums_direct, slots)
-        # The slots are the case's (its layouts are fixed): if the operands were used as
-        # they come, its later backwards run from the slots alone.
-        index = _current_device()
-        k = weight.shape[1]
-        if (
-            x.is_contiguous()
-            and weight.is_contiguous()
-            and k > 1
-            and _on(slots.da, need[0], index)
-            and _on(slots.db, need[1], index)
-            and (slots.dbias[0] is None or slots.dbias[0][1] == index)
-        ):
-            slots.linear_bwd = index
-        return da, None if db is None else db.t(), dbias, None, None
-
-
-def _on(slot: list, needed: bool, index: int) -> bool:
-    """True when a needed gradient GEMM's slot holds a prepared GEMM of device ``index``."""
-    return not needed or (slot[0] is not None and slot[0][0].index == index)
-
-
-def linear_forward(
-    x: Tensor, weight: Tensor, bias: Tensor | None, kernel: str, slots: CaseSlots, cuda: bool | None = None
-) -> Tensor:
-    """``F.linear(x, weight, bias)`` on ``kernel`` for a routed case (``slots``: the case's).
-
-    ``cuda``: whether ``x`` is a CUDA tensor (None: asked)."""
-    if cuda is None:
-        cuda = x.device.type == "cuda"
-    if cuda and _bridge.eager_direct_ok(x, weight, bias):
-        if torch.is_grad_enabled() and (
-            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-        ):
-            return _DirectLinear.apply(x, weight, bias, kernel, slots)
-        hit = slots.fwd[0]
-        if hit is not None and hit[0].index == _current_device():
-            return hit[0].run(x, weight, bias, hit[1])
-        return _run_cuda(x, weight.t(), bias, kernel, slots.fwd)
-    return xrt_matmul(x, weight.t(), bias, kernel)
 
 
 def matmul_forward(
