@@ -435,17 +435,18 @@ STEPS_AFTER = {
     ],
 }
 PARTS_NUMBER = 2000
+BACKWARD_PARTS_NUMBER = 300  # calls per block of a backward part (fwd+bwd rows: ~0.5 ms each)
 
 
-def _part_us(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
-    """Median µs per call of ``fn`` over 7 blocks of PARTS_NUMBER calls (host clock)."""
+def _part_us(fn: Callable[[], Any], sync: Callable[[], None], number: int = PARTS_NUMBER) -> float:
+    """Median µs per call of ``fn`` over 7 blocks of ``number`` calls (host clock)."""
     times = []
     for _ in range(7):
         t0 = time.perf_counter_ns()
-        for _ in range(PARTS_NUMBER):
+        for _ in range(number):
             fn()
         sync()
-        times.append((time.perf_counter_ns() - t0) / PARTS_NUMBER / 1e3)
+        times.append((time.perf_counter_ns() - t0) / number / 1e3)
     return statistics.median(times)
 
 
@@ -483,7 +484,7 @@ def _safe_part(res: dict[str, Any], name: str, fn: Callable[[], Any], sync: Call
     try:
         fn()
         sync()
-        res[name] = round(_part_us(fn, sync), 3)
+        res[name] = round(_part_us(fn, sync, BACKWARD_PARTS_NUMBER), 3)
     except Exception as e:  # noqa: BLE001 - reported in the results, not raised
         res[name] = f"failed: {type(e).__name__}: {e}"[:300]
 
