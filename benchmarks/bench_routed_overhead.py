@@ -462,6 +462,25 @@ class _Identity(torch.autograd.Function):
         return g
 
 
+class _GemmInBackward(torch.autograd.Function):
+    """An autograd function whose backward runs one prepared GEMM (``_PROBE``: a case's dx
+    slot and its weight): one launch from autograd's device thread, against
+    :class:`_Identity` (no launch) and the same launch alone on the calling thread."""
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        (gemm, shape), w = _PROBE
+        gemm.run(g, w, None, shape)
+        return g
+
+
+_PROBE: list = []
+
+
 def autograd_parts(device: str) -> dict[str, float]:
     """Host µs of a forward + backward through autograd with no Python node and with one
     Python node that does nothing (on CUDA the backward runs on autograd's device thread,
@@ -520,6 +539,20 @@ def backward_parts(device: str) -> dict[str, Any]:
     res["linear backward runs from its slots (CaseSlots.linear_bwd)"] = slots.linear_bwd is not None
     if slots.da[0] is not None and slots.db[0] is not None:
         da, db = slots.da[0], slots.db[0]
+        _PROBE[:] = [da, w]
+        xi = rnd(8, 64, grad=True)
+        _safe_part(
+            res,
+            "device thread: fwd+bwd, identity autograd.Function (fp16 8x64)",
+            lambda: (_Identity.apply(xi) * 2).backward(g),
+            sync,
+        )
+        _safe_part(
+            res,
+            "device thread: fwd+bwd, autograd.Function whose backward runs the dx GEMM once",
+            lambda: (_GemmInBackward.apply(xi) * 2).backward(g),
+            sync,
+        )
         _safe_part(
             res,
             "linear bwd part: dx = g @ W (empty + PreparedCall.run)",
