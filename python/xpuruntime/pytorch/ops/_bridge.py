@@ -278,8 +278,13 @@ def flash_backward(
     dq = _empty_bhsd(B, Hq, Sq, D, q, layout_like_inputs and _bshd_like(q))
     dk = _empty_bhsd(B, Hq, Sk, D, q, like and _bshd_like(k))
     dv = _empty_bhsd(B, Hq, Sk, D, q, like and _bshd_like(v))
-    dq_accum = torch.empty((B, Hq, Sq, D), device=dev, dtype=torch.float32)
-    dsum = torch.empty((B, Hq, Sq), device=dev, dtype=torch.float32)
+    # dq_accum (fp32 [B, Hq, Sq, D], zeroed by the kernel) and dsum (fp32 [B, Hq, Sq],
+    # written by it) are scratch of this launch only: the stream's kept workspace
+    # (_launch.workspace, as cuBLAS's and LayerNorm's), not two allocations per call.
+    stream = raw_stream(index)
+    rows = B * Hq * Sq
+    dsum_at = (rows * D * 4 + 255) // 256 * 256
+    ws, _ = _launch.workspace(dev, index, stream, dsum_at + rows * 4 if rows else 0)
     kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
     _core.cuda_kernels.flash_attention_backward(
         dtype=FLASH_DTYPES[dt],
@@ -293,8 +298,8 @@ def flash_backward(
         dq=dq.data_ptr(),
         dk=dk.data_ptr(),
         dv=dv.data_ptr(),
-        dq_accum=dq_accum.data_ptr(),
-        dsum=dsum.data_ptr(),
+        dq_accum=ws,
+        dsum=ws + dsum_at if ws else 0,
         q_stride=strides3(q),
         k_stride=strides3(k),
         v_stride=strides3(v),
@@ -310,7 +315,7 @@ def flash_backward(
         mask_stride=mstride,
         dropout_p=float(dropout_p),
         rng_state=rng_state.data_ptr() if rng_state is not None else 0,
-        stream=raw_stream(index),
+        stream=stream,
     )
     if Hq != Hkv:  # grouped-query attention: each kv head collects its query heads
         g = Hq // Hkv
