@@ -23,15 +23,22 @@ LN_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16:
 MIN_CAPABILITY = (9, 0)
 
 
-def custom_op(name: str, **kwargs) -> Callable:
-    """``torch.library.custom_op`` asking torch.compile for contiguous inputs.
+def custom_op(name: str, contiguous_inputs: bool = True, **kwargs) -> Callable:
+    """``torch.library.custom_op``, by default asking torch.compile for contiguous inputs.
 
     Our kernels and reference implementations return contiguous outputs; with the
     ``needs_contiguous_strides`` tag (where this torch has it) inductor also hands
     the ops contiguous inputs, so the layouts it traced are the ones that run.
+    ``contiguous_inputs=False`` (ops whose CUDA implementations take any layout,
+    copying only what their kernels cannot read, and whose outputs are contiguous
+    whatever the inputs: linear, attention) leaves the tag off, so inductor does not
+    copy a strided input (attention's q/k/v split from one projection and transposed,
+    say) before every call.
     """
-    if "tags" in inspect.signature(torch.library.custom_op).parameters and hasattr(
-        torch.Tag, "needs_contiguous_strides"
+    if (
+        contiguous_inputs
+        and "tags" in inspect.signature(torch.library.custom_op).parameters
+        and hasattr(torch.Tag, "needs_contiguous_strides")
     ):
         kwargs["tags"] = (torch.Tag.needs_contiguous_strides,)
     return torch.library.custom_op(name, **kwargs)

@@ -107,7 +107,7 @@ def _on(slot: list, needed: bool, index: int) -> bool:
 
 
 # ---- the custom ops (torch.compile, dispatch modes, subclasses; CPU references) ----------------
-@_bridge.custom_op("xpuruntime::linear", mutates_args=(), device_types="cpu")
+@_bridge.custom_op("xpuruntime::linear", contiguous_inputs=False, mutates_args=(), device_types="cpu")
 def xrt_linear(x: Tensor, weight: Tensor, bias: Tensor | None, kernel: str) -> Tensor:
     """``F.linear(x, weight, bias)`` on ``kernel``. CPU: the float reference."""
     return F.linear(x, weight, bias)
@@ -129,7 +129,9 @@ def _(x, weight, bias, kernel):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-@_bridge.custom_op("xpuruntime::linear_backward", mutates_args=(), device_types="cpu")
+@_bridge.custom_op(
+    "xpuruntime::linear_backward", contiguous_inputs=False, mutates_args=(), device_types="cpu"
+)
 def xrt_linear_backward(
     grad: Tensor, x: Tensor, weight: Tensor, kernel: str, need_x: bool, need_weight: bool, need_bias: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
