@@ -38,6 +38,10 @@ benchmarks/results/routed_overhead_<device>.json.
 Usage (GPU machine): PYTHONPATH=python XRT_BUILD_DIR=build python benchmarks/bench_routed_overhead.py
        [--rounds 15] [--calls 2000] [--out benchmarks/results] [--profile PATH]
        [--baseline DIR]
+On CUDA ``backward_parts_us`` splits the BACKWARD of each fwd+bwd row: the same fwd+bwd
+through our autograd functions without routing and through plain torch, and each
+backward step alone (the gradient GEMMs and column sums from the case's prepared calls,
+LayerNorm's and flash attention's backward entry calls, torch.empty, the eager checks).
 ``--profile PATH`` also writes a cProfile of the routed calls (top functions: the
 per-call steps with their own time).
 ``--baseline DIR`` adds ``routed_torch_baseline``: the same policy through an older
@@ -408,21 +412,42 @@ STEPS_AFTER = {
             "no event, no synchronization, no allocation outside torch's"
         ),
     ],
+    "linear (F.linear) with grad, issue 31 round 2": [
+        (
+            "the weight passed as it is (ops.linear._DirectLinear): no weight.t() view per call and no "
+            "transpose node in the autograd graph; the weight's gradient comes back in its own layout"
+        ),
+        (
+            "backward, once a first backward of the case marked it (CaseSlots.linear_bwd): dx = g @ W, "
+            "dW = g^T x and the bias column sums straight from the case's prepared calls on the tensors' "
+            "pointers: per GEMM torch.empty + PreparedCall.run, no reshape/transpose views, no layout "
+            "checks, no case key"
+        ),
+    ],
     "batched matmuls (b with batch dims)": ["unchanged: _core.ops.matmul_with_kernel through DLPack"],
-    "attention / layernorm": ["unchanged: raw entry points (their backward kernels have no KernelDef yet)"],
+    "attention / layernorm": [
+        "raw entry points (their backward kernels have no KernelDef yet)",
+        (
+            "issue 31 round 2: the device check by torch's C accessor (not torch.cuda.current_device()), "
+            "rows_aligned / strides3 without generators, LayerNorm's backward returns dx, dweight, dbias "
+            "without reshape views for a 1-D normalized_shape; the flash backward's dq_accum and dsum from "
+            "the stream's kept workspace (two torch.empty fewer per call)"
+        ),
+    ],
 }
 PARTS_NUMBER = 2000
+BACKWARD_PARTS_NUMBER = 300  # calls per block of a backward part (fwd+bwd rows: ~0.5 ms each)
 
 
-def _part_us(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
-    """Median µs per call of ``fn`` over 7 blocks of PARTS_NUMBER calls (host clock)."""
+def _part_us(fn: Callable[[], Any], sync: Callable[[], None], number: int = PARTS_NUMBER) -> float:
+    """Median µs per call of ``fn`` over 7 blocks of ``number`` calls (host clock)."""
     times = []
     for _ in range(7):
         t0 = time.perf_counter_ns()
-        for _ in range(PARTS_NUMBER):
+        for _ in range(number):
             fn()
         sync()
-        times.append((time.perf_counter_ns() - t0) / PARTS_NUMBER / 1e3)
+        times.append((time.perf_counter_ns() - t0) / number / 1e3)
     return statistics.median(times)
 
 
@@ -436,6 +461,25 @@ class _Identity(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         return g
+
+
+class _GemmInBackward(torch.autograd.Function):
+    """An autograd function whose backward runs one prepared GEMM (``_PROBE``: a case's dx
+    slot and its weight): one launch from autograd's device thread, against
+    :class:`_Identity` (no launch) and the same launch alone on the calling thread."""
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        (gemm, shape), w = _PROBE
+        gemm.run(g, w, None, shape)
+        return g
+
+
+_PROBE: list = []
 
 
 def autograd_parts(device: str) -> dict[str, float]:
@@ -452,6 +496,134 @@ def autograd_parts(device: str) -> dict[str, float]:
             _part_us(lambda: (_Identity.apply(x) * 2).backward(ones), sync), 3
         ),
     }
+
+
+def _safe_part(res: dict[str, Any], name: str, fn: Callable[[], Any], sync: Callable[[], None]) -> None:
+    """res[name] = :func:`_part_us` of ``fn``, or the error it raised (one part's failure
+    must not lose the run's other figures)."""
+    try:
+        fn()
+        sync()
+        res[name] = round(_part_us(fn, sync, BACKWARD_PARTS_NUMBER), 3)
+    except Exception as e:  # noqa: BLE001 - reported in the results, not raised
+        res[name] = f"failed: {type(e).__name__}: {e}"[:300]
+
+
+def backward_parts(device: str) -> dict[str, Any]:
+    """Host µs of the pieces of each routed call's BACKWARD (CUDA only), each timed alone on
+    the calling thread, beside the same call's fwd+bwd through our autograd functions
+    without routing (no policy mode) and through plain torch. So one GPU run shows where
+    a fwd+bwd row's time goes: routing (the routed row minus the unrouted one), the
+    Python node (``autograd_parts``' floor), and the kernels' launches below."""
+    if device != "cuda":
+        return {}
+    from xpuruntime.pytorch.ops import _bridge, attention, layernorm, linear, matmul
+
+    sync = torch.cuda.synchronize
+    dt = torch.float16
+    res: dict[str, Any] = {}
+
+    def rnd(*shape: int, grad: bool = False) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=dt).requires_grad_(grad)
+
+    # ---- linear 8x64x64 with bias (cublasLt): ops.linear._DirectLinear and its slots
+    x, w, b = rnd(8, 64, grad=True), rnd(64, 64, grad=True), rnd(64, grad=True)
+    g = torch.ones(8, 64, device="cuda", dtype=dt)
+    slots = matmul.CaseSlots()
+    _safe_part(res, "linear fwd+bwd, torch (no policy)", lambda: F.linear(x, w, b).backward(g), sync)
+    _safe_part(
+        res,
+        "linear fwd+bwd, our _DirectLinear without routing",
+        lambda: linear.linear_forward(x, w, b, "cublasLt", slots).backward(g),
+        sync,
+    )
+    res["linear backward runs from its slots (CaseSlots.linear_bwd)"] = slots.linear_bwd is not None
+    if slots.da[0] is not None and slots.db[0] is not None:
+        da, db = slots.da[0], slots.db[0]
+        _PROBE[:] = [da, w]
+        xi = rnd(8, 64, grad=True)
+        _safe_part(
+            res,
+            "device thread: fwd+bwd, identity autograd.Function (fp16 8x64)",
+            lambda: (_Identity.apply(xi) * 2).backward(g),
+            sync,
+        )
+        _safe_part(
+            res,
+            "device thread: fwd+bwd, autograd.Function whose backward runs the dx GEMM once",
+            lambda: (_GemmInBackward.apply(xi) * 2).backward(g),
+            sync,
+        )
+        _safe_part(
+            res,
+            "linear bwd part: dx = g @ W (empty + PreparedCall.run)",
+            lambda: da[0].run(g, w, None, da[1]),
+            sync,
+        )
+        _safe_part(
+            res,
+            "linear bwd part: dW = g^T x (empty + PreparedCall.run)",
+            lambda: db[0].run(g, x, None, db[1]),
+            sync,
+        )
+    if slots.dbias[0] is not None:
+        cs = slots.dbias[0]
+        _safe_part(
+            res,
+            "linear bwd part: bias gradient, column sums (empty + PreparedCall.run)",
+            lambda: _bridge.run_column_sums(cs[0], g, 64, cs[1]),
+            sync,
+        )
+    _safe_part(res, "linear bwd part: torch g.sum(0) (torch's bias gradient)", lambda: g.sum(0), sync)
+    _safe_part(res, "bwd part: torch.empty 8x64", lambda: torch.empty(8, 64, device="cuda", dtype=dt), sync)
+    _safe_part(res, "bwd part: eager_direct_ok(g, x, w)", lambda: _bridge.eager_direct_ok(g, x, w), sync)
+
+    # ---- layer_norm 8x64 (fused)
+    lw, lb = rnd(64, grad=True), rnd(64, grad=True)
+    _safe_part(
+        res, "layernorm fwd+bwd, torch (no policy)", lambda: F.layer_norm(x, (64,), lw, lb).backward(g), sync
+    )
+    _safe_part(
+        res,
+        "layernorm fwd+bwd, our _DirectLayerNorm without routing",
+        lambda: layernorm.layer_norm_forward(x, [64], lw, lb, 1e-5).backward(g),
+        sync,
+    )
+    xd = x.detach()
+    _, mean, rstd = _bridge.layernorm_forward(xd, lw.detach(), lb.detach(), 64, 1e-5)
+    _safe_part(
+        res,
+        "layernorm bwd part: _bridge.layernorm_backward (3 empty + workspace + kernel call)",
+        lambda: _bridge.layernorm_backward(g, xd, mean, rstd, lw.detach(), 64, True, True),
+        sync,
+    )
+
+    # ---- SDPA 1x2x16x64 causal (flash_v2)
+    q, k, v = rnd(1, 2, 16, 64, grad=True), rnd(1, 2, 16, 64, grad=True), rnd(1, 2, 16, 64, grad=True)
+    go = torch.ones(1, 2, 16, 64, device="cuda", dtype=dt)
+    _safe_part(
+        res,
+        "attention fwd+bwd, torch (no policy)",
+        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(go),
+        sync,
+    )
+    _safe_part(
+        res,
+        "attention fwd+bwd, our _DirectAttention without routing",
+        lambda: attention.attention_forward(q, k, v, None, 0.0, True, 64**-0.5, None).backward(go),
+        sync,
+    )
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    out, lse = _bridge.flash_forward(qd, kd, vd, None, 0.0, True, 64**-0.5, None, True)
+    _safe_part(
+        res,
+        "attention bwd part: _bridge.flash_backward (5 empty + kernel call)",
+        lambda: _bridge.flash_backward(go, qd, kd, vd, out, lse, None, 0.0, True, 64**-0.5, None, True),
+        sync,
+    )
+    _safe_part(res, "attention bwd part: rows_aligned(q)", lambda: _bridge.rows_aligned(qd), sync)
+    _safe_part(res, "attention bwd part: strides3(q)", lambda: _bridge.strides3(qd), sync)
+    return res
 
 
 def parts(device: str) -> dict[str, float]:
@@ -586,6 +758,10 @@ def main() -> None:
         )
     step_parts = parts(device)
     step_parts.update(autograd_parts(device))
+    try:
+        bwd_parts = backward_parts(device)
+    except Exception as e:  # noqa: BLE001 - the overhead figures above still get written
+        bwd_parts = {"failed": f"{type(e).__name__}: {e}"[:300]}
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     doc = {
         "benchmark": "bench_routed_overhead",
@@ -612,6 +788,7 @@ def main() -> None:
         "results": results,
         "sync_and_alloc_checks": checks,
         "parts_us": step_parts,
+        "backward_parts_us": bwd_parts,
         "per_call_steps_before": STEPS_BEFORE,
         "per_call_steps_after": STEPS_AFTER,
     }
@@ -630,6 +807,8 @@ def main() -> None:
             {v: round(x["min_us"], 2) for v, x in per.items()},
         )
     print("parts (µs per call, each step alone):", json.dumps(step_parts, indent=1))
+    if bwd_parts:
+        print("backward parts (µs per call, each alone):", json.dumps(bwd_parts, indent=1))
     print("wrote", path)
     if args.profile:
         write_profile(args.profile, device, 2000)

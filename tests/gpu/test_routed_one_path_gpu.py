@@ -120,6 +120,38 @@ def test_routed_linear_gradients_match_float64():
         torch.testing.assert_close(got.double(), want, rtol=5e-2, atol=5e-2 * want.abs().max().item())
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_routed_linears_later_backwards_run_from_its_slots_and_match_float64(with_bias):
+    """The first backward of a routed linear's case marks it (CaseSlots.linear_bwd); its
+    later backwards run dx, dW and the bias gradient from the case's prepared calls on
+    the pointers alone. Three fwd+bwd of one case on fresh inputs, each against float64."""
+    from xpuruntime.pytorch import _log
+
+    xrt_torch.set_kernel_policy(matmul="cublasLt")
+    for seed in (0, 10, 20):
+        x = _rand(4, 33, 64, seed=seed, grad=True)
+        w = _rand(48, 64, seed=seed + 1, grad=True)
+        b = _rand(48, seed=seed + 2, grad=True) if with_bias else None
+        F.linear(x, w, b).backward(g := _rand(4, 33, 48, seed=seed + 3))
+        ts = (x, w) + ((b,) if with_bias else ())
+        t64 = [t.detach().double().requires_grad_() for t in ts]
+        F.linear(*t64).backward(g.double())
+        for got, want in zip((t.grad for t in ts), (t.grad for t in t64)):
+            torch.testing.assert_close(got.double(), want, rtol=5e-2, atol=5e-2 * want.abs().max().item())
+    marked = [s.linear_bwd for e in _log.cases.values() if (s := _slots_of(e.launch)) is not None]
+    assert marked and all(m == 0 for m in marked), marked
+
+
+def _slots_of(launch):
+    """The CaseSlots a routed linear's launcher keeps (in its closure), or None."""
+    from xpuruntime.pytorch.ops.matmul import CaseSlots
+
+    for cell in getattr(launch, "__closure__", None) or ():
+        if isinstance(cell.cell_contents, CaseSlots):
+            return cell.cell_contents
+    return None
+
+
 def _calls():
     x, w, b = _rand(64, 256, grad=True), _rand(256, 256, seed=1, grad=True), _rand(256, seed=2, grad=True)
     q, k, v = (_rand(2, 4, 128, 64, seed=s, grad=True) for s in (3, 4, 5))

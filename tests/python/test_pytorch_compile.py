@@ -189,3 +189,77 @@ def test_best_performance_under_compile_records_why_it_was_not_timed():
     decisions = [d for d in xrt_torch.decision_log() if d.op in ("attention", "layernorm")]
     assert decisions
     assert all(d.rule != _core.rule.AUTO_BEST_PERFORMANCE or d.timings for d in decisions)
+
+
+def test_linear_ops_opcheck():
+    """xpuruntime::linear and xpuruntime::linear_backward (a routed F.linear under
+    torch.compile): schema, fake implementations and autograd registration, with and
+    without a bias, and a backward that asks for only some gradients."""
+    from xpuruntime.pytorch.ops.linear import xrt_linear, xrt_linear_backward
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 8, generator=g, requires_grad=True)
+    w = torch.randn(6, 8, generator=g, requires_grad=True)
+    b = torch.randn(6, generator=g, requires_grad=True)
+    for bias in (b, None):
+        torch.library.opcheck(xrt_linear, (x, w, bias, "cublasLt"))
+    gy = torch.randn(2, 5, 6, generator=g)
+    for need in ((True, True, True), (False, True, False), (True, False, True)):
+        torch.library.opcheck(xrt_linear_backward, (gy, x.detach(), w.detach(), "cublasLt", *need))
+    dx, dw, db = xrt_linear_backward(gy, x.detach(), w.detach(), "cublasLt", True, True, True)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    F.linear(x64, w64, b64).backward(gy.double())
+    for got, want in ((dx, x64.grad), (dw, w64.grad), (db, b64.grad)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_routed_linear_compiles_to_the_linear_ops_with_no_transposes(monkeypatch):
+    """Under torch.compile a routed F.linear on our GEMM kernel is xpuruntime::linear in
+    the forward graph and one xpuruntime::linear_backward in the backward graph, on the
+    weight and gradient as they are: no aten transpose / t for inductor to copy (the
+    needs_contiguous_strides tag made it copy weight.t() and the gradient's transpose
+    for every layer). On the CPU cublasLt is refused, so the trace-time decision is
+    swapped for it; the ops' CPU references then run, against eager F.linear."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from xpuruntime.pytorch import policy
+
+    decide = policy._compile_time_kernel
+
+    def cublaslt_for_linear(fi, arg_specs, kw_specs, hint, generation):
+        kernel = decide(fi, arg_specs, kw_specs, hint, generation)
+        return "cublasLt" if fi == policy._FUNC_INDEX[F.linear] else kernel
+
+    monkeypatch.setattr(policy, "_compile_time_kernel", cublaslt_for_linear)
+    graphs: dict[str, list[str]] = {"fw": [], "bw": []}
+
+    def backend(gm, example_inputs):
+        def keep(name):
+            def compiler(g, _inputs):
+                graphs[name] += [str(n.target) for n in g.graph.nodes if n.op == "call_function"]
+                return g
+
+            return compiler
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 24)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    xrt_torch.set_kernel_policy(matmul="cublasLt")
+    y = torch.compile(lambda t: F.gelu(lin(t)), backend=backend)(x)
+    y.sum().backward()
+    assert graphs["fw"].count("xpuruntime.linear.default") == 1, graphs["fw"]
+    assert graphs["bw"].count("xpuruntime.linear_backward.default") == 1, graphs["bw"]
+    for name, ops in graphs.items():
+        assert not [o for o in ops if o in ("aten.t.default", "aten.transpose.int")], (name, ops)
+        assert "xpuruntime.matmul.default" not in ops, (name, ops)
+    xrt_torch.clear_kernel_policy()
+    x2 = x.detach().clone().requires_grad_()
+    lin2 = torch.nn.Linear(16, 24)
+    lin2.load_state_dict(lin.state_dict())
+    y2 = F.gelu(lin2(x2))
+    y2.sum().backward()
+    torch.testing.assert_close(y, y2, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lin.weight.grad, lin2.weight.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lin.bias.grad, lin2.bias.grad, rtol=1e-5, atol=1e-5)

@@ -239,10 +239,8 @@ def test_a_routed_cases_slots_run_the_forward_and_backward_gemms_again(x_shape):
         x, g = _rand(*x_shape, seed=seed), _rand(*x_shape[:-1], 40, seed=seed + 10)
         y = mm(x, w.t(), bias, kernel, slots.fwd)
         assert slots.fwd[0] is not None
-        ctx = SimpleNamespace(
-            saved_tensors=(x, w.t()), has_bias=True, needs_input_grad=(True, True, True), kernel=kernel
-        )
-        dx, dw_t, db, _ = matmul._grads(ctx, g, mm, col_sums, slots)
+        ctx = SimpleNamespace(has_bias=True, needs_input_grad=(True, True, True), kernel=kernel)
+        dx, dw_t, db, _ = matmul._grads(ctx, x, w.t(), g, mm, col_sums, slots)
         x64, w64, b64 = (t.double().requires_grad_() for t in (x, w, bias))
         y64 = x64 @ w64.t() + b64
         y64.backward(g.double())
@@ -288,6 +286,85 @@ def test_the_direct_autograd_function_runs_its_case_from_the_slots(monkeypatch):
         for got, want in ((x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     assert all(s[0] is not None for s in (slots.fwd, slots.da, slots.db))
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "needs"),
+    [((3, 5, 16), (True, True, True)), ((7, 16), (True, True, False)), ((7, 16), (False, True, True))],
+)
+def test_the_direct_linear_runs_its_backward_from_the_slots_after_the_first(monkeypatch, x_shape, needs):
+    """ops.linear._DirectLinear (a routed F.linear with grad: the weight as it is, no
+    weight.t() node) on the registry's CPU kernel through the case's slots: the first
+    backward fills them and marks the case (CaseSlots.linear_bwd), the later ones run
+    from the slots on the pointers alone. Three calls on fresh inputs, every gradient
+    against float64 autograd, inputs that need no gradient get None."""
+    from xpuruntime.pytorch.ops import _bridge, linear, matmul
+
+    kernel = _cpu_matmul_kernel()
+
+    def run_cpu(a, b, bias, _kernel, slot=None):  # _run_cuda's slot logic on the CPU
+        hit = slot[0] if slot is not None else None
+        if hit is not None:
+            return hit[0].run(a, b, bias, hit[1])
+        return matmul._run_prepared(a, b, bias, kernel, 0, slot)
+
+    monkeypatch.setattr(linear, "_run_cuda", run_cpu)
+    monkeypatch.setattr(linear, "_column_sums_direct", lambda g2, slot=None: g2.sum(0))
+    monkeypatch.setattr(linear, "_current_device", lambda: -1)  # a CPU GEMM's index
+    monkeypatch.setattr(_bridge, "eager_direct_ok", lambda *ts: True)
+    _launch.clear()
+    slots = matmul.CaseSlots()
+    for seed in (0, 1, 2):
+        x = _rand(*x_shape, seed=seed).requires_grad_(needs[0])
+        w = _rand(24, 16, seed=seed + 3).requires_grad_(needs[1])
+        b = _rand(24, seed=seed + 6).requires_grad_(needs[2])
+        g = _rand(*x_shape[:-1], 24, seed=seed + 9)
+        y = linear._DirectLinear.apply(x, w, b, kernel, slots)
+        assert y.grad_fn is not None and "Transpose" not in type(y.grad_fn.next_functions[1][0]).__name__
+        y.backward(g)
+        assert slots.linear_bwd == -1  # marked by the first backward
+        x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+        y64 = x64 @ w64.t() + b64
+        y64.backward(g.double())
+        torch.testing.assert_close(y.detach().double(), y64.detach(), rtol=1e-5, atol=1e-5)
+        for t, want, need in ((x, x64.grad, needs[0]), (w, w64.grad, needs[1]), (b, b64.grad, needs[2])):
+            if need:
+                torch.testing.assert_close(t.grad.double(), want, rtol=1e-5, atol=1e-5)
+                assert t.grad.shape == t.shape and t.grad.is_contiguous()
+            else:
+                assert t.grad is None
+
+
+def test_the_direct_linear_keeps_the_general_backward_for_a_strided_input(monkeypatch):
+    """A case whose input is not contiguous (its rows are a copy in the weight's gradient
+    GEMM) never runs the pointer-only backward: each backward takes the general formula."""
+    from xpuruntime.pytorch.ops import _bridge, linear, matmul
+
+    kernel = _cpu_matmul_kernel()
+
+    def run_cpu(a, b, bias, _kernel, slot=None):
+        hit = slot[0] if slot is not None else None
+        if hit is not None:
+            return hit[0].run(a, b, bias, hit[1])
+        return matmul._run_prepared(a, b, bias, kernel, 0, slot)
+
+    monkeypatch.setattr(linear, "_run_cuda", run_cpu)
+    monkeypatch.setattr(linear, "_column_sums_direct", lambda g2, slot=None: g2.sum(0))
+    monkeypatch.setattr(linear, "_current_device", lambda: -1)
+    monkeypatch.setattr(_bridge, "eager_direct_ok", lambda *ts: True)
+    _launch.clear()
+    slots = matmul.CaseSlots()
+    for seed in (0, 1):
+        base = _rand(4, 16, 6, seed=seed)
+        x = base.transpose(1, 2).requires_grad_()  # [4, 6, 16], not contiguous
+        w = _rand(24, 16, seed=seed + 3).requires_grad_()
+        g = _rand(4, 6, 24, seed=seed + 9)
+        linear._DirectLinear.apply(x, w, None, kernel, slots).backward(g)
+        assert slots.linear_bwd is None
+        x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+        (x64 @ w64.t()).backward(g.double())
+        torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_a_support_verdict_is_asked_once_per_case():

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from . import _calls, _kernels, _log, _routing
 from .ops.attention import attention_forward, draw_rng_state
 from .ops.layernorm import layer_norm_forward
+from .ops.linear import linear_forward
 from .ops.matmul import CaseSlots, matmul_forward
 
 __all__ = ["case_key", "lookup", "prepare", "prepare_torch"]
@@ -349,9 +350,16 @@ def _matmul_launch(kernel: str, func: Callable, low: torch.dtype | None) -> Laun
     # Our kernels run the plain forms only (parse_call's "plain"; other forms decide
     # torch's kernel): the parameters are the torch function's, so Python binds them.
     if kind == "linear":
+        # the weight as it is: no weight.t() view per call, no transpose node in autograd
+        if low is None:
 
-        def launch_linear(input: Any, weight: Any, bias: Any = None) -> Any:
-            return run(input, weight.t(), bias)
+            def launch_linear(input: Any, weight: Any, bias: Any = None) -> Any:
+                return linear_forward(input, weight, bias, kernel, slots)
+
+        else:
+
+            def launch_linear(input: Any, weight: Any, bias: Any = None) -> Any:
+                return linear_forward(_cast(input, low), _cast(weight, low), _cast(bias, low), kernel, slots)
 
         return launch_linear
     if kind == "addmm":  # beta == alpha == 1 (the key holds their values)

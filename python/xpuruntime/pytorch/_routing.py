@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from .. import _core
 from ..dispatch import Decision
 from . import _kernels
-from ._calls import FUNC_OPS, Call, _matmul_call, context, parse_call, routed_functions
+from ._calls import _FUNCS, FUNC_OPS, Call, _matmul_call, context, parse_call, routed_functions
 from .ops.attention import attention_forward, draw_rng_state
 from .ops.layernorm import layer_norm_forward
+from .ops.linear import linear_forward
 from .ops.matmul import matmul_forward
 
 # (Call, parse_call, context, ... live in ._calls, which the ops' support checks use too;
@@ -132,6 +133,11 @@ def run(
         call = autocast_view(call)
     f = call.fields
     if call.op == "matmul":
+        if _FUNCS.get(func) == "linear":  # the weight as it is (ops.linear), not b = weight.t()
+            w = args[1] if len(args) > 1 else kwargs["weight"]
+            if w.dtype != f["b"].dtype:  # autocast_view's cast of b, on the weight itself
+                w = w.to(f["b"].dtype)
+            return linear_forward(f["a"], w, f["bias"], kernel)
         return matmul_forward(f["a"], f["b"], f["bias"], kernel)
     if call.op == "attention":
         q, k, v = f["query"], f["key"], f["value"]

@@ -23,15 +23,22 @@ LN_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16:
 MIN_CAPABILITY = (9, 0)
 
 
-def custom_op(name: str, **kwargs) -> Callable:
-    """``torch.library.custom_op`` asking torch.compile for contiguous inputs.
+def custom_op(name: str, contiguous_inputs: bool = True, **kwargs) -> Callable:
+    """``torch.library.custom_op``, by default asking torch.compile for contiguous inputs.
 
     Our kernels and reference implementations return contiguous outputs; with the
     ``needs_contiguous_strides`` tag (where this torch has it) inductor also hands
     the ops contiguous inputs, so the layouts it traced are the ones that run.
+    ``contiguous_inputs=False`` (ops whose CUDA implementations take any layout,
+    copying only what their kernels cannot read, and whose outputs are contiguous
+    whatever the inputs: linear, attention) leaves the tag off, so inductor does not
+    copy a strided input (attention's q/k/v split from one projection and transposed,
+    say) before every call.
     """
-    if "tags" in inspect.signature(torch.library.custom_op).parameters and hasattr(
-        torch.Tag, "needs_contiguous_strides"
+    if (
+        contiguous_inputs
+        and "tags" in inspect.signature(torch.library.custom_op).parameters
+        and hasattr(torch.Tag, "needs_contiguous_strides")
     ):
         kwargs["tags"] = (torch.Tag.needs_contiguous_strides,)
     return torch.library.custom_op(name, **kwargs)
@@ -137,16 +144,20 @@ def cached_verdict(
 
 def rows_aligned(t: torch.Tensor) -> torch.Tensor:
     """``t`` with a contiguous last dimension and 16-byte aligned rows and base (a copy when needed)."""
-    esize = t.element_size()
-    ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-    ok = ok and all((s * esize) % 16 == 0 for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1)
-    return t if ok else t.contiguous()
+    st = t.stride()
+    if st[-1] != 1 or t.data_ptr() % 16:
+        return t.contiguous()
+    esize, shape = t.element_size(), t.shape
+    for i in range(len(st) - 1):
+        if shape[i] > 1 and (st[i] * esize) % 16:
+            return t.contiguous()
+    return t
 
 
 def strides3(t: torch.Tensor) -> tuple[int, int, int]:
     """Element strides of dims 0..2 of a 4-D tensor; size-1 dims (never stepped over) get 0."""
-    s = t.stride()
-    return tuple(int(s[i]) if t.shape[i] > 1 else 0 for i in range(3))  # type: ignore[return-value]
+    s, n = t.stride(), t.shape
+    return (s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0, s[2] if n[2] > 1 else 0)
 
 
 def mask_args(
@@ -207,7 +218,7 @@ def flash_forward(
     keeps the contiguous layout its fake implementation promises).
     """
     index = q.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return flash_forward(q, k, v, mask, dropout_p, causal, scale, rng_state, layout_like_inputs)
     q, k, v = rows_aligned(q), rows_aligned(k), rows_aligned(v)
@@ -260,7 +271,7 @@ def flash_backward(
     (see :func:`flash_forward`), so autograd's transposes back are views.
     """
     index = q.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return flash_backward(
                 dout, q, k, v, out, lse, mask, dropout_p, causal, scale, rng_state, layout_like_inputs
@@ -274,8 +285,13 @@ def flash_backward(
     dq = _empty_bhsd(B, Hq, Sq, D, q, layout_like_inputs and _bshd_like(q))
     dk = _empty_bhsd(B, Hq, Sk, D, q, like and _bshd_like(k))
     dv = _empty_bhsd(B, Hq, Sk, D, q, like and _bshd_like(v))
-    dq_accum = torch.empty((B, Hq, Sq, D), device=dev, dtype=torch.float32)
-    dsum = torch.empty((B, Hq, Sq), device=dev, dtype=torch.float32)
+    # dq_accum (fp32 [B, Hq, Sq, D], zeroed by the kernel) and dsum (fp32 [B, Hq, Sq],
+    # written by it) are scratch of this launch only: the stream's kept workspace
+    # (_launch.workspace, as cuBLAS's and LayerNorm's), not two allocations per call.
+    stream = raw_stream(index)
+    rows = B * Hq * Sq
+    dsum_at = (rows * D * 4 + 255) // 256 * 256
+    ws, _ = _launch.workspace(dev, index, stream, dsum_at + rows * 4 if rows else 0)
     kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
     _core.cuda_kernels.flash_attention_backward(
         dtype=FLASH_DTYPES[dt],
@@ -289,8 +305,8 @@ def flash_backward(
         dq=dq.data_ptr(),
         dk=dk.data_ptr(),
         dv=dv.data_ptr(),
-        dq_accum=dq_accum.data_ptr(),
-        dsum=dsum.data_ptr(),
+        dq_accum=ws,
+        dsum=ws + dsum_at if ws else 0,
         q_stride=strides3(q),
         k_stride=strides3(k),
         v_stride=strides3(v),
@@ -306,7 +322,7 @@ def flash_backward(
         mask_stride=mstride,
         dropout_p=float(dropout_p),
         rng_state=rng_state.data_ptr() if rng_state is not None else 0,
-        stream=raw_stream(index),
+        stream=stream,
     )
     if Hq != Hkv:  # grouped-query attention: each kv head collects its query heads
         g = Hq // Hkv
@@ -336,7 +352,7 @@ def column_sums(x: torch.Tensor, slot: list | None = None) -> torch.Tensor:
         if hit is not None and hit[1] == _current_device():
             return _run_column_sums(hit[0], x, hit[1])
     index = x.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return column_sums(x)
     rows, cols = x.shape
@@ -365,7 +381,13 @@ def column_sums(x: torch.Tensor, slot: list | None = None) -> torch.Tensor:
 
 
 def _run_column_sums(call: object, x: torch.Tensor, index: int) -> torch.Tensor:
-    out = torch.empty(x.shape[1], device=x.device, dtype=x.dtype)
+    return run_column_sums(call, x, x.shape[1], index)
+
+
+def run_column_sums(call: object, x: torch.Tensor, cols: int, index: int) -> torch.Tensor:
+    """Runs a prepared column-sum case on ``x``'s pointer (its rows x ``cols`` as the case
+    describes them; any leading shape of a contiguous ``x``); returns the ``cols`` sums."""
+    out = torch.empty(cols, device=x.device, dtype=x.dtype)
     _launch.run(call, (x,), (out,), x.device, index, raw_stream(index))
     return out
 
@@ -390,7 +412,7 @@ def layernorm_forward(
     op outputs must not alias each other.)
     """
     index = x.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return layernorm_forward(x, weight, bias, cols, eps, with_stats)
     x = x.contiguous()
@@ -430,7 +452,7 @@ def layernorm_backward(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Fused LayerNorm backward; returns (dx, dweight or None, dbias or None)."""
     index = x.device.index
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         with torch.cuda.device(index):
             return layernorm_backward(dy, x, mean, rstd, weight, cols, want_dweight, want_dbias)
     x, dy = x.contiguous(), dy.contiguous()

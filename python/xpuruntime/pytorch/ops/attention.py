@@ -191,7 +191,7 @@ def _flash_bwd_cpu(dout, q, k, v, out, lse, attn_mask, dropout_p, is_causal, sca
 
 
 # ---- the custom ops ---------------------------------------------------------------------
-@_bridge.custom_op("xpuruntime::flash_attn_fwd", mutates_args=(), device_types="cpu")
+@_bridge.custom_op("xpuruntime::flash_attn_fwd", contiguous_inputs=False, mutates_args=(), device_types="cpu")
 def flash_attn_fwd(
     q: Tensor,
     k: Tensor,
@@ -219,7 +219,7 @@ def _(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state):
     return out, lse
 
 
-@_bridge.custom_op("xpuruntime::flash_attn_bwd", mutates_args=(), device_types="cpu")
+@_bridge.custom_op("xpuruntime::flash_attn_bwd", contiguous_inputs=False, mutates_args=(), device_types="cpu")
 def flash_attn_bwd(
     dout: Tensor,
     q: Tensor,

@@ -221,11 +221,14 @@ class _DirectLayerNorm(torch.autograd.Function):
         dx, dw, db = _bridge.layernorm_backward(
             grad_y.contiguous(), x, mean, rstd, weight, math.prod(shape), need_w, need_b
         )
+        # dx is x's shape already (empty_like); dw and db are [cols]: a view only for a
+        # normalized_shape of more than one dimension
+        one = len(shape) == 1
         return (
-            dx.reshape(x.shape),
+            dx,
             None,
-            dw.reshape(shape) if need_w else None,
-            db.reshape(shape) if need_b else None,
+            (dw if one else dw.reshape(shape)) if need_w else None,
+            (db if one else db.reshape(shape)) if need_b else None,
             None,
         )
 

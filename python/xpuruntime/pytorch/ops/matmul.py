@@ -221,24 +221,38 @@ class CaseSlots:
     """What the hot path keeps for one routed call's case (routing checked its tensors:
     one dtype, shape and layout per argument), filled on first use: the forward GEMM
     and, for its backward, the two gradient GEMMs and the bias gradient's column sums
-    (the gradient is made contiguous, so their layouts follow from the case)."""
+    (the gradient is made contiguous, so their layouts follow from the case).
 
-    __slots__ = ("da", "db", "dbias", "fwd")
+    ``linear_bwd``: for a routed ``F.linear`` (:mod:`.linear`), the device index
+    its backward runs from the slots alone on the tensors' pointers (no view ops, no
+    layout checks), or None until a first backward of the case has shown it can: the
+    input and the weight contiguous (so the input's rows and the weight's gradient in
+    its own layout are the GEMM operands as they come), every gradient GEMM it needs
+    prepared."""
+
+    __slots__ = ("da", "db", "dbias", "fwd", "linear_bwd")
 
     def __init__(self) -> None:
         self.fwd: list = [None]
         self.da: list = [None]
         self.db: list = [None]
         self.dbias: list = [None]
+        self.linear_bwd: int | None = None
 
 
 def _grads(
-    ctx, grad, mm: Callable[..., Tensor], col_sums: Callable[..., Tensor], slots: CaseSlots | None = None
+    ctx,
+    a: Tensor,
+    b: Tensor,
+    grad: Tensor,
+    mm: Callable[..., Tensor],
+    col_sums: Callable[..., Tensor],
+    slots: CaseSlots | None = None,
 ):
-    """(da, db, dbias, None, ...): the gradient products computed by ``mm``, the bias
-    gradient (the output gradient's column sums) by ``col_sums``. With ``slots`` (the
-    direct path of a routed case) ``mm`` and ``col_sums`` get the case's slot of each."""
-    a, b = ctx.saved_tensors
+    """(da, db, dbias, None) of ``a @ b (+ bias)``: the gradient products computed by
+    ``mm``, the bias gradient (the output gradient's column sums) by ``col_sums``. With
+    ``slots`` (the direct path of a routed case) ``mm`` and ``col_sums`` get the case's
+    slot of each."""
     grad = grad.contiguous()
     da = db = dbias = None
     want_dbias = ctx.has_bias and ctx.needs_input_grad[2]
@@ -304,7 +318,7 @@ def _(x):
 
 
 def _backward(ctx, grad):
-    return _grads(ctx, grad, xrt_matmul, xrt_column_sums)
+    return _grads(ctx, *ctx.saved_tensors, grad, xrt_matmul, xrt_column_sums)
 
 
 xrt_matmul.register_autograd(_backward, setup_context=_setup_context)
@@ -324,7 +338,7 @@ class _DirectMatmul(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         if torch.is_grad_enabled() or not _bridge.eager_direct_ok(grad, *ctx.saved_tensors):
             return (*_backward(ctx, grad), None)  # create_graph, or a mode that must see the op
-        return (*_grads(ctx, grad, _run_cuda, _column_sums_direct, ctx.slots), None)
+        return (*_grads(ctx, *ctx.saved_tensors, grad, _run_cuda, _column_sums_direct, ctx.slots), None)
 
 
 def matmul_forward(
