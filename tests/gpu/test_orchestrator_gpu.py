@@ -122,16 +122,41 @@ def test_classifier_with_topk_native_cuda_plus_onnxruntime(classifier):
         for e, f, o in runs:
             e.run(f, o)
     diffs, parts, alones = [], [], []
+    # Where the difference goes: each island's time inside the partitioned run (the
+    # engine's own per-island clock) and alone, and the partitioned run less its islands.
+    engine = sess._engine
+    inside: list[list[float]] = [[] for _ in runs]
+    alone_each: list[list[float]] = [[] for _ in runs]
+    loop = []
     for _ in range(ROUNDS):
+        before = list(engine._island_time)
         t0 = clock()
         sess.run(x)
         t1 = clock()
-        for e, f, o in runs:
+        for k, (e, f, o) in enumerate(runs):
+            s0 = clock()
             e.run(f, o)
+            alone_each[k].append(clock() - s0)
         t2 = clock()
+        spent = [a - b for a, b in zip(engine._island_time, before)]
+        for k, d in enumerate(spent):
+            inside[k].append(d)
+        loop.append((t1 - t0) - sum(spent))
         diffs.append((t1 - t0) - (t2 - t1))
         parts.append(t1 - t0)
         alones.append(t2 - t1)
+    breakdown_us = {
+        "session.run less the islands' own run time (orchestrator + session)": float(np.median(loop)) * 1e6,
+        **{
+            f"island {k} ({isl.place}) inside the partitioned run": float(np.median(inside[k])) * 1e6
+            for k, (isl, _) in enumerate(sess._engine.islands())
+        },
+        **{
+            f"island {k} ({isl.place}) alone": float(np.median(alone_each[k])) * 1e6
+            for k, (isl, _) in enumerate(sess._engine.islands())
+        },
+    }
+    print(breakdown_us)
     boundaries = len(part.boundaries)
     per_us = float(np.median(diffs)) / max(boundaries, 1) * 1e6
     print(
@@ -147,6 +172,7 @@ def test_classifier_with_topk_native_cuda_plus_onnxruntime(classifier):
             "partitioned_ms_median": float(np.median(parts)) * 1e3,
             "islands_alone_ms_median": float(np.median(alones)) * 1e3,
             "copies": copies,
+            "breakdown_us_medians": breakdown_us,
             "rel_err_vs_torch": err,
             "goals": [
                 {
