@@ -37,7 +37,7 @@ pytestmark = [
 
 RTOL = 1e-4  # fp32, TF32 off, against torch on the CPU (float32)
 MAX_OVERHEAD_US = 20.0
-ROUNDS = 200
+ROUNDS = 500
 
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core import InvalidArgumentError, PolicyError, UnsupportedOperationError, XpuRuntimeError
+from ..engines._common import normalize_inputs, normalize_output_names
 
 
 class InferenceSession:
@@ -173,8 +174,6 @@ class InferenceSession:
         (caller buffers, one per requested output, written in place) and ``stream`` (the
         caller's CUDA stream: torch, cupy, ours or a raw handle).
         """
-        from ..engines._common import normalize_inputs, normalize_output_names
-
         # Every engine sees the same inputs: [] means every output (as in ONNX Runtime);
         # numpy arrays in a non-native byte order are converted exactly, masked or
         # structured ones refused naming the input (engines._common.host_array).
