@@ -26,6 +26,8 @@
 #                               bounded by SANITIZE_TIMEOUT s, default 150; memcheck
 #                               by SANITIZE_MEMCHECK_TIMEOUT; SANITIZE_TOOLS picks the C++
 #                               suites' tools, SANITIZE_ZOO=0 skips the zoo)
+#         sanitize-py           memcheck + racecheck over the GPU suites of our kernels
+#                               that only the PyTorch path runs (our kernels only)
 #       and packs logs and results into $OUT/results.tgz. Prints a table of stage,
 #       seconds and status last. PYTEST_TIMEOUT / BENCH_TIMEOUT (s) bound each stage.
 set -uo pipefail
@@ -179,6 +181,22 @@ remote() {
             >$LOGS/sanitize_${tool}_zoo.out 2>&1"
           rc=$((rc | $?)); tail -3 "$LOGS/sanitize_${tool}_zoo.log"
         done ;;
+      sanitize-py)
+        # Our kernels that only the PyTorch path runs (flash_v2 forward and backward,
+        # LayerNorm forward and backward, column sums, the skinny GEMM) through their
+        # GPU suites; only kernels whose name holds "xpuruntime" are checked (torch's
+        # own run unchecked, at near full speed). Bounded by SANITIZE_TIMEOUT each.
+        local cs st_t=${SANITIZE_TIMEOUT:-150}
+        local suites="tests/gpu/test_layernorm_gpu.py tests/gpu/test_column_sums_gpu.py tests/gpu/test_skinny_gemm_gpu.py tests/gpu/test_attention_gpu.py"
+        cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+        for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+          local extra=''
+          [ "$tool" = memcheck ] && extra='--report-api-errors no'
+          run_stage "$tool PyTorch-path kernels (pytest)" bash -c "timeout $st_t $cs --tool $tool $extra \
+            --kernel-name kns=xpuruntime --error-exitcode 9 --log-file $LOGS/sanitize_${tool}_py.log \
+            python3 -m pytest -q -x -p no:cacheprovider -m gpu $suites >$LOGS/sanitize_${tool}_py.out 2>&1"
+          rc=$((rc | $?)); tail -3 "$LOGS/sanitize_${tool}_py.log"; tail -2 "$LOGS/sanitize_${tool}_py.out"
+        done ;;
       *) echo "unknown stage '$st'"; rc=1 ;;
     esac
   done
@@ -193,5 +211,5 @@ remote() {
 case "$MODE" in
   pack) pack "$@" ;;
   remote) remote "$@" ;;
-  *) sed -n 2,33p "$0"; exit 2 ;;
+  *) sed -n 2,35p "$0"; exit 2 ;;
 esac
