@@ -186,15 +186,18 @@ remote() {
         # LayerNorm forward and backward, column sums, the skinny GEMM) through their
         # GPU suites; only kernels whose name holds "xpuruntime" are checked (torch's
         # own run unchecked, at near full speed). Bounded by SANITIZE_TIMEOUT each.
+        # racecheck hits an internal sanitizer error in cuBLASLt's Hopper kernels (a
+        # routed linear): SANITIZE_PY_K passes pytest a -k expression to leave those out.
         local cs st_t=${SANITIZE_TIMEOUT:-150}
-        local suites="tests/gpu/test_layernorm_gpu.py tests/gpu/test_column_sums_gpu.py tests/gpu/test_skinny_gemm_gpu.py tests/gpu/test_attention_gpu.py"
+        local suites=${SANITIZE_PY_SUITES:-"tests/gpu/test_layernorm_gpu.py tests/gpu/test_column_sums_gpu.py tests/gpu/test_skinny_gemm_gpu.py tests/gpu/test_attention_gpu.py"}
         cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
         for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
           local extra=''
           [ "$tool" = memcheck ] && extra='--report-api-errors no'
           run_stage "$tool PyTorch-path kernels (pytest)" bash -c "timeout $st_t $cs --tool $tool $extra \
             --kernel-name kns=xpuruntime --error-exitcode 9 --log-file $LOGS/sanitize_${tool}_py.log \
-            python3 -m pytest -q -x -p no:cacheprovider -m gpu $suites >$LOGS/sanitize_${tool}_py.out 2>&1"
+            python3 -m pytest -q -p no:cacheprovider -m gpu $suites ${SANITIZE_PY_K:+-k \"$SANITIZE_PY_K\"} \
+            >$LOGS/sanitize_${tool}_py.out 2>&1"
           rc=$((rc | $?)); tail -3 "$LOGS/sanitize_${tool}_py.log"; tail -2 "$LOGS/sanitize_${tool}_py.out"
         done ;;
       *) echo "unknown stage '$st'"; rc=1 ;;
