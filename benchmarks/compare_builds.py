@@ -98,8 +98,10 @@ def _collect(dirs: list[str]) -> tuple[dict[str, list[float]], dict[str, Any]]:
                 data = json.load(f)
             if "env" in data:
                 env = data["env"]
-            elif "device" in data:  # bench_native_cuda.py: device, date and versions at the top
-                env = {k: data[k] for k in ("device", "date", "versions") if k in data}
+            elif "device" in data or "machine" in data:
+                # bench_native_cuda.py (device) and bench_native_cpu.py (machine): the
+                # machine, date and versions at the top of the file.
+                env = {k: data[k] for k in ("device", "machine", "date", "versions") if k in data}
             for k, v in _figures(bench, data).items():
                 runs.setdefault(k, []).append(float(v))
     return runs, env
@@ -141,7 +143,7 @@ def main() -> None:
     result = {
         "benchmark": "compare_builds",
         "date": datetime.date.today().isoformat(),
-        "device": env.get("device", ""),
+        "device": env.get("device") or (env.get("machine") or {}).get("cpu_model", ""),
         "env": env,
         "base_rev": args.base_rev,
         "head_rev": args.head_rev,

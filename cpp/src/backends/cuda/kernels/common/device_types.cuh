@@ -118,6 +118,19 @@ inline unsigned grid_for(int64_t n, int threads, int per_thread = 1) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
+// Into how many chunks to split each of `blocks` independent pieces of work of `items`
+// items (a reduction whose parts are merged afterwards in a fixed order) so that the
+// launch has about two blocks per SM of an H100/H200: chunks of at least `min_chunk`
+// items, at most 64. 1 where the pieces alone fill the device. Never an empty chunk:
+// (chunks - 1)^2 < items whenever chunks <= items / min_chunk and min_chunk >= 64.
+inline int64_t split_chunks(int64_t blocks, int64_t items, int64_t min_chunk) {
+  constexpr int64_t kBlocksWanted = 2 * 132, kMaxChunks = 64;
+  if (blocks >= kBlocksWanted || items < 2 * min_chunk) return 1;
+  int64_t c = (kBlocksWanted + blocks - 1) / blocks;
+  if (c > items / min_chunk) c = items / min_chunk;
+  return c < 1 ? 1 : (c > kMaxChunks ? kMaxChunks : c);
+}
+
 // Calls f(TypeTag<E>{}) with an unsigned integer type of elem bytes (the
 // byte-generic data-movement kernels); throws for sizes other than 1, 2, 4, 8.
 template <typename F>

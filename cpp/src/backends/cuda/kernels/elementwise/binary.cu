@@ -85,6 +85,19 @@ __device__ __forceinline__ auto binary_apply(C a, C b) {
 template <BinaryOp K, typename T>
 using out_t = std::conditional_t<binary_is_compare(K), bool, T>;
 
+// A 16-byte vector of T's (kV = 16 / sizeof(T) elements) and the output vector of the
+// same element count (bool outputs: 16 / sizeof(T) bytes), for the vectorized kernels.
+template <typename T>
+inline constexpr int kVecOf = 16 / sizeof(T);
+template <typename T>
+struct alignas(16) InVec {
+  T v[kVecOf<T>];
+};
+template <typename O, int N>
+struct alignas(sizeof(O) * N) OutVec {
+  O v[N];
+};
+
 // mode 0: both dense; 1: a dense, b scalar; 2: a scalar, b dense; 3: general.
 template <BinaryOp K, typename T, int kMode>
 __global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b,
@@ -118,12 +131,8 @@ __global__ void binary_vec_kernel(const T* __restrict__ a, const T* __restrict__
   using C = compute_t<T>;
   using O = out_t<K, T>;
   constexpr int kV = 16 / sizeof(T);
-  struct alignas(16) VI {
-    T v[kV];
-  };
-  struct alignas(sizeof(O) * kV) VO {
-    O v[kV];
-  };
+  using VI = InVec<T>;
+  using VO = OutVec<O, kV>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nv = n / kV;
@@ -158,12 +167,8 @@ __global__ void binary_row_kernel(const T* __restrict__ dense, const T* __restri
   O* o = out + row * inner;
   auto op = [v](C x) { return kDenseFirst ? binary_apply<K, C>(x, v) : binary_apply<K, C>(v, x); };
   if (kV > 1 && vec) {
-    struct alignas(16) VI {
-      T v[kV];
-    };
-    struct alignas(sizeof(O) * kV) VO {
-      O v[kV];
-    };
+    using VI = InVec<T>;
+    using VO = OutVec<O, kV>;
     for (int64_t i = threadIdx.x; i < inner / kV; i += blockDim.x) {
       const VI x = reinterpret_cast<const VI*>(d)[i];
       VO z;
@@ -191,12 +196,8 @@ __global__ void binary_vec_walk_kernel(const T* __restrict__ a, const T* __restr
   using C = compute_t<T>;
   using O = out_t<K, T>;
   constexpr int kV = 16 / sizeof(T);
-  struct alignas(16) VI {
-    T v[kV];
-  };
-  struct alignas(sizeof(O) * kV) VO {
-    O v[kV];
-  };
+  using VI = InVec<T>;
+  using VO = OutVec<O, kV>;
   const int64_t nv = ix.numel / kV;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < nv;

@@ -123,15 +123,8 @@ __global__ void __launch_bounds__(kThreads)
     yr[i] = store<T>((static_cast<A>(load(xr[i])) - mean) * ch + sh);
 }
 
-// Chunks per row: enough blocks for two per SM of an H100/H200, chunks of at least
-// 8192 values, at most 64.
-int64_t chunks_for(int64_t rows, int64_t inner) {
-  constexpr int64_t kBlocksWanted = 2 * 132, kMinChunk = 8192, kMaxChunks = 64;
-  if (rows >= kBlocksWanted || inner < 2 * kMinChunk) return 1;
-  int64_t c = (kBlocksWanted + rows - 1) / rows;
-  if (c > inner / kMinChunk) c = inner / kMinChunk;
-  return c < 1 ? 1 : (c > kMaxChunks ? kMaxChunks : c);
-}
+// Chunks per row: at least 8192 values each (split_chunks).
+int64_t chunks_for(int64_t rows, int64_t inner) { return split_chunks(rows, inner, 8192); }
 
 }  // namespace
 

@@ -160,14 +160,9 @@ __global__ void nhwc_global_pool_merge(const float *__restrict__ part, T *__rest
   y[i] = store<T>(kMax ? a : a / static_cast<float>(pixels));
 }
 
-// Pixel chunks of a global pool: enough blocks for two per SM of an H100/H200, at
-// least 256 pixels a chunk, at most 64 chunks.
+// Pixel chunks of a global pool: at least 256 pixels each (split_chunks).
 int64_t global_pool_chunks(int64_t blocks, int64_t pixels) {
-  constexpr int64_t kBlocksWanted = 2 * 132, kMinPixels = 256, kMaxChunks = 64;
-  if (blocks >= kBlocksWanted || pixels < 2 * kMinPixels) return 1;
-  int64_t c = (kBlocksWanted + blocks - 1) / blocks;
-  if (c > pixels / kMinPixels) c = pixels / kMinPixels;
-  return c < 1 ? 1 : (c > kMaxChunks ? kMaxChunks : c);
+  return split_chunks(blocks, pixels, 256);
 }
 
 int64_t global_pool_tile(int64_t vectors) { return vectors < 32 ? vectors : 32; }
