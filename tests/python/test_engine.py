@@ -233,7 +233,7 @@ assert sys.modules["onnx"] is None
 
 def _patch_plan(data: bytes, **fields: object) -> bytes:
     """The plan bytes with header fields replaced (keeps the constants blob intact)."""
-    # Container XRTPLAN2: magic, header length, two SHA-256 digests, then the header.
+    # Container XRTPLAN3: magic, header length, two SHA-256 digests, then the header.
     hl = int.from_bytes(data[8:16], "little")
     header = json.loads(data[144 : 144 + hl])
     header.update(fields)

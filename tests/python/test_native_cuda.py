@@ -50,7 +50,7 @@ def mlp() -> onnx.ModelProto:
 
 def _patch_plan(data: bytes, **fields: object) -> bytes:
     """The plan bytes with header fields replaced (the constants blob kept, 64-aligned)."""
-    # Container XRTPLAN2: magic, header length, two SHA-256 digests, then the header.
+    # Container XRTPLAN3: magic, header length, two SHA-256 digests, then the header.
     hl = int.from_bytes(data[8:16], "little")
     header = json.loads(data[144 : 144 + hl])
     header.update(fields)

@@ -77,7 +77,7 @@ def test_saved_plan_matches_onnxruntime_and_reloads_bit_identical(saved) -> None
     model, data, want = saved
     ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
     np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-6)
-    assert data[:8] == b"XRTPLAN2"
+    assert data[:8] == b"XRTPLAN3"
     loaded = xrt.InferenceSession.load_plan(data)
     assert loaded.plan.format_version == xrt._core.graph.PLAN_FORMAT_VERSION == 3
     assert loaded.plan.environment == {}  # the CPU records none (see docs/plans.md)
@@ -206,3 +206,63 @@ def test_cuda_plan_records_its_environment_and_refuses_another(tmp_path: Path) -
     bad = edited(data, lambda h: h["environment"].__setitem__("gpu_arch", other))
     with pytest.raises(xrt.InvalidModelError, match=f"gpu_arch: plan {other}, this device {env['gpu_arch']}"):
         xrt.InferenceSession.load_plan(bad)
+
+
+def big_constant_model(n: int = 3 << 20) -> bytes:
+    """y = x * c + 1 with a float32 constant of ``n`` elements (12 MiB: three 4 MiB
+    chunks of the blob digest and a short fourth)."""
+    c = numpy_helper.from_array(np.random.default_rng(3).standard_normal(n + 17).astype(np.float32), "c")
+    one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+            helper.make_node("Add", ["m", "one"], ["y"], name="add"),
+        ],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n + 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n + 17])],
+        [c, one],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def test_blob_digest_covers_every_chunk_and_older_container_still_loads(tmp_path: Path) -> None:
+    """XRTPLAN3 digests the constants in 4 MiB chunks (hashed in parallel): a flip in any
+    chunk, the short last one included, is refused; an XRTPLAN2 file (one SHA-256 over
+    the blob) still loads and runs bit-identically."""
+    model = big_constant_model()
+    sess = xrt.InferenceSession(model, device="cpu", engine="native")
+    x = np.random.default_rng(11).standard_normal((3 << 20) + 17).astype(np.float32)
+    want = sess.run({"x": x})["y"]
+    c = numpy_helper.to_array(onnx_initializer(model, "c")).astype(np.float64)
+    np.testing.assert_allclose(want, x.astype(np.float64) * c + 1, rtol=1e-6, atol=1e-6)
+    sess.save_plan(tmp_path / "big.xrtplan")
+    data = (tmp_path / "big.xrtplan").read_bytes()
+    assert data[:8] == b"XRTPLAN3"
+    hl = int.from_bytes(data[8:16], "little")
+    blob = (144 + hl + 63) // 64 * 64
+    assert len(data) - blob > 3 * (4 << 20)  # more than three chunks
+    for at in (blob + 5, blob + (4 << 20) + 3, blob + 2 * (4 << 20) + 101, len(data) - 9):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x10
+        with pytest.raises(xrt.InvalidModelError, match="checksum mismatch in the constants blob"):
+            xrt.InferenceSession.load_plan(bytes(damaged))
+    v2 = bytes(xrt._core.graph.seal_plan(b"XRTPLAN2" + data[8:]))
+    assert v2[80:144] != data[80:144]  # another blob digest: one SHA-256 over the blob
+    assert v2[80:144].decode() == hashlib.sha256(data[blob:]).hexdigest()
+    np.testing.assert_array_equal(xrt.InferenceSession.load_plan(v2).run({"x": x})["y"], want)
+    loaded = xrt.InferenceSession.load_plan(tmp_path / "big.xrtplan")
+    np.testing.assert_array_equal(loaded.run({"x": x})["y"], want)
+    t = loaded.build_timings()
+    for key in ("read", "verify", "parse", "prepare", "upload"):
+        assert key in t and t[key] >= 0, (key, t)
+    assert any(k.startswith("prepare:") for k in t), t
+    assert "passes" in sess.build_timings() and "read" not in sess.build_timings()
+
+
+def onnx_initializer(model: bytes, name: str):  # type: ignore[no-untyped-def]
+    import onnx
+
+    return next(i for i in onnx.load_from_string(model).graph.initializer if i.name == name)

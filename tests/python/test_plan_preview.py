@@ -479,3 +479,39 @@ def test_symbolic_dims_are_previewed_as_the_shapes_a_session_would_compile():
         assert _ops(pv).count("LayerNormalization") == 1 and _ops(pv).count("MatMul") == 1
     pv = preview_plan(model, device="cuda", target="sm_90", exec_policy=FP16, dims={"batch": 8, "seq": 128})
     assert pv.input_shapes == {"x": (8, 128, 64)}
+
+
+def test_keep_io_types_false_gives_the_plan_a_16_bit_interface_without_edge_casts():
+    """ExecutionPolicy(keep_io_types=False): the fp16/bf16 plan takes and returns its own
+    type (as torch's ``.half()`` model does); by default Casts at both edges keep float32."""
+    default = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=FP16)
+    ops = _ops(default)
+    assert ops[0] == "Cast" and ops[-1] == "Cast", ops
+    for prec, dtype in (("fp16", "float16"), ("bf16", "bfloat16")):
+        pol = xrt.ExecutionPolicy(precision=prec, keep_io_types=False)
+        pv = preview_plan(_conv_block(), device="cuda", target="sm_90", exec_policy=pol)
+        assert "Cast" not in _ops(pv), _ops(pv)
+        assert len(_ops(pv)) == len(ops) - 2
+        assert [i[1] for i in pv.plan.inputs] == [dtype]
+        assert [o[1] for o in pv.plan.outputs] == [dtype]
+    # fp32 plans have no edge casts either way; the field changes nothing there.
+    fp32 = preview_plan(
+        _conv_block(), device="cuda", target="sm_90", exec_policy=xrt.ExecutionPolicy(keep_io_types=False)
+    )
+    assert [i[1] for i in fp32.plan.inputs] == ["float32"]
+
+
+def test_keep_io_types_policy_field_round_trips_and_keeps_old_fingerprints():
+    base = xrt.ExecutionPolicy(precision="fp16")
+    narrow = xrt.ExecutionPolicy(precision="fp16", keep_io_types=False)
+    assert base.keep_io_types is True and narrow.keep_io_types is False
+    # The default is not written: every existing policy keeps its fingerprint.
+    assert "keep_io_types" not in json.loads(base.to_json())
+    assert json.loads(narrow.to_json())["keep_io_types"] is False
+    assert base.fingerprint != narrow.fingerprint
+    assert xrt.ExecutionPolicy.from_json(narrow.to_json()) == narrow
+    assert "keep_io_types=False" in repr(narrow)
+    with pytest.raises(xrt.PolicyError, match="keep_io_types"):
+        xrt.ExecutionPolicy(keep_io_types="no")  # type: ignore[arg-type]
+    with pytest.raises(xrt.PolicyError, match="keep_io_types"):
+        xrt.ExecutionPolicy.from_json('{"kind": "execution_policy", "keep_io_types": 0}')

@@ -96,6 +96,11 @@ struct ExecutionPolicy {
   std::size_t workspace_limit_bytes = 0;  // 0 = no limit
   std::optional<std::string> engine;      // preferred engine ("native", "onnxruntime", ...)
   bool allow_tf32 = false;
+  // With a narrower precision: true keeps the model's float32 inputs and outputs (Casts at
+  // the plan's edges); false gives the plan the precision's types there too, as a model
+  // converted with ONNX's float16 tools and keep_io_types=False (no edge casts, half the
+  // output memory). Written to JSON only when false, so existing fingerprints stay.
+  bool keep_io_types = true;
   int threads = 0;  // CPU threads; 0 = library default
   // Assertions that turn a silent degradation into an error; see strict_assertions().
   std::vector<std::string> strict;

@@ -268,6 +268,10 @@ void bind_graph(py::module_& m) {
                              "ExecutionPolicy.threads the plan runs with (0 = the default)")
       .def_property_readonly("decisions", [](const graph::ExecutionPlan& p) { return p.decisions; })
       .def_property_readonly("pass_log", [](const graph::ExecutionPlan& p) { return p.pass_log; })
+      .def_property_readonly(
+          "timings_ms", [](const graph::ExecutionPlan& p) { return p.timings_ms; },
+          "Where the build or load went (ms): read, verify, parse, passes, prepare, "
+          "prepare:<kernel>")
       .def_property_readonly("inputs", [](const graph::ExecutionPlan& p) { return io_info(p, p.inputs); })
       .def_property_readonly("outputs", [](const graph::ExecutionPlan& p) { return io_info(p, p.outputs); })
       .def_property_readonly("memory", [](const graph::ExecutionPlan& p) {
@@ -387,6 +391,9 @@ void bind_graph(py::module_& m) {
           "Runs with host or device tensors (anything DLPack or numpy), optional caller output "
           "buffers (written in place), the caller's stream (a raw handle; 0: the run's own) and "
           "graph replay. Returns (outputs: numpy or None where a buffer was given, stats dict).")
+      .def("timings_ms", &graph::Executor::timings_ms,
+           "Set-up time (ms): upload (constants), graph_first_run and graph_capture once a "
+           "graph run captured the plan")
       .def("graph_status", &graph::Executor::graph_status,
            "'captured', 'not captured yet', or why the plan cannot be replayed as a graph");
 

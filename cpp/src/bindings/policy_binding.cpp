@@ -220,6 +220,7 @@ void bind_policy(py::module_& m) {
       .def_readwrite("workspace_limit_bytes", &ExecutionPolicy::workspace_limit_bytes)
       .def_readwrite("engine", &ExecutionPolicy::engine)
       .def_readwrite("allow_tf32", &ExecutionPolicy::allow_tf32)
+      .def_readwrite("keep_io_types", &ExecutionPolicy::keep_io_types)
       .def_readwrite("threads", &ExecutionPolicy::threads)
       .def_readwrite("strict", &ExecutionPolicy::strict)
       .def_readwrite("engines", &ExecutionPolicy::engines)

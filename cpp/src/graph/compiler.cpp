@@ -321,7 +321,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   if (opt.exec_policy.precision == Precision::FP16 || opt.exec_policy.precision == Precision::BF16) {
     const DType to = opt.exec_policy.precision == Precision::FP16 ? DType::kFloat16 : DType::kBFloat16;
     log("precision lowering to " + std::string(dtype_name(to)) + " (values and casts)",
-        passes::lower_precision(g, to));
+        passes::lower_precision(g, to, opt.exec_policy.keep_io_types));
   } else {
     XRT_CHECK(opt.exec_policy.precision == Precision::FP32, UnsupportedOperationError,
               "the native engine compiles float models in fp32, fp16 or bf16; precision '",
@@ -378,6 +378,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     plan.steps.push_back(std::move(st));
   }
   build_plan_values(g, plan);
+  plan.timings_ms["passes"] =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   dispatch_steps(plan, *provider, opt.kernel_policy, opt.exec_policy);
   plan.decisions.push_back(threads_decision(opt.exec_policy.threads, *provider).to_json());
   plan_memory(plan);

@@ -2,6 +2,7 @@
 #include "xpuruntime/graph/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -108,6 +109,7 @@ struct Executor::GraphState {
   std::vector<void*> data;             // every value's address in the captured graph
   NativeGraph graph = nullptr;
   std::string failed;  // why capture failed (then runs go step by step)
+  double first_run_ms = -1, capture_ms = -1;  // the capturing run's two parts
   ~GraphState() {
     if (graph != nullptr && ops != nullptr) ops->destroy(device_index, graph);
   }
@@ -137,7 +139,9 @@ Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(
     schemas_.push_back(schema);
   }
   for (int v : plan_->inputs) all_static = all_static && plan_->values[v].shape.has_value();
+  const auto t0 = std::chrono::steady_clock::now();
   constants_ = provider_->upload_constants(plan_->constants);
+  upload_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   DeviceBackend::GraphOps* ops = provider_->graph_ops();
   if (ops == nullptr) {
     graph_unavailable_ = "the '" + provider_->name() + "' execution provider cannot capture graphs";
@@ -166,6 +170,15 @@ std::string Executor::graph_unavailable_reason() const {
   if (!graph_unavailable_.empty()) return graph_unavailable_;
   std::lock_guard lock(graph_->mu);
   return graph_->failed;
+}
+
+std::map<std::string, double> Executor::timings_ms() const {
+  std::map<std::string, double> t{{"upload", upload_ms_}};
+  if (!graph_) return t;
+  std::lock_guard lock(graph_->mu);
+  if (graph_->first_run_ms >= 0) t["graph_first_run"] = graph_->first_run_ms;
+  if (graph_->capture_ms >= 0) t["graph_capture"] = graph_->capture_ms;
+  return t;
 }
 
 std::string Executor::graph_status() const {
@@ -504,7 +517,11 @@ bool Executor::run_graph(Binding& b, NativeStream caller, RunStats& stats,
       b.out_shape[v] = gs.out_buf[v] != nullptr ? &*plan.values[v].shape : nullptr;
     }
     const std::vector<void*> bound = b.data;
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point t0 = Clock::now();
     run_steps(b, res, stats);
+    const Clock::time_point t1 = Clock::now();
+    gs.first_run_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     gs.data = b.data;
     Binding cap = b;
     cap.data = bound;
@@ -523,6 +540,7 @@ bool Executor::run_graph(Binding& b, NativeStream caller, RunStats& stats,
       try {
         gs.graph = gs.ops->end_capture(gs.device_index, res.stream());
         stats.graph_captured = true;
+        gs.capture_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
       } catch (const std::exception& e) {
         gs.failed = std::string("capture failed: ") + e.what();
       }

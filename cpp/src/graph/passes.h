@@ -68,8 +68,10 @@ int to_channels_last(Graph& g, const ExecutionProvider& provider, const KernelPo
                      std::vector<std::string>& decisions);
 // A float32 graph compiled for fp16/bf16 (`to`): float32 values inside the graph
 // take the target type (constants converted, saturated to its range), Casts at the
-// float32 graph inputs/outputs keep the model's interface (precision.cpp).
-int lower_precision(Graph& g, DType to);
+// float32 graph inputs/outputs keep the model's interface (precision.cpp). With
+// keep_io_types false the interface narrows too: float32 inputs and outputs take the
+// target type, with no Cast at the plan's edges (ExecutionPolicy.keep_io_types).
+int lower_precision(Graph& g, DType to, bool keep_io_types = true);
 // Two-operand Einsums whose labels are batch, contracted or free dimensions (and
 // whose shapes are known) -> Transpose/Reshape around one MatMul (einsum_lowering.cpp);
 // returns the Einsums lowered.

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -18,8 +19,12 @@
 
 namespace xpuruntime::graph {
 
-// Container "XRTPLAN2" (plan.h): magic, header length, header digest, blob digest.
-inline constexpr char kPlanMagic[8] = {'X', 'R', 'T', 'P', 'L', 'A', 'N', '2'};
+// Container "XRTPLAN3" (plan.h): magic, header length, header digest, blob digest.
+// "XRTPLAN2" files (one SHA-256 over the whole blob) are still read.
+inline constexpr char kPlanMagic[8] = {'X', 'R', 'T', 'P', 'L', 'A', 'N', '3'};
+inline constexpr char kPlanContainerV2 = '2';
+// XRTPLAN3 digests the blob in chunks of this size, hashed in parallel.
+inline constexpr std::size_t kPlanBlobChunkBytes = std::size_t{4} << 20;
 inline constexpr std::size_t kPlanDigestBytes = 64;  // SHA-256 as lower-case hex
 inline constexpr std::size_t kPlanPrefixBytes = 16 + 2 * kPlanDigestBytes;
 
@@ -30,10 +35,18 @@ std::size_t plan_blob_offset(uint64_t header_bytes);
 
 struct PlanDigests {
   std::string header;  // SHA-256 of bytes [0, 16) followed by [kPlanPrefixBytes, blob)
-  std::string blob;    // SHA-256 of bytes [blob, end)
+  // XRTPLAN3: SHA-256 of the concatenated hex SHA-256 digests of the blob's
+  // kPlanBlobChunkBytes chunks (the last one shorter); XRTPLAN2: SHA-256 of [blob, end).
+  std::string blob;
 };
-// The digests of a plan file whose header length fits the file (the caller checks).
-PlanDigests plan_digests(std::string_view file, uint64_t header_bytes);
+// The digests of a plan file whose header length fits the file (the caller checks),
+// by the container version in its magic (byte 7). The chunks are hashed on up to
+// `threads` threads (0: one per hardware thread, at most 32).
+PlanDigests plan_digests(std::string_view file, uint64_t header_bytes, unsigned threads = 0);
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (0: one per hardware thread,
+// at most 32); the first exception is rethrown after all have finished.
+void parallel_chunks(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);
 
 // Writes the digests of `file`'s current contents into its digest fields. The
 // saver seals every file; tests and the plan-loader fuzzer seal crafted damage so

@@ -117,7 +117,7 @@ bool is_f32(const Value& v) { return v.dtype == DType::kFloat32; }
 
 }  // namespace
 
-int lower_precision(Graph& g, DType to) {
+int lower_precision(Graph& g, DType to, bool keep_io_types) {
   XRT_CHECK(to == DType::kFloat16 || to == DType::kBFloat16, InvalidArgumentError,
             "precision lowering targets float16 or bfloat16, got ", dtype_name(to));
   const std::string suffix = to == DType::kFloat16 ? "_fp16" : "_bf16";
@@ -127,10 +127,11 @@ int lower_precision(Graph& g, DType to) {
     for (std::size_t k = 0; k < n.inputs.size(); ++k)
       if (n.inputs[k] >= 0 && must_stay_float32(n, k)) keep.insert(n.inputs[k]);
 
-  // Graph inputs: a Cast to the target type feeds every former reader.
+  // Graph inputs: a Cast to the target type feeds every former reader (none when the
+  // interface narrows too: the input itself takes the target type below).
   std::vector<Node> added;
   for (int in : g.inputs) {
-    if (!is_f32(g.values[in]) || keep.count(in)) continue;
+    if (!keep_io_types || !is_f32(g.values[in]) || keep.count(in)) continue;
     const int lowered = add_value(g, g.values[in], suffix, to);
     bool read = false;
     for (Node& n : g.nodes)
@@ -145,7 +146,7 @@ int lower_precision(Graph& g, DType to) {
   // back to float32 writes the output.
   for (int out : g.outputs) {
     const Value& ov = g.values[out];
-    if (!is_f32(ov) || ov.producer < 0 || ov.constant.defined()) continue;
+    if (!keep_io_types || !is_f32(ov) || ov.producer < 0 || ov.constant.defined()) continue;
     const int lowered = add_value(g, g.values[out], suffix, to);
     for (Node& n : g.nodes) {
       for (int& o : n.outputs)
@@ -156,8 +157,11 @@ int lower_precision(Graph& g, DType to) {
     g.values[out].producer = -1;  // the Cast below produces it now
     added.push_back(cast_node(g, g.values[out].name + "_to_fp32", lowered, out, DType::kFloat32));
   }
-  std::set<int> io(g.inputs.begin(), g.inputs.end());
-  io.insert(g.outputs.begin(), g.outputs.end());
+  std::set<int> io;
+  if (keep_io_types) {
+    io.insert(g.inputs.begin(), g.inputs.end());
+    io.insert(g.outputs.begin(), g.outputs.end());
+  }
   // Everything else that is float32 narrows; constants are converted here, once.
   for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
     Value& val = g.values[v];

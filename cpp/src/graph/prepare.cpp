@@ -1,6 +1,8 @@
 // Dispatch and preparation of plan steps (prepare.h).
 #include "graph/prepare.h"
 
+#include <chrono>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -232,7 +234,9 @@ class Preparer {
     }
     PrepareContext pc = prepare_context(ctx, st.node, st.algorithm);
     pc.constants = step_constants(plan_, st.node);
+    const auto t0 = std::chrono::steady_clock::now();
     st.prepared = st.kernel_ptr->prepare(pc);
+    add_time("prepare:" + st.kernel, t0);
     XRT_CHECK(st.prepared != nullptr, InvalidArgumentError, st.node.where(), ": kernel '",
               st.kernel, "' returned no prepared kernel");
   }
@@ -265,18 +269,44 @@ class Preparer {
     KernelPtr k = resolve(sc, kernel, "sub-op '" + sc.node + "'");
     PrepareContext pc = prepare_context(sc, sn, algorithm);
     pc.constants.resize(sn.inputs.size());
-    return k->prepare(pc);
+    const auto t0 = std::chrono::steady_clock::now();
+    PreparedKernelPtr p = k->prepare(pc);
+    // Inside its step's prepare: counted there too, so not added to the total.
+    timing_sub_ = true;
+    add_time("prepare:" + kernel, t0);
+    timing_sub_ = false;
+    return p;
   }
 
-  // The kernel a loaded plan recorded for sub-op (sc.op, sc.node).
-  void recorded(const OpContext& sc, std::string& kernel, std::string& algorithm) const {
-    for (const std::string& text : plan_.decisions) {
-      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) continue;
-      if (j.value("op", "") != sc.op || j.value("node", "") != sc.node) continue;
-      kernel = j.value("chosen", "");
-      algorithm = j.value("algorithm", "");
-      if (!kernel.empty()) return;
+  // Milliseconds since t0 added to timings_ms[key] and, for a step, to "prepare".
+  void add_time(const std::string& key, std::chrono::steady_clock::time_point t0) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    plan_.timings_ms[key] += ms;
+    if (!timing_sub_) plan_.timings_ms["prepare"] += ms;
+  }
+
+  // The kernel a loaded plan recorded for sub-op (sc.op, sc.node). The decisions are
+  // read once per load (a conv net has a sub-op per convolution: parsing every
+  // decision for each of them was quadratic).
+  void recorded(const OpContext& sc, std::string& kernel, std::string& algorithm) {
+    if (!recorded_index_) {
+      recorded_index_.emplace();
+      for (const std::string& text : plan_.decisions) {
+        nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) continue;
+        std::string chosen = j.value("chosen", "");
+        if (chosen.empty()) continue;
+        // The first decision of a (op, node) wins, as the scan in file order did.
+        recorded_index_->try_emplace({j.value("op", ""), j.value("node", "")}, std::move(chosen),
+                                     j.value("algorithm", ""));
+      }
+    }
+    auto it = recorded_index_->find({sc.op, sc.node});
+    if (it != recorded_index_->end()) {
+      kernel = it->second.first;
+      algorithm = it->second.second;
+      return;
     }
     XRT_THROW(InvalidModelError,
               "plan file is corrupt or from an incompatible build: it records no ",
@@ -289,6 +319,10 @@ class Preparer {
   const ExecutionPolicy* ep_ = nullptr;
   bool best_ = false;    // KernelPolicy.auto_strategy == best_performance (compile only)
   bool timing_ = false;  // preparing a candidate only to time it
+  bool timing_sub_ = false;
+  // Load: (op, node) -> (kernel, algorithm) of the recorded decisions, built on first use.
+  std::optional<std::map<std::pair<std::string, std::string>, std::pair<std::string, std::string>>>
+      recorded_index_;
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ EXEC_FIELDS = {
     "cuda_graph",
     "deterministic",
     "engine",
+    "keep_io_types",
     "kind",
     "precision",
     "schema_version",

@@ -227,6 +227,22 @@ class InferenceSession:
         """The native engine's ExecutionPlan (None for other engines)."""
         return getattr(self._engine, "plan", None)
 
+    def build_timings(self) -> dict[str, float]:
+        """Native engine: where building or loading the plan went, in milliseconds.
+
+        Keys: ``read``, ``verify`` (checksums) and ``parse`` for a loaded plan; ``passes``
+        for a compiled one; ``prepare`` (every step's kernel set-up) and
+        ``prepare:<kernel>`` (per kernel, sub-kernels included); ``upload`` (constants to
+        the device); ``graph_first_run`` and ``graph_capture`` once a CUDA graph was
+        captured. Other engines raise ``UnsupportedOperationError``.
+        """
+        fn = getattr(self._engine, "build_timings", None)
+        if fn is None:
+            raise UnsupportedOperationError(
+                f"build_timings() is reported by the native engine, not by {self.engine}"
+            )
+        return dict(fn())
+
     def memory(self) -> dict[str, int]:
         """Native engine: arena (peak) bytes next to the sum of all intermediates."""
         fn = getattr(self._engine, "memory", None)

@@ -31,6 +31,7 @@ _FIELDS = (
     "workspace_limit_bytes",
     "engine",
     "allow_tf32",
+    "keep_io_types",
     "threads",
     "strict",
     "engines",
@@ -42,7 +43,7 @@ _FIELDS = (
 )
 # The orchestrator's budgets (None = no limit) and their smallest values.
 _BUDGETS = {"max_islands": 1, "max_fallback_nodes": 0, "max_copy_bytes": 0}
-_BOOL_FIELDS = ("static_shape", "deterministic", "cuda_graph", "allow_tf32")
+_BOOL_FIELDS = ("static_shape", "deterministic", "cuda_graph", "allow_tf32", "keep_io_types")
 # The C++ field widths: larger values would be truncated or refused by the binding.
 _INT_LIMITS = {"workspace_limit_bytes": 2**63 - 1, "threads": 2**31 - 1}
 
@@ -106,6 +107,10 @@ class ExecutionPolicy:
         workspace_limit_bytes: largest kernel workspace allowed; 0 = no limit.
         engine: preferred engine (``"native"``, ``"onnxruntime"``, ...) or None.
         allow_tf32: let fp32 matmuls and convolutions use TF32 tensor cores.
+        keep_io_types: with ``precision`` fp16/bf16, True (the default) keeps the model's
+            float32 inputs and outputs (casts at the plan's edges); False gives them the
+            precision's type too (feed and read fp16/bf16 arrays, as a model converted
+            with ``keep_io_types=False``): no edge casts and half the output memory.
         threads: CPU threads; 0 = the library default.
         strict: assertions that turn a silent degradation into an error:
             ``"no_fallback"``, ``"no_cpu_fallback"``, ``"pinned_only"``.
@@ -137,6 +142,7 @@ class ExecutionPolicy:
         workspace_limit_bytes: int = 0,
         engine: str | None = None,
         allow_tf32: bool = False,
+        keep_io_types: bool = True,
         threads: int = 0,
         strict: Iterable[str] = (),
         engines: Iterable[str] = (),
@@ -162,6 +168,7 @@ class ExecutionPolicy:
             "workspace_limit_bytes": workspace_limit_bytes,
             "engine": engine,
             "allow_tf32": allow_tf32,
+            "keep_io_types": keep_io_types,
             "threads": threads,
             "strict": strict,
             "engines": engines,

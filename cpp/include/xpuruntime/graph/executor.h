@@ -12,6 +12,7 @@
 // Thread safety: run() may be called from many threads at once on one Executor.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,6 +102,10 @@ class Executor {
   // it has been captured: "captured", "not captured yet", or the reason.
   std::string graph_unavailable_reason() const;
   std::string graph_status() const;
+  // Where this executor's set-up went, in milliseconds of wall time: "upload" (the
+  // constants to the device), and once a graph run captured the plan, "graph_first_run"
+  // (the step-by-step run before capture) and "graph_capture" (capture and instantiate).
+  std::map<std::string, double> timings_ms() const;
 
  private:
   struct Binding;
@@ -115,6 +120,7 @@ class Executor {
   ProviderPtr provider_;
   std::shared_ptr<const DeviceConstants> constants_;  // the plan constants on the device
   std::size_t workspace_bytes_ = 0;                   // the largest step's need
+  double upload_ms_ = 0;                              // constants_'s upload
   std::vector<const ops::OpSchema*> schemas_;          // per step, for run-time shapes
   std::string graph_unavailable_;                      // fixed at construction
   std::unique_ptr<GraphState> graph_;                  // the captured plan (use_graph)

@@ -3,11 +3,13 @@
 // device, policy fingerprint, model hash). Immutable once built, printable, and
 // serializable: a saved plan runs without the ONNX model or the onnx package.
 //
-// File format (container "XRTPLAN2", plan format 3), little-endian:
-//   [0, 8)     magic "XRTPLAN2"
+// File format (container "XRTPLAN3", plan format 3), little-endian:
+//   [0, 8)     magic "XRTPLAN3"
 //   [8, 16)    uint64 header length H
 //   [16, 80)   SHA-256 (hex) of the header: bytes [0, 16) followed by [144, blob)
-//   [80, 144)  SHA-256 (hex) of the constants blob: bytes [blob, end)
+//   [80, 144)  SHA-256 (hex) of the constants blob's chunk digests: the hex SHA-256 of
+//              each 4 MiB chunk of [blob, end), concatenated (hashed in parallel;
+//              container "XRTPLAN2", still read, has one SHA-256 of [blob, end))
 //   [144, 144 + H)  the JSON header (nlohmann), then zero padding to 64 bytes
 //   [blob, end)     the constants blob (each constant 64-byte aligned at the offset
 //                   the header lists)
@@ -113,6 +115,10 @@ struct ExecutionPlan {
   MemoryReport memory;
   std::vector<std::string> decisions;  // Decision::to_json() of every dispatched node
   std::vector<std::string> pass_log;   // one line per compiler pass ("constant folding: ...")
+  // Where the build or load of this plan spent its time (not saved): "read", "verify",
+  // "parse", "passes", "prepare" and "prepare:<kernel>" (summed over the steps and
+  // sub-kernels of that kernel), milliseconds of wall time.
+  std::map<std::string, double> timings_ms;
 
   // Serialization. save/serialize never fail for a valid plan; load/deserialize
   // throw InvalidModelError for truncated, damaged (checksum mismatch, naming

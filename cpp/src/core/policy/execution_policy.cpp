@@ -19,7 +19,7 @@ constexpr std::string_view kKind = "execution_policy";
 const std::vector<std::string>& fields() {
   static const std::vector<std::string> f = {
       "allow_fallback",     "allow_tf32",     "cuda_graph",  "deterministic",
-      "engine",             "engines",        "forbid",      "kind",
+      "engine",             "engines",        "forbid",      "keep_io_types", "kind",
       "max_copy_bytes",     "max_fallback_nodes", "max_islands", "pins",
       "precision",          "schema_version", "static_shape", "strict",
       "target",             "threads",        "workspace_limit_bytes"};
@@ -168,6 +168,7 @@ std::string ExecutionPolicy::to_json(int indent) const {
   j["engine"] = engine ? nlohmann::json(*engine) : nlohmann::json();
   j["allow_tf32"] = allow_tf32;
   j["threads"] = threads;
+  if (!keep_io_types) j["keep_io_types"] = false;  // only when set: unchanged fingerprints
   // Assertions are a set: the canonical form sorts them so order never changes a fingerprint.
   std::set<std::string> sorted(strict.begin(), strict.end());
   j["strict"] = std::vector<std::string>(sorted.begin(), sorted.end());
@@ -203,6 +204,7 @@ ExecutionPolicy ExecutionPolicy::from_json(std::string_view text) {
   }
   p.allow_tf32 = policy_json::get_bool(j, "allow_tf32", kWhat, false);
   p.threads = static_cast<int>(policy_json::get_int(j, "threads", kWhat, 0, 0, INT_MAX));
+  p.keep_io_types = policy_json::get_bool(j, "keep_io_types", kWhat, true);
   if (j.contains("strict")) {
     XRT_CHECK(j["strict"].is_array(), PolicyError,
               "ExecutionPolicy field 'strict' must be a list of assertion names, got ",
@@ -255,6 +257,7 @@ std::string ExecutionPolicy::repr() const {
   if (workspace_limit_bytes) os << ", workspace_limit_bytes=" << workspace_limit_bytes;
   if (engine) os << ", engine='" << *engine << "'";
   if (allow_tf32) os << ", allow_tf32=True";
+  if (!keep_io_types) os << ", keep_io_types=False";
   if (threads) os << ", threads=" << threads;
   if (!strict.empty()) {
     std::set<std::string> sorted(strict.begin(), strict.end());

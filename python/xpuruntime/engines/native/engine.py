@@ -45,7 +45,7 @@ from . import frontend
 PLAN_MAGIC = b"XRTPLAN"
 #: Where a plan's JSON header starts, by container version (the magic's last byte):
 #: "2" has the header and blob SHA-256 digests before it (cpp/include/.../graph/plan.h).
-_PLAN_HEADER_AT = {b"1": 16, b"2": 144}
+_PLAN_HEADER_AT = {b"1": 16, b"2": 144, b"3": 144}
 
 
 def core_kernel_policy(policy: Any) -> Any:
@@ -565,6 +565,19 @@ class NativeEngine(Engine):
             return "off (ExecutionPolicy(cuda_graph=True) on device='cuda' turns it on)"
         executor = getattr(self, "_last_executor", None) or self._executor
         return str(executor.graph_status()) if executor is not None else "no plan yet"
+
+    def build_timings(self) -> dict[str, float]:
+        """Where building (or loading) the latest plan went, in ms: the plan's phases
+        (``read``, ``verify``, ``parse``, ``passes``, ``prepare``, ``prepare:<kernel>``) and
+        its executor's (``upload``; ``graph_first_run`` and ``graph_capture`` once a CUDA
+        graph was captured)."""
+        out: dict[str, float] = {}
+        if self._plan is not None:
+            out.update({str(k): float(v) for k, v in dict(self._plan.timings_ms).items()})
+        executor = getattr(self, "_last_executor", None) or self._executor
+        if executor is not None:
+            out.update({str(k): float(v) for k, v in dict(executor.timings_ms()).items()})
+        return out
 
     def decisions(self) -> list[Any]:
         from ...dispatch.decision import Decision
