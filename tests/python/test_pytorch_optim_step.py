@@ -129,6 +129,24 @@ def test_a_kept_exception_lets_the_next_module_call_put_the_mode_back():
     assert not torch.nn.modules.module._global_forward_pre_hooks  # the resume hook is gone
 
 
+def test_a_kept_exception_lets_the_next_step_put_the_mode_back(mode_calls):
+    opt = _raising_step()
+    w, b, x = _model_and_grads()
+    quiet = torch.optim.SGD([w, b], lr=0.1)
+    xrt_torch.set_kernel_policy(matmul="torch")
+    base = _stack()
+    with pytest.raises(RuntimeError, match="sparse") as kept:
+        opt.step()
+    assert kept.value is not None and _stack() == base - 1
+    F.linear(x, w, b).sum().backward()  # no module: still suspended, not routed
+    assert "matmul:torch" not in xrt_torch.routing_counts()
+    n = len(mode_calls)
+    quiet.step()  # resumes the raised step's mode first, then suspends and resumes its own
+    assert _stack() == base and [c for c in mode_calls[n:] if "record_function" not in c] == []
+    F.linear(x, w, b)
+    assert xrt_torch.routing_counts()["matmul:torch"] == 1
+
+
 def test_clearing_while_suspended_leaves_the_stack_as_it_was():
     w = torch.nn.Parameter(torch.randn(4, 4, dtype=torch.float64))
     opt = torch.optim.AdamW([w])

@@ -99,15 +99,20 @@ _handles: list[Any] = []
 
 def _pre_hook(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     global _current
+    if _is_compiling():  # dynamo traces the step: the mode is part of what it traces
+        return None
+    stale = _current() if _current is not None else None
+    if stale is not None:  # a step that raised, its exception still held: its mode goes back
+        stale.resume()
     mode = _owner() if _owner is not None else None
-    if mode is None or type(opt) not in QUIET or (_current is not None and _current() is not None):
+    if mode is None or type(opt) not in QUIET:
         return None
     if (len(args) > 1 and args[1] is not None) or kwargs.get("closure") is not None:
         return None  # a closure runs the model: its calls are routed
     if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks or not _only_ours():
         return None
     n = _stack_len()
-    if n == 0 or _stack_at(n - 1) is not mode or _is_compiling():
+    if n == 0 or _stack_at(n - 1) is not mode:
         return None
     _pop()
     guard = _Suspension(mode)
