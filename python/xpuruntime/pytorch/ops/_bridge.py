@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -42,6 +43,36 @@ def custom_op(name: str, contiguous_inputs: bool = True, **kwargs) -> Callable:
     ):
         kwargs["tags"] = (torch.Tag.needs_contiguous_strides,)
     return torch.library.custom_op(name, **kwargs)
+
+
+#: namespace -> the Library our CUDA kernels are registered through (kept alive: dropping
+#: a Library deregisters its kernels)
+_kernel_libs: dict[str, torch.library.Library] = {}
+
+
+def cuda_kernel(op: Any, dispatch_key: str = "CUDA") -> Callable:
+    """Decorator: ``fn`` becomes custom op ``op``'s kernel for ``dispatch_key`` (CUDA),
+    registered with the dispatcher directly (``torch.library.Library.impl``).
+
+    ``op.register_kernel("cuda")`` would put three Python layers between the dispatcher
+    and ``fn`` on every call (its backend wrapper, a dynamo-disabling wrapper, the check
+    that no output aliases an input): 6.9 against 3.7 µs a call of a no-op op on this
+    CPU, under ``torch.no_grad`` as a compiled graph runs our ops, about a
+    hundred and seventy calls a GPT-2-small step. Our kernels return fresh tensors (no
+    output aliases an input) and run only on real tensors (dynamo traces the fake
+    implementations), so the layers check nothing here. The schema, the fake
+    implementation, the autograd formula and the CPU reference stay the custom op's.
+    """
+    ns, name = op._namespace, op._name
+
+    def register(fn: Callable) -> Callable:
+        lib = _kernel_libs.get(ns)
+        if lib is None:
+            lib = _kernel_libs[ns] = torch.library.Library(ns, "IMPL")
+        lib.impl(name, fn, dispatch_key)
+        return fn
+
+    return register
 
 
 # ---- eager fast path ------------------------------------------------------------------------

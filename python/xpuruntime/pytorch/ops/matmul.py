@@ -190,7 +190,7 @@ def xrt_matmul(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor
     return out + bias if bias is not None else out
 
 
-@xrt_matmul.register_kernel("cuda")
+@_bridge.cuda_kernel(xrt_matmul)
 def _(a, b, bias, kernel):
     return _run_cuda(a, b, bias, kernel)
 
@@ -307,7 +307,7 @@ def xrt_column_sums(x: Tensor) -> Tensor:
     return x.sum(0)
 
 
-@xrt_column_sums.register_kernel("cuda")
+@_bridge.cuda_kernel(xrt_column_sums)
 def _(x):
     return _column_sums_direct(x)
 
