@@ -1,7 +1,7 @@
-"""The policy's mode comes off the stack while a torch.optim optimizer steps (issue 31,
-xpuruntime.pytorch._optim): no call of the step goes through the mode, the step's
-results are torch's own, the mode is back afterwards (also when the step raises), and
-every case where the step could call a routed function keeps the mode on.
+"""The policy's mode comes off the stack while a torch.optim optimizer steps or zeroes
+its gradients (issue 31, xpuruntime.pytorch._optim): no call of the step goes through the
+mode, the step's results are torch's own, the mode is back afterwards (also when the step
+raises), and every case where the step could call a routed function keeps the mode on.
 """
 
 from __future__ import annotations
@@ -213,3 +213,69 @@ def test_a_step_on_another_thread_leaves_the_policys_thread_alone(mode_calls):
     t.start()
     t.join()
     assert not errors and _stack() == base and (_optim._current is None or _optim._current() is None)
+
+
+def test_zero_grad_runs_without_the_mode_and_clearing_restores_torchs(mode_calls):
+    original = torch.optim.Optimizer.zero_grad
+    w, b, x = _model_and_grads()
+    opt = torch.optim.AdamW([w, b])
+    xrt_torch.set_kernel_policy(matmul="torch")
+    assert torch.optim.Optimizer.zero_grad is not original  # the wrapper, while a policy is set
+    base = _stack()
+    for set_to_none in (True, False):
+        F.linear(x, w, b).sum().backward()
+        n = len(mode_calls)
+        opt.zero_grad(set_to_none=set_to_none)
+        assert mode_calls[n:] == [] and _stack() == base
+        if set_to_none:
+            assert w.grad is None and b.grad is None
+        else:
+            assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
+    xrt_torch.clear_kernel_policy()
+    assert torch.optim.Optimizer.zero_grad is original
+
+
+def test_zero_grad_that_raises_puts_the_mode_back_and_others_keep_the_mode(mode_calls):
+    w, b, x = _model_and_grads()
+    opt = torch.optim.AdamW([w, b])
+    opt.param_groups[0]["params"].append(object())  # zero_grad reads .grad of it: AttributeError
+    xrt_torch.set_kernel_policy(matmul="torch")
+    base = _stack()
+    with pytest.raises(AttributeError):
+        opt.zero_grad()
+    assert _stack() == base  # the try/finally put it back
+
+    class MyAdamW(torch.optim.AdamW):
+        pass
+
+    mine = MyAdamW([w, b])
+    F.linear(x, w, b).sum().backward()
+    n = len(mode_calls)
+    mine.zero_grad()  # not a QUIET class: its calls go through the mode as before
+    assert mode_calls[n:]
+
+
+def test_a_zero_grad_wrapped_over_ours_stays_and_passes_through():
+    original = torch.optim.Optimizer.zero_grad
+    xrt_torch.set_kernel_policy(matmul="torch")
+    ours = torch.optim.Optimizer.zero_grad
+    calls: list[int] = []
+
+    def theirs(self, set_to_none=True):
+        calls.append(1)
+        return ours(self, set_to_none)
+
+    torch.optim.Optimizer.zero_grad = theirs
+    try:
+        xrt_torch.clear_kernel_policy()
+        assert torch.optim.Optimizer.zero_grad is theirs  # left to them
+        xrt_torch.set_kernel_policy(matmul="torch")  # ours again, over theirs, no recursion
+        w, b, x = _model_and_grads()
+        opt = torch.optim.SGD([w, b], lr=0.1)
+        F.linear(x, w, b).sum().backward()
+        opt.zero_grad()
+        assert w.grad is None and calls == [1]
+        xrt_torch.clear_kernel_policy()
+        assert torch.optim.Optimizer.zero_grad is theirs
+    finally:
+        torch.optim.Optimizer.zero_grad = original
