@@ -42,6 +42,10 @@ On CUDA ``backward_parts_us`` splits the BACKWARD of each fwd+bwd row: the same 
 through our autograd functions without routing and through plain torch, and each
 backward step alone (the gradient GEMMs and column sums from the case's prepared calls,
 LayerNorm's and flash attention's backward entry calls, torch.empty, the eager checks).
+``step_phases`` (``--step-rounds N``, 0 skips; ``--step-only`` prints it alone): the host
+time of each phase of a small GPT-2 training step (zero_grad, forward, backward, AdamW
+step) with and without a policy, and with the mode left on in the optimizer (before
+issue 31's suspension), and how many calls went through the policy's mode per phase.
 ``--profile PATH`` also writes a cProfile of the routed calls (top functions: the
 per-call steps with their own time).
 ``--baseline DIR`` adds ``routed_torch_baseline``: the same policy through an older
