@@ -438,6 +438,23 @@ STEPS_AFTER = {
             "the stream's kept workspace (two torch.empty fewer per call)"
         ),
     ],
+    "the training step around the routed calls (issue 31 round 3)": [
+        (
+            "torch.optim's elementwise optimizers (AdamW, Adam, SGD, ...) step and zero their gradients with "
+            "the policy's mode off the thread's stack (pytorch/_optim.py): about a thousand calls of a "
+            "GPT-2-small AdamW step and three hundred of its zero_grad no longer go through the mode "
+            "(step_phases.mode_calls)"
+        ),
+        (
+            "the autocast part of a routed call's key: the first argument's is_cuda/is_cpu flags, no "
+            "generator, no torch.device object"
+        ),
+        (
+            "under torch.compile our custom ops' CUDA kernels are registered with the dispatcher directly "
+            "(_bridge.cuda_kernel), without the custom-op backend wrapper, dynamo-disable wrapper and "
+            "aliasing check per call"
+        ),
+    ],
 }
 PARTS_NUMBER = 2000
 BACKWARD_PARTS_NUMBER = 300  # calls per block of a backward part (fwd+bwd rows: ~0.5 ms each)
