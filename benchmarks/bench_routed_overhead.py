@@ -706,7 +706,8 @@ def parts(device: str) -> dict[str, float]:
 
 #: The training step of ``step_phases``: GPT-2's blocks (tests/gpu/gpt2_model.py) at 12
 #: layers and tiny widths, so the host's cost per call shows as it does in GPT-2 small.
-STEP_MODEL = {"vocab_size": 512, "block_size": 64, "n_layer": 12, "n_head": 2, "n_embd": 64}
+STEP_MODEL = {"vocab_size": 256, "block_size": 64, "n_layer": 12, "n_head": 2, "n_embd": 32}
+STEP_TOKENS = 8  # one sequence of 8 tokens: the host work of a step, little arithmetic
 STEP_PHASES = ("zero_grad", "forward", "backward", "optimizer", "step")
 
 
@@ -726,7 +727,7 @@ def step_phases(device: str, rounds: int, steps: int, clock: Callable[[], int]) 
     torch.manual_seed(0)
     model = GPT2(GPT2Config(**STEP_MODEL)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=device == "cuda")
-    data = torch.randint(0, STEP_MODEL["vocab_size"], (1, 33), device=device)
+    data = torch.randint(0, STEP_MODEL["vocab_size"], (1, STEP_TOKENS + 1), device=device)
     idx, tgt = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     quiet = _optim.QUIET
@@ -833,7 +834,7 @@ def main() -> None:
     )
     ap.add_argument("--clock", choices=sorted(CLOCKS), help="default: wall on CUDA, thread on CPU")
     ap.add_argument("--baseline", default="", help="an older xpuruntime/pytorch package folder to compare")
-    ap.add_argument("--step-rounds", type=int, default=5, help="rounds of the training-step phases (0: skip)")
+    ap.add_argument("--step-rounds", type=int, default=15, help="rounds of the training-step phases (0: skip)")
     ap.add_argument(
         "--step-only", action="store_true", help="only the training-step phases (printed, not written)"
     )
