@@ -64,7 +64,7 @@ class _Gemm:
 
     def run(self, a2: Tensor, b: Tensor, bias: Tensor | None, out_shape: tuple[int, ...]) -> Tensor:
         """Runs the case on tensors in its layout; returns the output (``out_shape``)."""
-        out = torch.empty(out_shape, dtype=self.dtype, device=self.device)
+        out = a2.new_empty(out_shape)  # a2 is of the case: its dtype and device (~1 us less than torch.empty)
         stream = _raw_stream(self.index) if self.cuda else 0
         ws, nbytes = _launch.workspace(self.device, self.index, stream, self.ws_bytes)
         if _launch.CHECK:
