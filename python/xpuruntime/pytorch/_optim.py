@@ -7,7 +7,7 @@ and every op. An optimizer step is hundreds of such calls (AdamW over GPT-2 smal
 parameters: about a thousand, ``p.grad`` reads, ``torch.is_complex``, the ``_foreach``
 ops), none of them routed, each paying a Python round trip in the mode: on a host-bound
 eager step that is milliseconds a step (benchmarks/bench_routed_overhead.py's
-``training step`` rows).
+``step_phases``: the calls through the mode per phase, the host time of each).
 
 torch.optim's elementwise optimizers (:data:`QUIET`) call no routed function in
 ``step()``, so while one of them steps the mode comes off the thread's stack and goes
@@ -26,11 +26,12 @@ exact class, our mode on top, not tracing); :func:`uninstall` puts the original 
 
 A step that raises skips the post hook. Its mode goes back at the first of: the step's
 frame being freed (the guard rides on the step's argument tuple, which the frame holds:
-when the handler of the exception ends, unless its traceback is kept), the next ``nn.Module`` call on the
-thread (a global forward pre-hook registered only while a step is suspended: the next
-forward, before any routed call of a model made of modules), the next optimizer step,
-or a policy set or cleared. A model of bare functions that keeps the exception alive
-(its traceback) and calls routed functions before any of these runs them unrouted.
+when the handler of the exception ends, unless its traceback is kept), the next
+``nn.Module`` call on the thread (a global forward pre-hook registered only while a step
+is suspended: the next forward, before any routed call of a model made of modules), the
+next optimizer step, or a policy set or cleared. A model of bare functions that keeps
+the exception alive (its traceback) and calls routed functions before any of these runs
+them unrouted.
 """
 
 from __future__ import annotations
