@@ -35,9 +35,10 @@ the policy's fingerprint is a guard of the graph, so another policy retraces it.
 dimension dynamo made dynamic is specialized at a routed call (one static case per
 size, decided at trace time).
 
-While one of torch.optim's elementwise optimizers steps (AdamW, Adam, SGD, ...: they
-call no routed function) the mode is off the thread's stack (:mod:`._optim`): a mode
-sends every torch call through Python, an optimizer step is hundreds of them.
+While one of torch.optim's elementwise optimizers (AdamW, Adam, SGD, ...: they call no
+routed function) steps or zeroes its gradients, the mode is off the thread's stack
+(:mod:`._optim`): a mode sends every torch call through Python, and an optimizer step is
+hundreds of them.
 
 :func:`clear_kernel_policy` pops the mode: torch then runs exactly as it does
 without xpuruntime (nothing stays registered). Like torch's own modes, the policy
