@@ -834,7 +834,9 @@ def main() -> None:
     )
     ap.add_argument("--clock", choices=sorted(CLOCKS), help="default: wall on CUDA, thread on CPU")
     ap.add_argument("--baseline", default="", help="an older xpuruntime/pytorch package folder to compare")
-    ap.add_argument("--step-rounds", type=int, default=15, help="rounds of the training-step phases (0: skip)")
+    ap.add_argument(
+        "--step-rounds", type=int, default=15, help="rounds of the training-step phases (0: skip)"
+    )
     ap.add_argument(
         "--step-only", action="store_true", help="only the training-step phases (printed, not written)"
     )
