@@ -94,6 +94,34 @@ def stretch_batches(args, xamp) -> dict[int, float | str]:
     return out
 
 
+def write_profile(path: str, kinds: dict, run_block, steps: int = 3) -> None:
+    """torch.profiler tables of ``steps`` steps of each kind (CPU and CUDA activities):
+    per kind the host time of a step (wall, the profiler's own cost included), the sum
+    of its GPU kernels' time, and the ops by self CPU time and by CUDA time. Where a
+    kind's step time goes beyond its kernels' time is host work; the tables say which."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    lines = [f"# torch.profiler, {steps} steps per kind; times per step"]
+    for name, fn in kinds.items():
+        run_block(name, lambda fn=fn: [fn() for _ in range(2)])
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            run_block(name, lambda fn=fn: [fn() for _ in range(steps)])
+            torch.cuda.synchronize()
+            wall_ms = (time.perf_counter() - t0) * 1e3 / steps
+        events = prof.key_averages()
+        device_ms = sum(e.self_device_time_total for e in events) / 1e3 / steps
+        lines.append(f"\n## {name}: {wall_ms:.2f} ms wall per step, GPU kernels {device_ms:.2f} ms per step")
+        for key in ("self_cpu_time_total", "self_device_time_total"):
+            lines.append(f"### by {key} (µs totals over {steps} steps)")
+            lines.append(events.table(sort_by=key, row_limit=25, max_name_column_width=70))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=8)
@@ -106,6 +134,11 @@ def main() -> None:
         help="comma-separated larger batches for the captured policy step (stretch goal), e.g. 16,24,32",
     )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="also write torch.profiler tables of a few steps of each kind to this file (after the timing)",
+    )
     args = ap.parse_args()
     tokens = args.batch * args.seq
     res = {
@@ -227,6 +260,9 @@ def main() -> None:
     res["speedup_policy_eager_vs_eager"] = ratio("eager", "policy_eager")
     res["speedup_best_eager_vs_eager"] = ratio("eager", "best_eager")
     res["speedup_compiled_policy_vs_compiled"] = ratio("compiled", "compiled_policy")
+    if args.profile:
+        write_profile(args.profile, kinds, run_block)
+        print("wrote", args.profile)
     stretch = stretch_batches(args, xamp) if args.stretch_batches else {}
     res["stretch_batches"] = stretch
     fitting = {b: t for b, t in stretch.items() if isinstance(t, float)}

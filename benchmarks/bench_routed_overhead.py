@@ -42,6 +42,10 @@ On CUDA ``backward_parts_us`` splits the BACKWARD of each fwd+bwd row: the same 
 through our autograd functions without routing and through plain torch, and each
 backward step alone (the gradient GEMMs and column sums from the case's prepared calls,
 LayerNorm's and flash attention's backward entry calls, torch.empty, the eager checks).
+``step_phases`` (``--step-rounds N``, 0 skips; ``--step-only`` prints it alone): the host
+time of each phase of a small GPT-2 training step (zero_grad, forward, backward, AdamW
+step) with and without a policy, and with the mode left on in the optimizer (before
+issue 31's suspension), and how many calls went through the policy's mode per phase.
 ``--profile PATH`` also writes a cProfile of the routed calls (top functions: the
 per-call steps with their own time).
 ``--baseline DIR`` adds ``routed_torch_baseline``: the same policy through an older
@@ -434,6 +438,23 @@ STEPS_AFTER = {
             "the stream's kept workspace (two torch.empty fewer per call)"
         ),
     ],
+    "the training step around the routed calls (issue 31 round 3)": [
+        (
+            "torch.optim's elementwise optimizers (AdamW, Adam, SGD, ...) step and zero their gradients with "
+            "the policy's mode off the thread's stack (pytorch/_optim.py): about a thousand calls of a "
+            "GPT-2-small AdamW step and three hundred of its zero_grad no longer go through the mode "
+            "(step_phases.mode_calls)"
+        ),
+        (
+            "the autocast part of a routed call's key: the first argument's is_cuda/is_cpu flags, no "
+            "generator, no torch.device object"
+        ),
+        (
+            "under torch.compile our custom ops' CUDA kernels are registered with the dispatcher directly "
+            "(_bridge.cuda_kernel), without the custom-op backend wrapper, dynamo-disable wrapper and "
+            "aliasing check per call"
+        ),
+    ],
 }
 PARTS_NUMBER = 2000
 BACKWARD_PARTS_NUMBER = 300  # calls per block of a backward part (fwd+bwd rows: ~0.5 ms each)
@@ -683,6 +704,122 @@ def parts(device: str) -> dict[str, float]:
     return {k: round(v, 3) for k, v in res.items()}
 
 
+#: The training step of ``step_phases``: GPT-2's blocks (tests/gpu/gpt2_model.py) at 12
+#: layers and tiny widths, so the host's cost per call shows as it does in GPT-2 small.
+STEP_MODEL = {"vocab_size": 256, "block_size": 64, "n_layer": 12, "n_head": 2, "n_embd": 32}
+STEP_TOKENS = 8  # one sequence of 8 tokens: the host work of a step, little arithmetic
+STEP_PHASES = ("zero_grad", "forward", "backward", "optimizer", "step")
+
+
+def step_phases(device: str, rounds: int, steps: int, clock: Callable[[], int]) -> dict[str, Any]:
+    """Host µs of each phase of a small GPT-2 training step (zero_grad, forward under
+    autocast, backward, AdamW step), median over rounds of the median step in a round,
+    with the variants alternating: ``torch`` (no policy), ``routed_torch`` (the policy
+    naming torch's kernels), ``routed_torch_mode_in_step`` (the same with the mode left on
+    during the optimizer step, as before issue 31's suspension: _optim.QUIET emptied) and
+    on CUDA ``routed_ours``. ``mode_calls`` counts the calls that went through the policy's
+    mode in one step, per phase: most of a step's are not routed calls."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
+    from gpt2_model import GPT2, GPT2Config
+    from xpuruntime.pytorch import _optim
+    from xpuruntime.pytorch import policy as xrt_policy
+
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config(**STEP_MODEL)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=device == "cuda")
+    data = torch.randint(0, STEP_MODEL["vocab_size"], (1, STEP_TOKENS + 1), device=device)
+    idx, tgt = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    quiet = _optim.QUIET
+    variants: dict[str, tuple[dict[str, str] | None, bool]] = {
+        "torch": (None, True),
+        "routed_torch": (TORCH_POLICY, True),
+        "routed_torch_mode_in_step": (TORCH_POLICY, False),
+    }
+    if device == "cuda":
+        variants["routed_ours"] = (OUR_POLICY, True)
+
+    def one_step() -> dict[str, float]:
+        t0 = clock()
+        opt.zero_grad(set_to_none=True)
+        t1 = clock()
+        with xrt_torch.autocast(dtype=torch.bfloat16, device_type=device):
+            loss = model(idx, tgt)
+        t2 = clock()
+        loss.backward()
+        t3 = clock()
+        opt.step()
+        t4 = clock()
+        sync()
+        return dict(
+            zip(
+                STEP_PHASES,
+                ((t1 - t0) / 1e3, (t2 - t1) / 1e3, (t3 - t2) / 1e3, (t4 - t3) / 1e3, (t4 - t0) / 1e3),
+            )
+        )
+
+    def under(variant: str, fn: Callable[[], Any]) -> Any:
+        policy, suspend = variants[variant]
+        _optim.QUIET = quiet if suspend else frozenset()
+        if policy is not None:
+            xrt_torch.set_kernel_policy(**policy)
+        try:
+            return fn()
+        finally:
+            if policy is not None:
+                xrt_torch.clear_kernel_policy()
+            _optim.QUIET = quiet
+
+    samples: dict[str, dict[str, list[float]]] = {v: {p: [] for p in STEP_PHASES} for v in variants}
+    names = list(variants)
+    for v in names:
+        under(v, lambda: [one_step() for _ in range(3)])  # warm up: decisions, allocator, lazy imports
+    for r in range(rounds):
+        for v in names[r % len(names) :] + names[: r % len(names)]:
+            per = under(v, lambda: [one_step() for _ in range(steps)])
+            for p in STEP_PHASES:
+                samples[v][p].append(statistics.median(x[p] for x in per))
+    out: dict[str, Any] = {
+        "model": STEP_MODEL,
+        "optimizer": "AdamW" + (" (capturable)" if device == "cuda" else ""),
+        "us": {v: {p: round(statistics.median(s), 1) for p, s in per.items()} for v, per in samples.items()},
+    }
+    base = out["us"]["torch"]
+    out["overhead_us"] = {
+        v: {p: round(per[p] - base[p], 1) for p in STEP_PHASES}
+        for v, per in out["us"].items()
+        if v != "torch"
+    }
+    counts: dict[str, dict[str, int]] = {}
+    original = xrt_policy._PolicyMode.__torch_function__
+    for v in names[1:]:
+        phase = ["zero_grad"]
+        seen = {p: 0 for p in STEP_PHASES[:-1]}
+
+        def counting(self, func, types, args=(), kwargs=None, _seen=seen, _phase=phase):
+            _seen[_phase[0]] += 1
+            return original(self, func, types, args, kwargs)
+
+        def counted_step(_phase=phase) -> None:
+            xrt_policy._PolicyMode.__torch_function__ = counting
+            try:
+                opt.zero_grad(set_to_none=True)
+                _phase[0] = "forward"
+                with xrt_torch.autocast(dtype=torch.bfloat16, device_type=device):
+                    loss = model(idx, tgt)
+                _phase[0] = "backward"
+                loss.backward()
+                _phase[0] = "optimizer"
+                opt.step()
+            finally:
+                xrt_policy._PolicyMode.__torch_function__ = original
+
+        under(v, counted_step)
+        counts[v] = seen
+    out["mode_calls"] = counts
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
@@ -697,6 +834,12 @@ def main() -> None:
     )
     ap.add_argument("--clock", choices=sorted(CLOCKS), help="default: wall on CUDA, thread on CPU")
     ap.add_argument("--baseline", default="", help="an older xpuruntime/pytorch package folder to compare")
+    ap.add_argument(
+        "--step-rounds", type=int, default=15, help="rounds of the training-step phases (0: skip)"
+    )
+    ap.add_argument(
+        "--step-only", action="store_true", help="only the training-step phases (printed, not written)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -705,6 +848,9 @@ def main() -> None:
         print("wrote", args.torch_profile)
         return
     clock = args.clock or ("wall" if device == "cuda" else "thread")
+    if args.step_only:
+        print(json.dumps(step_phases(device, args.step_rounds or 5, 10, CLOCKS[clock]), indent=1))
+        return
     variants = ["torch", "routed_torch"] + (["routed_ours"] if device == "cuda" else [])
     baseline = load_baseline(args.baseline) if args.baseline else None
     if baseline is not None:
@@ -762,6 +908,10 @@ def main() -> None:
         bwd_parts = backward_parts(device)
     except Exception as e:  # noqa: BLE001 - the overhead figures above still get written
         bwd_parts = {"failed": f"{type(e).__name__}: {e}"[:300]}
+    try:
+        steps = step_phases(device, args.step_rounds, 10, CLOCKS[clock]) if args.step_rounds > 0 else {}
+    except Exception as e:  # noqa: BLE001 - the overhead figures above still get written
+        steps = {"failed": f"{type(e).__name__}: {e}"[:300]}
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     doc = {
         "benchmark": "bench_routed_overhead",
@@ -789,6 +939,7 @@ def main() -> None:
         "sync_and_alloc_checks": checks,
         "parts_us": step_parts,
         "backward_parts_us": bwd_parts,
+        "step_phases": steps,
         "per_call_steps_before": STEPS_BEFORE,
         "per_call_steps_after": STEPS_AFTER,
     }
@@ -809,6 +960,8 @@ def main() -> None:
     print("parts (µs per call, each step alone):", json.dumps(step_parts, indent=1))
     if bwd_parts:
         print("backward parts (µs per call, each alone):", json.dumps(bwd_parts, indent=1))
+    if steps:
+        print("training step phases (host µs):", json.dumps(steps, indent=1))
     print("wrote", path)
     if args.profile:
         write_profile(args.profile, device, 2000)

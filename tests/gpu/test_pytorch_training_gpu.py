@@ -157,3 +157,50 @@ def test_linear_forward_and_gradients_match_float64(dtype, shape):
         assert got.grad is not None and got.grad.dtype == dtype, name
         assert _rel(got.grad, want.grad) < LINEAR_TOL[dtype], f"d{name}"
     assert w.grad.is_contiguous() and b.grad.shape == (n,)
+
+
+@pytest.mark.parametrize("kind", ["capturable", "fused", "foreach"])
+def test_optimizer_step_runs_without_the_mode_and_matches_torch(kind):
+    """CUDA AdamW (capturable, fused, foreach) steps under the policy with the mode off the
+    stack (pytorch/_optim.py): not one call of the step goes through the mode, the mode is
+    back after, and with the forward on torch's kernels the parameters equal a step without
+    a policy bit for bit."""
+    from xpuruntime.pytorch import policy as xrt_policy
+
+    def params_after_step(policy):
+        torch.manual_seed(3)
+        lin = torch.nn.Linear(64, 32).cuda()
+        opt = torch.optim.AdamW(lin.parameters(), lr=1e-2, **{kind: True})
+        x = torch.randn(16, 64, device="cuda")
+        seen: list[str] = []
+        original = xrt_policy._PolicyMode.__torch_function__
+
+        def counting(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return original(self, func, types, args, kwargs)
+
+        if policy:
+            xrt_torch.set_kernel_policy(**policy)
+        xrt_policy._PolicyMode.__torch_function__ = counting
+        try:
+            for _ in range(2):
+                opt.zero_grad()
+                lin(x).square().sum().backward()
+                depth, n = torch._C._len_torch_function_stack(), len(seen)
+                opt.step()
+                assert torch._C._len_torch_function_stack() == depth
+                assert [c for c in seen[n:] if "record_function" not in c] == []
+        finally:
+            xrt_policy._PolicyMode.__torch_function__ = original
+            xrt_torch.clear_kernel_policy()
+        torch.cuda.synchronize()
+        return [p.detach().clone() for p in lin.parameters()], seen
+
+    plain, _ = params_after_step(None)
+    # matmul routed to torch's own kernel: the forward's bits are torch's, so the step's are too
+    routed, seen = params_after_step({"matmul": "torch"})
+    assert "linear" in seen  # the forward went through the mode and was routed
+    for a, b in zip(plain, routed):
+        assert torch.equal(a, b)
+    _, seen = params_after_step(POLICY)  # our kernels: the step again without the mode
+    assert "linear" in seen

@@ -35,6 +35,11 @@ the policy's fingerprint is a guard of the graph, so another policy retraces it.
 dimension dynamo made dynamic is specialized at a routed call (one static case per
 size, decided at trace time).
 
+While one of torch.optim's elementwise optimizers (AdamW, Adam, SGD, ...: they call no
+routed function) steps or zeroes its gradients, the mode is off the thread's stack
+(:mod:`._optim`): a mode sends every torch call through Python, and an optimizer step is
+hundreds of them.
+
 :func:`clear_kernel_policy` pops the mode: torch then runs exactly as it does
 without xpuruntime (nothing stays registered). Like torch's own modes, the policy
 applies to the thread that set it.
@@ -52,7 +57,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _core
 from ..dispatch import DecisionLog
 from ..policies import coerce
-from . import _kernels, _log, _prepared, _routing
+from . import _kernels, _log, _optim, _prepared, _routing
 from ._log import _tensor_key, record_direct_fallback
 
 __all__ = [
@@ -388,6 +393,7 @@ def set_kernel_policy(
         policy = guard.prepare(policy, guard.lock.device)  # the lock's choices as pins
     view = _PolicyView(policy)
     with _state.lock:
+        _optim.resume()  # a mode an optimizer step took off the stack goes back first
         _state.lock_guard, _state.user_policy = guard, user_policy
         _routing.lock_hook = guard.check if guard is not None else None
         dispatcher = _core.Dispatcher.instance()
@@ -406,6 +412,12 @@ def set_kernel_policy(
         if _state.mode is None:
             _state.mode = _PolicyMode()
             _state.mode.__enter__()
+            _optim.install(_current_mode)
+
+
+def _current_mode() -> Any:
+    """The policy's mode (None without a policy): what :mod:`._optim` suspends."""
+    return _state.mode
 
 
 def _lock_guard(lock: Any, frozen: bool) -> Any:
@@ -443,6 +455,7 @@ def get_kernel_policy() -> Any:
 def clear_kernel_policy() -> None:
     """Removes the policy: torch's functions run exactly as without xpuruntime."""
     with _state.lock:
+        _optim.uninstall()  # a suspended mode goes back on the stack, to come off below
         if _state.mode is not None:
             _state.mode.__exit__(None, None, None)
             _state.mode = None

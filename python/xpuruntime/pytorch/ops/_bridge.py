@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -42,6 +43,36 @@ def custom_op(name: str, contiguous_inputs: bool = True, **kwargs) -> Callable:
     ):
         kwargs["tags"] = (torch.Tag.needs_contiguous_strides,)
     return torch.library.custom_op(name, **kwargs)
+
+
+#: namespace -> the Library our CUDA kernels are registered through (kept alive: dropping
+#: a Library deregisters its kernels)
+_kernel_libs: dict[str, torch.library.Library] = {}
+
+
+def cuda_kernel(op: Any, dispatch_key: str = "CUDA") -> Callable:
+    """Decorator: ``fn`` becomes custom op ``op``'s kernel for ``dispatch_key`` (CUDA),
+    registered with the dispatcher directly (``torch.library.Library.impl``).
+
+    ``op.register_kernel("cuda")`` would put three Python layers between the dispatcher
+    and ``fn`` on every call (its backend wrapper, a dynamo-disabling wrapper, the check
+    that no output aliases an input): 6.9 against 3.7 µs a call of a no-op op on this
+    CPU, under ``torch.no_grad`` as a compiled graph runs our ops, about a
+    hundred and seventy calls a GPT-2-small step. Our kernels return fresh tensors (no
+    output aliases an input) and run only on real tensors (dynamo traces the fake
+    implementations), so the layers check nothing here. The schema, the fake
+    implementation, the autograd formula and the CPU reference stay the custom op's.
+    """
+    ns, name = op._namespace, op._name
+
+    def register(fn: Callable) -> Callable:
+        lib = _kernel_libs.get(ns)
+        if lib is None:
+            lib = _kernel_libs[ns] = torch.library.Library(ns, "IMPL")
+        lib.impl(name, fn, dispatch_key)
+        return fn
+
+    return register
 
 
 # ---- eager fast path ------------------------------------------------------------------------
@@ -195,8 +226,8 @@ def _bshd_like(t: torch.Tensor) -> bool:
 def _empty_bhsd(B: int, H: int, S: int, D: int, like: torch.Tensor, bshd: bool) -> torch.Tensor:
     """An uninitialised [B, H, S, D] tensor, stored [B, S, H, D] when ``bshd``."""
     if bshd:
-        return torch.empty((B, S, H, D), device=like.device, dtype=like.dtype).transpose(1, 2)
-    return torch.empty((B, H, S, D), device=like.device, dtype=like.dtype)
+        return like.new_empty((B, S, H, D)).transpose(1, 2)
+    return like.new_empty((B, H, S, D))
 
 
 def flash_forward(
@@ -225,7 +256,7 @@ def flash_forward(
     B, Hq, Sq, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
     out = _empty_bhsd(B, Hq, Sq, D, q, layout_like_inputs and _bshd_like(q))
-    lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+    lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
     kind, m, mstride = mask_args(mask, (B, Hq, Sq, Sk))
     _core.cuda_kernels.flash_attention_forward(
         dtype=FLASH_DTYPES[q.dtype],
@@ -387,7 +418,7 @@ def _run_column_sums(call: object, x: torch.Tensor, index: int) -> torch.Tensor:
 def run_column_sums(call: object, x: torch.Tensor, cols: int, index: int) -> torch.Tensor:
     """Runs a prepared column-sum case on ``x``'s pointer (its rows x ``cols`` as the case
     describes them; any leading shape of a contiguous ``x``); returns the ``cols`` sums."""
-    out = torch.empty(cols, device=x.device, dtype=x.dtype)
+    out = x.new_empty(cols)
     _launch.run(call, (x,), (out,), x.device, index, raw_stream(index))
     return out
 
@@ -420,8 +451,8 @@ def layernorm_forward(
     y = torch.empty_like(x)
     mean = rstd = None
     if with_stats:
-        mean = torch.empty(rows, device=x.device, dtype=torch.float32)
-        rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
+        mean = x.new_empty(rows, dtype=torch.float32)
+        rstd = x.new_empty(rows, dtype=torch.float32)
     w = weight.contiguous() if weight is not None else None
     b = bias.contiguous() if bias is not None else None
     _core.cuda_kernels.layernorm_forward(
@@ -458,8 +489,8 @@ def layernorm_backward(
     x, dy = x.contiguous(), dy.contiguous()
     rows = x.numel() // cols
     dx = torch.empty_like(x)
-    dw = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dweight else None
-    db = torch.empty(cols, device=x.device, dtype=x.dtype) if want_dbias else None
+    dw = x.new_empty(cols) if want_dweight else None
+    db = x.new_empty(cols) if want_dbias else None
     w = weight.contiguous() if weight is not None else None
     key = (x.dtype, rows, cols, index)
     need = _ln_workspace_bytes.get(key)

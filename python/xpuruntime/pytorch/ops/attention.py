@@ -206,7 +206,7 @@ def flash_attn_fwd(
     return _flash_fwd_cpu(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)
 
 
-@flash_attn_fwd.register_kernel("cuda")
+@_bridge.cuda_kernel(flash_attn_fwd)
 def _(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state):
     return _bridge.flash_forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng_state)
 
@@ -237,7 +237,7 @@ def flash_attn_bwd(
     return _flash_bwd_cpu(dout, q, k, v, out, lse, attn_mask, dropout_p, is_causal, scale, rng_state)
 
 
-@flash_attn_bwd.register_kernel("cuda")
+@_bridge.cuda_kernel(flash_attn_bwd)
 def _(dout, q, k, v, out, lse, attn_mask, dropout_p, is_causal, scale, rng_state):
     return _bridge.flash_backward(dout, q, k, v, out, lse, attn_mask, dropout_p, is_causal, scale, rng_state)
 

@@ -117,7 +117,7 @@ def layer_norm_fwd(
     return _ln_fwd_cpu(x, normalized_shape, weight, bias, eps)
 
 
-@layer_norm_fwd.register_kernel("cuda")
+@_bridge.cuda_kernel(layer_norm_fwd)
 def _(x, normalized_shape, weight, bias, eps):
     y, mean, rstd = _bridge.layernorm_forward(x, weight, bias, math.prod(normalized_shape), eps)
     return y.reshape(x.shape), mean, rstd
@@ -149,7 +149,7 @@ def layer_norm_bwd(
     return dx, dw, db
 
 
-@layer_norm_bwd.register_kernel("cuda")
+@_bridge.cuda_kernel(layer_norm_bwd)
 def _(dy, x, normalized_shape, mean, rstd, weight, need_weight_grad, need_bias_grad):
     shape = tuple(normalized_shape)
     dx, dw, db = _bridge.layernorm_backward(

@@ -117,7 +117,7 @@ def _layout_key(kernel: str, x: Tensor, weight: Tensor, extra: object) -> tuple:
     return (kernel, x.dtype, x.device, x.shape, x.stride(), weight.shape, weight.stride(), extra)
 
 
-@xrt_linear.register_kernel("cuda")
+@_bridge.cuda_kernel(xrt_linear)
 def _(x, weight, bias, kernel):
     bias_key = None if bias is None else (bias.dtype, bias.stride())
     slots = _graph_slots(("fwd", *_layout_key(kernel, x, weight, bias_key)))
@@ -147,7 +147,7 @@ def xrt_linear_backward(
     )
 
 
-@xrt_linear_backward.register_kernel("cuda")
+@_bridge.cuda_kernel(xrt_linear_backward)
 def _(grad, x, weight, kernel, need_x, need_weight, need_bias):
     need = (need_x, need_weight, need_bias)
     slots = _graph_slots(("bwd", *_layout_key(kernel, x, weight, need)))

@@ -64,7 +64,7 @@ class _Gemm:
 
     def run(self, a2: Tensor, b: Tensor, bias: Tensor | None, out_shape: tuple[int, ...]) -> Tensor:
         """Runs the case on tensors in its layout; returns the output (``out_shape``)."""
-        out = torch.empty(out_shape, dtype=self.dtype, device=self.device)
+        out = a2.new_empty(out_shape)  # a2 is of the case: its dtype and device (~1 us less than torch.empty)
         stream = _raw_stream(self.index) if self.cuda else 0
         ws, nbytes = _launch.workspace(self.device, self.index, stream, self.ws_bytes)
         if _launch.CHECK:
@@ -190,7 +190,7 @@ def xrt_matmul(a: Tensor, b: Tensor, bias: Tensor | None, kernel: str) -> Tensor
     return out + bias if bias is not None else out
 
 
-@xrt_matmul.register_kernel("cuda")
+@_bridge.cuda_kernel(xrt_matmul)
 def _(a, b, bias, kernel):
     return _run_cuda(a, b, bias, kernel)
 
@@ -307,7 +307,7 @@ def xrt_column_sums(x: Tensor) -> Tensor:
     return x.sum(0)
 
 
-@xrt_column_sums.register_kernel("cuda")
+@_bridge.cuda_kernel(xrt_column_sums)
 def _(x):
     return _column_sums_direct(x)
 
