@@ -207,6 +207,10 @@ class PreparedKernel {
   virtual ~PreparedKernel() = default;
   virtual void run(const KernelArgs& args) const = 0;
   virtual std::size_t workspace_bytes() const { return 0; }
+  // The algorithm prepare() chose by itself (a library heuristic's pick when none was
+  // named), in the kernel's algorithm names; "" when it has none. The compiler records
+  // it in the plan step, so a loaded plan names it and skips the heuristic.
+  virtual std::string chosen_algorithm() const { return {}; }
 };
 
 class Kernel : public std::enable_shared_from_this<Kernel> {

@@ -254,6 +254,9 @@ class Preparer {
     add_time("prepare:" + st.kernel, t0);
     XRT_CHECK(st.prepared != nullptr, InvalidArgumentError, st.node.where(), ": kernel '",
               st.kernel, "' returned no prepared kernel");
+    // Compile: an algorithm the kernel's library chose goes into the plan, so a load
+    // prepares it by name (cuDNN's convolution heuristic took ~5 ms a step).
+    if (kp_ && st.algorithm.empty()) st.algorithm = st.prepared->chosen_algorithm();
   }
 
   // A sub-kernel (a conv's GEMM): dispatched and recorded at compile time,

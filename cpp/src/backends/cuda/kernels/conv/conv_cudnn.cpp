@@ -291,6 +291,27 @@ std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const 
   XRT_CUDNN_CHECK(cudnnSetActivationDescriptor(
       ad, s.relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
 
+  // fp16/bf16 convolutions run with tensor-op math whichever way the algorithm was
+  // found (heuristic, pin, tuning or a loaded plan), so a plan loaded by algorithm name
+  // computes what its compile computed; fp32 math follows the policy (set_math).
+  const bool rule_math = s.dtype != DType::kFloat32 || !s.allow_tf32;
+  const cudnnMathType_t ruled = CUDNN_TENSOR_OP_MATH;
+  if (!s.algorithm.empty() && rule_math) {
+    // Named: no heuristic query (it cost ~5 ms a convolution, most of a conv net's plan
+    // load); cuDNN's workspace query refuses an algorithm that cannot run this case.
+    const AlgoName* a = std::find_if(std::begin(kAlgos), std::end(kAlgos),
+                                     [&](const AlgoName& n) { return s.algorithm == n.name; });
+    XRT_CHECK(a != std::end(kAlgos), InvalidArgumentError, s.where,
+              ": unknown cudnn conv algorithm '", s.algorithm, "'; known: ", algo_names());
+    p->algo = a->algo;
+    set_math(*p, s, ruled);
+    const cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(
+        h, p->x.get(), fd, cd, p->y.get(), p->algo, &p->algo_bytes);
+    XRT_CHECK(st == CUDNN_STATUS_SUCCESS, UnsupportedOperationError, s.where,
+              ": cudnn conv algorithm '", s.algorithm, "' does not run this case (",
+              cudnnGetErrorString(st), "); re-tune or unpin it, or recompile the plan");
+    return p;
+  }
   if (!s.algorithm.empty()) {
     const AlgoName* a = std::find_if(std::begin(kAlgos), std::end(kAlgos),
                                      [&](const AlgoName& n) { return s.algorithm == n.name; });
@@ -314,7 +335,7 @@ std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const 
                            : "",
               "; raise the limit or choose another conv kernel");
     p->algo = cands.front().algo;
-    set_math(*p, s, cands.front().mathType);
+    set_math(*p, s, rule_math ? ruled : cands.front().mathType);
   }
   XRT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p->x.get(), fd, cd, p->y.get(),
                                                           p->algo, &p->algo_bytes));
@@ -360,6 +381,9 @@ class ConvPrepared final : public PreparedKernel {
         krsc_(std::move(krsc)) {}
 
   std::size_t workspace_bytes() const override { return plan_ ? plan_->workspace() : 0; }
+  std::string chosen_algorithm() const override {
+    return plan_ ? std::string(algo_name(plan_->algo)) : std::string();
+  }
 
   void run(const KernelArgs& a) const override {
     XRT_CHECK(a.inputs.size() >= 2 && !a.outputs.empty(), InvalidArgumentError, s_.where,
