@@ -271,6 +271,61 @@ TEST_F(PlanIntegrity, ArenaDamageIsRefused) {
                  "not between 0 and the sum of its buffers", "huge arena");
 }
 
+// A step's workspace planned in the arena (device plans, PlanStep::workspace_offset):
+// one past every buffer loads and runs bit-identically (the step's kernel gets it);
+// one outside the arena, unaligned, or over a buffer alive at that step is refused.
+TEST_F(PlanIntegrity, StepWorkspacesInTheArenaAreCheckedLikeValues) {
+  const json h0 = conv_.header();
+  // A step that runs and reads an arena buffer (the fusions decide which one).
+  int step = -1;
+  for (std::size_t i = 0; i < h0["steps"].size() && step < 0; ++i) {
+    const json& st = h0["steps"][i];
+    const int in = st["inputs"][0].get<int>();
+    if (!st["alias"].get<bool>() && in >= 0 && h0["values"][in]["arena_offset"].get<int64_t>() >= 0)
+      step = static_cast<int>(i);
+  }
+  ASSERT_GE(step, 0) << "no step reads an arena buffer in the test plan";
+  const int64_t arena = h0["memory"]["arena_bytes"].get<int64_t>();
+  const std::string placed = conv_.edited([&](json& h) {
+    h["steps"][step]["workspace_offset"] = (arena + 63) / 64 * 64;
+    h["steps"][step]["workspace_bytes"] = 4096;
+    h["memory"]["arena_bytes"] = (arena + 63) / 64 * 64 + 4096;
+  });
+  ExecutionPlan back = ExecutionPlan::deserialize(placed);
+  EXPECT_EQ(back.steps[static_cast<std::size_t>(step)].workspace_offset, (arena + 63) / 64 * 64);
+  // Saved again, the fields come back (written only when planned).
+  EXPECT_NE(ExecutionPlan::deserialize(back.serialize())
+                .steps[static_cast<std::size_t>(step)]
+                .workspace_bytes,
+            0);
+  const HostTensor x = random_tensor({2, 3, 8, 8}, 9);
+  auto a = Executor(std::make_shared<ExecutionPlan>(ExecutionPlan::deserialize(conv_.bytes)))
+               .run({"x"}, {x});
+  auto b = Executor(std::make_shared<ExecutionPlan>(std::move(back))).run({"x"}, {x});
+  ASSERT_EQ(a[0].nbytes(), b[0].nbytes());
+  EXPECT_EQ(std::memcmp(a[0].data, b[0].data, a[0].nbytes()), 0);
+
+  expect_refused(conv_.edited([&](json& h) {
+    h["steps"][step]["workspace_offset"] = (arena + 63) / 64 * 64;
+    h["steps"][step]["workspace_bytes"] = 4096;
+  }),
+                 "inside the arena", "workspace past the arena");
+  expect_refused(conv_.edited([&](json& h) {
+    h["steps"][step]["workspace_offset"] = 8;
+    h["steps"][step]["workspace_bytes"] = 64;
+  }),
+                 "64-byte aligned", "unaligned workspace");
+  // Over the step's own input (alive while the step runs).
+  const int in = h0["steps"][step]["inputs"][0].get<int>();
+  const int64_t in_off = h0["values"][in]["arena_offset"].get<int64_t>();
+  ASSERT_GE(in_off, 0);
+  expect_refused(conv_.edited([&](json& h) {
+    h["steps"][step]["workspace_offset"] = in_off;
+    h["steps"][step]["workspace_bytes"] = 64;
+  }),
+                 "workspace of", "workspace over a live input");
+}
+
 TEST_F(PlanIntegrity, SwappedKernelOrOpTypeIsRefused) {
   // Edited in place (not resealed), any swap is a checksum mismatch.
   expect_refused(

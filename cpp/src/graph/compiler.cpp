@@ -382,7 +382,10 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   dispatch_steps(plan, *provider, opt.kernel_policy, opt.exec_policy);
   plan.decisions.push_back(threads_decision(opt.exec_policy.threads, *provider).to_json());
-  plan_memory(plan);
+  // Device plans place each step's workspace in the arena (see PlanStep); host plans
+  // keep one shared workspace (their kernels' scratch is small, and the CPU arena is
+  // sized against ONNX Runtime's).
+  plan_memory(plan, !provider->host_memory() && !plan.header.preview);
   auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::ostringstream os;
   os.precision(3);

@@ -115,6 +115,14 @@ struct Executor::GraphState {
   }
 };
 
+namespace {
+// Whether step `s` runs on its workspace inside the arena (PlanStep::workspace_offset).
+bool arena_workspace(const PlanStep& s) {
+  return s.workspace_offset >= 0 && s.prepared &&
+         s.prepared->workspace_bytes() <= static_cast<std::size_t>(s.workspace_bytes);
+}
+}  // namespace
+
 Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(plan)) {
   XRT_CHECK(plan_ != nullptr, InvalidArgumentError, "Executor needs a plan");
   XRT_CHECK(!plan_->header.preview, InvalidArgumentError, "the plan is an offline preview (",
@@ -127,7 +135,10 @@ Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(
     XRT_CHECK(s.alias || s.prepared != nullptr, InvalidArgumentError, s.node.where(),
               ": the plan step has no prepared kernel '", s.kernel,
               "'; plans from compile() or ExecutionPlan::load() have one");
-    if (s.prepared) workspace_bytes_ = std::max(workspace_bytes_, s.prepared->workspace_bytes());
+    // The shared workspace serves the steps without one planned in the arena (and a
+    // loaded kernel that asks for more than its plan planned).
+    if (s.prepared && !arena_workspace(s))
+      workspace_bytes_ = std::max(workspace_bytes_, s.prepared->workspace_bytes());
     const ops::OpSchema* schema = ops::find_schema(s.node.op_type);
     bool dynamic = false;
     for (int o : s.node.outputs)
@@ -400,6 +411,13 @@ void Executor::run_steps(Binding& b, RunResources& res, RunStats& stats) const {
                                                       : dyn.get(nbytes_of(pv.dtype, shapes[o]));
       }
       args.outputs.push_back(TensorArg{pv.dtype, shapes[o], data[o]});
+    }
+    if (arena_workspace(st)) {
+      args.workspace = arena + st.workspace_offset;
+      args.workspace_bytes = static_cast<std::size_t>(st.workspace_bytes);
+    } else {
+      args.workspace = res.workspace();
+      args.workspace_bytes = workspace_bytes_;
     }
     if (!st.alias) {
       if (profiling) {

@@ -245,6 +245,10 @@ std::string ExecutionPlan::serialize() const {
                        {"algorithm", s.algorithm},
                        {"rule", s.rule},
                        {"alias", s.alias}});
+    if (s.workspace_offset >= 0) {  // only when planned: older readers see no new fields
+      steps_j.back()["workspace_offset"] = s.workspace_offset;
+      steps_j.back()["workspace_bytes"] = s.workspace_bytes;
+    }
   }
   h["steps"] = std::move(steps_j);
   h["inputs"] = inputs;
@@ -472,6 +476,10 @@ ExecutionPlan parse_plan(std::string_view bytes, const std::shared_ptr<void>& ke
     s.algorithm = j.at("algorithm").get<std::string>();
     s.rule = j.at("rule").get<std::string>();
     s.alias = j.at("alias").get<bool>();
+    if (j.contains("workspace_offset")) {
+      s.workspace_offset = as_i64(j.at("workspace_offset"), "a step's workspace offset");
+      s.workspace_bytes = as_i64(j.at("workspace_bytes"), "a step's workspace size");
+    }
     p.steps.push_back(std::move(s));
   }
   p.inputs = ids_from(h.at("inputs"), "a plan input id");

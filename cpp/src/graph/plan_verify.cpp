@@ -157,6 +157,10 @@ void check_memory(const ExecutionPlan& p) {
     m.intermediate_bytes += bytes_of(pv.dtype, *pv.shape);
     arena_bound += arena_bytes_of(pv);
   }
+  for (const PlanStep& st : p.steps)
+    if (st.workspace_offset >= 0 && st.workspace_bytes > 0 &&
+        st.workspace_bytes <= (int64_t{1} << 50))  // bounded before the sum can overflow
+      arena_bound += st.workspace_bytes;
   const MemoryReport& r = p.memory;
   XRT_CHECK(r.arena_bytes >= 0 && r.arena_bytes <= arena_bound, InvalidModelError,
             "plan file is corrupt: the arena of ", r.arena_bytes,
@@ -309,6 +313,24 @@ void check_lifetimes(const ExecutionPlan& p, const std::vector<int>& def) {
     bufs.push_back({pv.arena_offset, arena_bytes_of(pv), def[v], std::max(end[v], def[v]),
                     static_cast<int>(v)});
   }
+  // A step's workspace planned in the arena: a buffer alive during that step only.
+  for (std::size_t s = 0; s < p.steps.size(); ++s) {
+    const PlanStep& st = p.steps[s];
+    if (st.workspace_offset < 0) continue;
+    XRT_CHECK(st.workspace_bytes > 0 && st.workspace_offset % 64 == 0 &&
+                  st.workspace_bytes <= p.memory.arena_bytes &&
+                  st.workspace_offset <= p.memory.arena_bytes - st.workspace_bytes,
+              InvalidModelError, "plan file is corrupt: ", step_str(p, s), " has a workspace of ",
+              st.workspace_bytes, " bytes at arena offset ", st.workspace_offset,
+              ", not a 64-byte aligned buffer inside the arena of ", p.memory.arena_bytes,
+              " bytes", kFix);
+    bufs.push_back({st.workspace_offset, st.workspace_bytes, static_cast<int>(s),
+                    static_cast<int>(s), -1 - static_cast<int>(s)});
+  }
+  auto buf_str = [&](const Buf& b) {
+    return b.v >= 0 ? value_str(p, b.v)
+                    : "the workspace of " + step_str(p, static_cast<std::size_t>(-1 - b.v));
+  };
   std::sort(bufs.begin(), bufs.end(), [](const Buf& a, const Buf& b) { return a.off < b.off; });
   for (std::size_t a = 0; a < bufs.size(); ++a) {
     for (std::size_t b = a + 1; b < bufs.size() && bufs[b].off < bufs[a].off + bufs[a].bytes; ++b) {
@@ -316,13 +338,13 @@ void check_lifetimes(const ExecutionPlan& p, const std::vector<int>& def) {
       // A step writing its output over an input whose lifetime ends there, where its
       // kernel allows it (the planner's in-place sharing: same offset and size).
       auto in_place = [&](const Buf& x, const Buf& y) {
-        return x.off == y.off && x.bytes == y.bytes && x.stop == y.start &&
+        return x.v >= 0 && y.v >= 0 && x.off == y.off && x.bytes == y.bytes && x.stop == y.start &&
                inplace_input(p, static_cast<std::size_t>(y.start)) == x.v &&
                p.steps[static_cast<std::size_t>(y.start)].node.outputs[0] == y.v;
       };
       if (together && (in_place(bufs[a], bufs[b]) || in_place(bufs[b], bufs[a]))) continue;
-      XRT_CHECK(!together, InvalidModelError, "plan file is corrupt: ", value_str(p, bufs[a].v),
-                " and ", value_str(p, bufs[b].v),
+      XRT_CHECK(!together, InvalidModelError, "plan file is corrupt: ", buf_str(bufs[a]),
+                " and ", buf_str(bufs[b]),
                 " are alive at the same time but overlap in the arena", kFix);
     }
   }

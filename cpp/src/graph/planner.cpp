@@ -107,7 +107,7 @@ int inplace_input(const ExecutionPlan& plan, std::size_t s) {
   return -1;
 }
 
-void plan_memory(ExecutionPlan& plan) {
+void plan_memory(ExecutionPlan& plan, bool step_workspaces) {
   const int nv = static_cast<int>(plan.values.size());
   std::vector<int> def_step(nv, -1);
   for (int s = 0; s < static_cast<int>(plan.steps.size()); ++s) {
@@ -132,7 +132,7 @@ void plan_memory(ExecutionPlan& plan) {
     plan.values[v].last_use = std::max(plan.values[v].last_use, end[root]);
   }
   struct Buf {
-    int v;
+    int v;  // the value, or -1 - s for step s's workspace
     int64_t bytes;
     int start, stop;
   };
@@ -179,6 +179,15 @@ void plan_memory(ExecutionPlan& plan) {
     if (share[v] >= 0) continue;  // placed with the value whose buffer it takes
     bufs.push_back({v, b, def_step[v], group_stop[v]});
   }
+  for (int s = 0; s < static_cast<int>(plan.steps.size()); ++s) {
+    PlanStep& st = plan.steps[s];
+    st.workspace_offset = -1;
+    st.workspace_bytes = 0;
+    const std::size_t ws = step_workspaces && st.prepared ? st.prepared->workspace_bytes() : 0;
+    if (ws == 0) continue;
+    st.workspace_bytes = static_cast<int64_t>((ws + 63) / 64 * 64);
+    bufs.push_back({-1 - s, st.workspace_bytes, s, s});
+  }
   std::stable_sort(bufs.begin(), bufs.end(), [](const Buf& a, const Buf& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.start < b.start;
   });
@@ -200,7 +209,10 @@ void plan_memory(ExecutionPlan& plan) {
       off = std::max(off, p->off + p->bytes);
     }
     placed.push_back({off, b.bytes, b.start, b.stop});
-    plan.values[b.v].arena_offset = off;
+    if (b.v >= 0)
+      plan.values[b.v].arena_offset = off;
+    else
+      plan.steps[-1 - b.v].workspace_offset = off;
     arena = std::max(arena, off + b.bytes);
   }
   for (int v = 0; v < nv; ++v)

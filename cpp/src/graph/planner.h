@@ -12,8 +12,10 @@ void build_plan_values(const Graph& g, ExecutionPlan& plan);
 
 // Lifetimes -> offsets in one arena (greedy by size: largest first, lowest offset
 // that overlaps no live buffer). Static intermediates get arena_offset; values
-// shaped at run time stay dynamic. Fills last_use and plan.memory.
-void plan_memory(ExecutionPlan& plan);
+// shaped at run time stay dynamic. Fills last_use and plan.memory. With
+// `step_workspaces`, each prepared step's workspace is a buffer of the arena alive
+// during that step only (PlanStep::workspace_offset).
+void plan_memory(ExecutionPlan& plan, bool step_workspaces = false);
 
 // Bytes a value occupies in the arena (64-byte aligned), 0 when not static.
 int64_t arena_bytes_of(const PlanValue& v);

@@ -61,6 +61,13 @@ struct PlanStep {
   std::string algorithm;  // the chosen algorithm ("" = the kernel's default)
   std::string rule;       // the rule that chose it (Decision::rule)
   bool alias = false;     // output 0 is a view of input 0: nothing to run
+  // The step's workspace inside the arena, planned like a value that lives during this
+  // step only (device plans: it shares memory with dead intermediates instead of one
+  // workspace of the largest step's size kept beside the arena); -1: the run's shared
+  // workspace. workspace_bytes is what was planned (a loaded kernel asking for more
+  // runs on the shared workspace).
+  int64_t workspace_offset = -1;
+  int64_t workspace_bytes = 0;
   // Not serialized: filled by compile() and again when a plan is loaded.
   KernelPtr kernel_ptr;       // the registered kernel `kernel`
   PreparedKernelPtr prepared;  // bound to this step once: what the executor runs
