@@ -187,7 +187,9 @@ remote() {
         # GPU suites; only kernels whose name holds "xpuruntime" are checked (torch's
         # own run unchecked, at near full speed). Bounded by SANITIZE_TIMEOUT each.
         # racecheck hits an internal sanitizer error in cuBLASLt's Hopper kernels (a
-        # routed linear): SANITIZE_PY_K passes pytest a -k expression to leave those out.
+        # routed linear) and in our sm_90a flash kernels (wgmma/TMA): SANITIZE_PY_K passes
+        # pytest a -k expression to leave the cuBLAS ones out, and XRT_FLASH_PORTABLE=1 in
+        # the environment runs the portable flash kernels, which racecheck can check.
         local cs st_t=${SANITIZE_TIMEOUT:-150}
         local suites=${SANITIZE_PY_SUITES:-"tests/gpu/test_layernorm_gpu.py tests/gpu/test_column_sums_gpu.py tests/gpu/test_skinny_gemm_gpu.py tests/gpu/test_attention_gpu.py"}
         cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
