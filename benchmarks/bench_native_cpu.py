@@ -15,7 +15,8 @@ each measured the same way in its own fresh child process (PEAK_METHOD below). T
 dynamic-shape model runs at several shapes and is compared with the same model exported
 at each fixed shape. A model that fails to export, build, run or match is reported with
 its error and counts as a miss. The JSON's ``goals`` list has one entry per goal of
-issue 18.
+issue 18, then issue 36's idle goals, with the held-out half of the models (``unseen``
+in native_cpu_models.py, ``half`` per row) against the tuned half.
 
     python benchmarks/bench_native_cpu.py --threads 2 --out benchmarks/results/native_cpu_zoo.json
     python benchmarks/bench_native_cpu.py --quick --models resnet18,swin_t
@@ -400,6 +401,59 @@ def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def goals_issue36(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 36's idle goals, over the models of this run, and the held-out half
+    (``ModelSpec.unseen``: no kernel priority was chosen on it) against the tuned half.
+    The under-load goal is bench_native_cpu_load.py's."""
+    ok = [r for r in rows if "error" not in r and "ratio_native_over_ort" in r]
+    failed = [r["model"] for r in rows if "error" in r]
+
+    def med(key: str, half: str | None = None) -> float | None:
+        vals = [r[key] for r in ok if key in r and (half is None or r.get("half") == half)]
+        return float(np.median(vals)) if vals else None
+
+    def count(half: str) -> int:
+        return sum(1 for r in ok if r.get("half") == half)
+
+    med_ort, med_ov = med("ratio_native_over_ort"), med("ratio_native_over_openvino")
+    worst = max((r["ratio_native_over_ort"] for r in ok), default=None)
+    tuned, unseen = med("ratio_native_over_ort", "tuned"), med("ratio_native_over_ort", "unseen")
+    gap = unseen / tuned if tuned and unseen else None
+    over = f"over {len(ok)} of {len(rows)} models" + (f" (failed: {', '.join(failed)})" if failed else "")
+
+    def g(name: str, figure: Any, target: str, met: bool) -> dict[str, Any]:
+        return {
+            "issue": 36,
+            "name": name,
+            "figure": figure,
+            "target": target,
+            "met": bool(met and not failed),
+        }
+
+    return [
+        g(
+            f"issue 36: median native/ORT p50 {over}",
+            med_ort,
+            "<= 0.8",
+            med_ort is not None and med_ort <= 0.8,
+        ),
+        g(f"issue 36: worst native/ORT p50 {over}", worst, "<= 1.2", worst is not None and worst <= 1.2),
+        g(
+            f"issue 36: median native/OpenVINO p50 {over}",
+            med_ov,
+            "<= 1.0",
+            med_ov is not None and med_ov <= 1.0,
+        ),
+        g(
+            f"issue 36: the held-out half's median native/ORT ({count('unseen')} models: {unseen}) within 10% "
+            f"of the tuned half's ({count('tuned')} models: {tuned}); unseen/tuned",
+            gap,
+            "<= 1.10",
+            gap is not None and gap <= 1.10,
+        ),
+    ]
+
+
 def print_table(rows: list[dict[str, Any]], goal_list: list[dict[str, Any]]) -> None:
     header = [
         "model",
@@ -526,9 +580,10 @@ def main() -> int:
                 "config": MODELS[name].config,
                 "error": {"stage": stage[0], "message": msg, "traceback": traceback.format_exc()[-2000:]},
             }
+        row["half"] = "unseen" if MODELS[name].unseen else "tuned"
         print(_summary(row), flush=True)
         rows.append(row)
-    goal_list = goals(rows)
+    goal_list = goals(rows) + goals_issue36(rows)
     out = {
         "benchmark": "native engine vs ONNX Runtime CPU EP vs OpenVINO CPU, one process, same thread count, "
         "batch 1 (dynamic model: several shapes), fp32, interleaved blocks",

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GOAL_COUNT = 7  # one per goal of issue 18's Goals section
+ISSUE36_GOALS = 4  # issue 36's idle goals, the held-out half among them
 
 
 def _bench() -> Any:
@@ -102,8 +103,9 @@ def test_quick_run_writes_json_and_reports_failures(tmp_path: Path, monkeypatch:
     assert bench.main() == 0
     res = json.loads(out.read_text())
     assert res["quick"] and res["threads"] == 2
-    assert len(res["goals"]) == GOAL_COUNT
+    assert len(res["goals"]) == GOAL_COUNT + ISSUE36_GOALS
     ok, failed = res["results"]
+    assert ok["half"] == "tuned"
     assert ok["model"] == "squeezenet1_1" and "error" not in ok
     assert ok["matches_ort"] and ok["max_rel_error_vs_ort"] <= 1e-4
     assert ok["native_p50_ms"] > 0 and ok["ort_p50_ms"] > 0 and ok["openvino_p50_ms"] > 0
@@ -112,3 +114,35 @@ def test_quick_run_writes_json_and_reports_failures(tmp_path: Path, monkeypatch:
     assert failed["error"]["stage"] == "export" and "no such architecture" in failed["error"]["message"]
     assert not next(g for g in res["goals"] if g["name"].startswith("every model builds"))["met"]
     assert len(res["machine"]["load_average_at_start"]) == 3
+
+
+def test_issue36_goals_report_the_held_out_half_against_the_tuned_half() -> None:
+    bench = _bench()
+    rows = [
+        _row("t1", 0.7, ov=0.9, half="tuned"),
+        _row("t2", 0.9, ov=1.1, half="tuned"),
+        _row("u1", 0.8, ov=0.8, half="unseen"),
+        _row("u2", 1.3, ov=1.2, half="unseen"),
+    ]
+    goals = bench.goals_issue36(rows)
+    assert len(goals) == ISSUE36_GOALS and all(g["issue"] == 36 for g in goals)
+    med, worst, ov, halves = goals
+    assert med["figure"] == pytest.approx(0.85) and not med["met"]  # target 0.8
+    assert worst["figure"] == pytest.approx(1.3) and not worst["met"]  # target 1.2
+    assert ov["figure"] == pytest.approx(1.0) and ov["met"]
+    # held-out median 1.05 against the tuned 0.8: 1.3125, more than 10% worse
+    assert halves["figure"] == pytest.approx(1.05 / 0.8) and not halves["met"]
+    assert "2 models" in halves["name"]
+    close = bench.goals_issue36([_row("t", 1.0, half="tuned"), _row("u", 1.05, half="unseen")])
+    assert close[3]["met"] and close[3]["figure"] == pytest.approx(1.05)
+    # a failed model is a miss of every goal, and named
+    failed = bench.goals_issue36([*rows, {"model": "broken", "error": {"stage": "build", "message": "x"}}])
+    assert not any(g["met"] for g in failed) and "failed: broken" in failed[0]["name"]
+
+
+def test_the_held_out_half_has_ten_models_of_families_the_tuned_half_lacks() -> None:
+    models = _bench().MODELS
+    unseen = [m for m in models.values() if m.unseen]
+    assert len(unseen) >= 10
+    tuned_families = {m.family for m in models.values() if not m.unseen}
+    assert not {m.family for m in unseen} & tuned_families
