@@ -2,6 +2,7 @@
 #include "graph/plan_verify.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -157,10 +158,10 @@ void check_memory(const ExecutionPlan& p) {
     m.intermediate_bytes += bytes_of(pv.dtype, *pv.shape);
     arena_bound += arena_bytes_of(pv);
   }
-  for (const PlanStep& st : p.steps)
-    if (st.workspace_offset >= 0 && st.workspace_bytes > 0 &&
-        st.workspace_bytes <= (int64_t{1} << 50))  // bounded before the sum can overflow
-      arena_bound += st.workspace_bytes;
+  for (const PlanStep& st : p.steps)  // saturating: a crafted file may ask for anything
+    if (st.workspace_offset >= 0 && st.workspace_bytes > 0)
+      arena_bound = st.workspace_bytes > INT64_MAX - arena_bound ? INT64_MAX
+                                                                 : arena_bound + st.workspace_bytes;
   const MemoryReport& r = p.memory;
   XRT_CHECK(r.arena_bytes >= 0 && r.arena_bytes <= arena_bound, InvalidModelError,
             "plan file is corrupt: the arena of ", r.arena_bytes,

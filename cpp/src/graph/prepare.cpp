@@ -166,6 +166,8 @@ class Preparer {
       OpContext ctx = step_context(plan_, st, s, provider_);
       bind(st, ctx);
     }
+    // A cuDNN convolution prepares no sub-kernel: the threads touch neither
+    // timing_sub_ nor recorded_index_ (add_time locks the timings).
     parallel_chunks(parallel.size(), 8, [&](std::size_t i) {
       const std::size_t s = parallel[i];
       OpContext ctx = step_context(plan_, plan_.steps[s], s, provider_);
