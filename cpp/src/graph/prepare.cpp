@@ -4,13 +4,11 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "graph/plan_verify.h"
 #include "graph/step_tuning.h"
 #include "ops/matmul/matmul_op.h"
 #include "ops/matmul/onnx_matmul.h"
@@ -144,12 +142,8 @@ class Preparer {
     }
   }
 
-  // Load: the recorded kernels, no dispatch. Steps of kernels whose set-up is slow
-  // host work and safe on several threads (cuDNN's: each thread leases its own
-  // handle; its heuristic query took ~5 ms a convolution, 0.6 s for a DenseNet) are
-  // prepared in parallel, the others in order.
+  // Load: the recorded kernels, no dispatch.
   void reload() {
-    std::vector<std::size_t> parallel;
     for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
       PlanStep& st = plan_.steps[s];
       // A kernel is bound to a node of its op: refuse a step whose op key is
@@ -159,20 +153,9 @@ class Preparer {
                 "plan file is corrupt: step ", s, " (", st.node.where(), ") has op key '",
                 st.op_key, "', but op '", st.node.op_type, "' ",
                 schema ? "has key '" + schema->key + "'" : std::string("is unknown to this build"));
-      if (st.kernel == "cudnn" && st.op_key == "conv") {
-        parallel.push_back(s);
-        continue;
-      }
       OpContext ctx = step_context(plan_, st, s, provider_);
       bind(st, ctx);
     }
-    // A cuDNN convolution prepares no sub-kernel: the threads touch neither
-    // timing_sub_ nor recorded_index_ (add_time locks the timings).
-    parallel_chunks(parallel.size(), 8, [&](std::size_t i) {
-      const std::size_t s = parallel[i];
-      OpContext ctx = step_context(plan_, plan_.steps[s], s, provider_);
-      bind(plan_.steps[s], ctx);
-    });
   }
 
  private:
@@ -292,19 +275,17 @@ class Preparer {
     const auto t0 = std::chrono::steady_clock::now();
     PreparedKernelPtr p = k->prepare(pc);
     // Inside its step's prepare: counted there too, so not added to the total.
-    timing_sub_ = true;
-    add_time("prepare:" + kernel, t0);
-    timing_sub_ = false;
+    add_time("prepare:" + kernel, t0, /*step=*/false);
     return p;
   }
 
   // Milliseconds since t0 added to timings_ms[key] and, for a step, to "prepare".
-  void add_time(const std::string& key, std::chrono::steady_clock::time_point t0) {
+  void add_time(const std::string& key, std::chrono::steady_clock::time_point t0,
+                bool step = true) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::lock_guard lock(timings_mu_);  // reload() prepares some steps on several threads
     plan_.timings_ms[key] += ms;
-    if (!timing_sub_) plan_.timings_ms["prepare"] += ms;
+    if (step) plan_.timings_ms["prepare"] += ms;
   }
 
   // The kernel a loaded plan recorded for sub-op (sc.op, sc.node). The decisions are
@@ -340,8 +321,6 @@ class Preparer {
   const ExecutionPolicy* ep_ = nullptr;
   bool best_ = false;    // KernelPolicy.auto_strategy == best_performance (compile only)
   bool timing_ = false;  // preparing a candidate only to time it
-  bool timing_sub_ = false;
-  std::mutex timings_mu_;
   // Load: (op, node) -> (kernel, algorithm) of the recorded decisions, built on first use.
   std::optional<std::map<std::pair<std::string, std::string>, std::pair<std::string, std::string>>>
       recorded_index_;
@@ -356,11 +335,7 @@ void dispatch_steps(ExecutionPlan& plan, const ExecutionProvider& provider,
 
 void prepare_loaded_steps(ExecutionPlan& plan) {
   ProviderPtr provider = ProviderRegistry::instance().get(plan.header.device);
-  const auto t0 = std::chrono::steady_clock::now();
   Preparer(plan, *provider).reload();
-  // "prepare" sums the steps' set-up; some ran side by side: this is the wall time.
-  plan.timings_ms["prepare_wall"] =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace xpuruntime::graph

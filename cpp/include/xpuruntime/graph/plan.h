@@ -124,8 +124,7 @@ struct ExecutionPlan {
   std::vector<std::string> pass_log;   // one line per compiler pass ("constant folding: ...")
   // Where the build or load of this plan spent its time (not saved): "read", "verify",
   // "parse", "passes", "prepare" and "prepare:<kernel>" (summed over the steps and
-  // sub-kernels of that kernel; a load prepares cuDNN convolutions on several threads,
-  // "prepare_wall" is then its wall time), milliseconds.
+  // sub-kernels of that kernel), milliseconds of wall time.
   std::map<std::string, double> timings_ms;
 
   // Serialization. save/serialize never fail for a valid plan; load/deserialize
