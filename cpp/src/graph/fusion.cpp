@@ -91,6 +91,17 @@ bool suffix_compatible(const Shape& s, const Shape& o) {
   return std::equal(s.begin() + lead, s.end(), o.end() - len);
 }
 
+// Shape s broadcasts into o by numpy's rules (each trailing dim 1 or equal): what a
+// device's fused kernel with general broadcasting (CUDA's) reads, e.g. NCHW
+// per-channel [C, 1, 1] parameters.
+bool broadcasts_into(const Shape& s, const Shape& o) {
+  if (s.size() > o.size()) return false;
+  const std::size_t lead = o.size() - s.size();
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s[i] != 1 && s[i] != o[lead + i]) return false;
+  return true;
+}
+
 bool fused_binary(const std::string& op, FusedBin& b) {
   static const std::pair<const char*, FusedBin> kOps[] = {
       {"Add", FusedBin::kAdd}, {"Sub", FusedBin::kSub}, {"Mul", FusedBin::kMul},
@@ -107,8 +118,10 @@ bool fused_binary(const std::string& op, FusedBin& b) {
 using Instr = ops::ElementwiseInstr;
 
 // Describes node n as one instruction on the accumulator value `acc`, every value
-// involved of dtype t.
-bool as_instr(const Graph& g, const Node& n, int acc, DType t, Instr& ins) {
+// involved of dtype t. Operands broadcast as suffixes (bias rows, scalars), or by
+// numpy's general rules where `general` (the provider's kernels decide: the CPU's
+// fused kernel reads suffixes only and refuses the others in its support check).
+bool as_instr(const Graph& g, const Node& n, int acc, DType t, bool general, Instr& ins) {
   if (n.outputs.empty() || !of_dtype(g, n.outputs[0], t) || !g.values[n.outputs[0]].shape)
     return false;
   for (std::size_t j = 1; j < n.outputs.size(); ++j)
@@ -121,7 +134,8 @@ bool as_instr(const Graph& g, const Node& n, int acc, DType t, Instr& ins) {
       return false;
     const Shape os = g.values[other].constant.defined() ? g.values[other].constant.shape
                                                         : *g.values[other].shape;
-    if (!suffix_compatible(os, *g.values[n.outputs[0]].shape)) return false;
+    const Shape& out = *g.values[n.outputs[0]].shape;
+    if (general ? !broadcasts_into(os, out) : !suffix_compatible(os, out)) return false;
     ins.kind = n.inputs[0] == acc ? Instr::Kind::kBinary : Instr::Kind::kBinaryOperandLeft;
     ins.binary = b;
     ins.operand = other;  // a graph value id until the program is encoded
@@ -293,13 +307,14 @@ int fuse_elementwise(Graph& g, const ExecutionProvider* provider) {
     const Value& a0 = g.values[acc0];
     const DType t = a0.constant.defined() ? a0.constant.dtype : a0.dtype;
     if (provider == nullptr ? t != DType::kFloat32 : !float_dtype(t)) continue;
+    const bool general = provider != nullptr;
     Instr first;
-    if (!as_instr(g, n0, acc0, t, first)) continue;
+    if (!as_instr(g, n0, acc0, t, general, first)) continue;
     const Shape out_shape = *g.values[n0.outputs[0]].shape;
     {
       const Value& a = g.values[acc0];
       const Shape as = a.constant.defined() ? a.constant.shape : (a.shape ? *a.shape : Shape{-1});
-      if (!suffix_compatible(as, out_shape)) continue;
+      if (general ? !broadcasts_into(as, out_shape) : !suffix_compatible(as, out_shape)) continue;
     }
     std::vector<int> chain = {start};
     std::vector<Instr> prog = {first};
@@ -308,7 +323,8 @@ int fuse_elementwise(Graph& g, const ExecutionProvider* provider) {
       const int next = cons[cur][0];
       const Node& c = g.nodes[next];
       Instr ins;
-      if (taken[next] || !as_instr(g, c, cur, t, ins) || *g.values[c.outputs[0]].shape != out_shape)
+      if (taken[next] || !as_instr(g, c, cur, t, general, ins) ||
+          *g.values[c.outputs[0]].shape != out_shape)
         break;
       if (ins.kind == Instr::Kind::kUnary && c.inputs[0] != cur) break;
       chain.push_back(next);

@@ -38,8 +38,8 @@ ElementwiseInstr binary(FusedBin b, int operand, bool left = false) {
 }
 
 OpCall fused_call(const ops::ElementwiseProgram& p, std::vector<std::optional<HostArray>> ins,
-                  const Shape& out) {
-  OpCall c{"FusedElementwise", {}, std::move(ins), {}, {{DType::kFloat32, out}}};
+                  const Shape& out, DType t = DType::kFloat32) {
+  OpCall c{"FusedElementwise", {}, std::move(ins), {}, {{t, out}}};
   p.to_attrs(c.attrs);
   return c;
 }
@@ -158,6 +158,49 @@ TEST_F(CudaFusedTest, DenseChainWithEveryBinaryAndCommonUnaries) {
   if (out.empty()) return;
   // Eleven fp32 steps, each a few ulp: 1e-5 relative per the fp32 bar, times 4.
   expect_close(out[0], want, "dense fused chain", 4e-5);
+}
+
+// The vector kernels (V elements of the innermost dim per thread, one wide access
+// per operand that walks it, one broadcast load per operand that does not): NCHW
+// per-channel [C, 1, 1] parameters over inner sizes that take 8, 4 and 2 lanes and one
+// that takes none (the general kernel), channels-last [C] rows, a dense chain, in
+// fp16 and fp32, against float64 on the same rounded inputs.
+TEST_F(CudaFusedTest, VectorKernelsMatchFloat64OnEveryWidthAndTheGeneralFallback) {
+  ops::ElementwiseProgram p;
+  p.ops = "Mul,Add,Relu,Sub";
+  p.instrs = {binary(FusedBin::kMul, 1), binary(FusedBin::kAdd, 2), unary(Unary::kRelu),
+              binary(FusedBin::kSub, 3, /*left=*/true)};
+  struct Case {
+    Shape out, param, other;
+  };
+  const std::vector<Case> cases = {
+      {{2, 16, 56, 56}, {16, 1, 1}, {2, 16, 56, 56}},  // inner 3136: 8 lanes
+      {{2, 12, 14, 14}, {12, 1, 1}, {2, 12, 14, 14}},  // inner 196: 4 lanes
+      {{3, 5, 3, 6}, {5, 1, 1}, {1, 5, 3, 6}},         // inner 18: 2 lanes, `other` broadcast on N
+      {{2, 8, 7, 7}, {8, 1, 1}, {2, 8, 7, 7}},         // inner 49: the general kernel
+      {{2, 7, 7, 24}, {24}, {2, 7, 7, 24}},            // channels-last rows: 8 lanes
+      {{4099}, {1}, {4099}},                           // dense, odd: the general kernel
+      {{4096}, {4096}, {1}},                           // dense with a scalar operand
+  };
+  for (DType t : {DType::kFloat16, DType::kFloat32}) {
+    for (const Case& c : cases) {
+      HostArray x = random_array(rng, t, c.out, -2, 2);
+      HostArray s = random_array(rng, t, c.param, 0.5, 1.5);
+      HostArray b = random_array(rng, t, c.param, -1, 1);
+      HostArray y = random_array(rng, t, c.other, -1, 1);
+      std::vector<double> want;
+      for (int64_t i = 0; i < graph::shape_numel(c.out); ++i) {
+        const double acc =
+            std::max(0.0, bcast_at(x, c.out, i) * bcast_at(s, c.out, i) + bcast_at(b, c.out, i));
+        want.push_back(bcast_at(y, c.out, i) - acc);
+      }
+      auto out = run(fused_call(p, {x, s, b, y}, c.out, t));
+      if (out.empty()) return;
+      // One rounding at the store (fp16: 2^-11 relative) plus fp32 arithmetic.
+      expect_close(out[0], want, "vector fused chain " + shape_text(c.out),
+                   t == DType::kFloat16 ? 1e-3 : 1e-5);
+    }
+  }
 }
 
 }  // namespace

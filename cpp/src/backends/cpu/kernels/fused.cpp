@@ -276,6 +276,34 @@ void register_fused_ops(std::vector<OpDef>& defs) {
   OpDef d;
   d.op_type = "FusedElementwise";
   d.kernel = "cpu";
+  // The blocked evaluation reads each operand as the output, a scalar or a repeating
+  // suffix row; an operand broadcast along an inner dim (NCHW per-channel [C, 1, 1])
+  // is another kernel's case (the fusion pass then leaves the chain unfused).
+  d.supports = [](const Node&, const std::vector<Meta>& in) {
+    Shape out;
+    for (const Meta& m : in) {
+      if (!m.known()) return Support::yes();  // checked when run, as before
+      out.resize(std::max(out.size(), m.shape->size()), 1);
+    }
+    for (const Meta& m : in)
+      for (std::size_t i = 0; i < m.shape->size(); ++i) {
+        int64_t& o = out[out.size() - m.shape->size() + i];
+        if ((*m.shape)[i] != 1) o = (*m.shape)[i];
+      }
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const Shape& s = *in[k].shape;
+      std::size_t lead = 0;
+      while (lead < s.size() && s[lead] == 1) ++lead;
+      const auto len = static_cast<std::ptrdiff_t>(s.size() - lead);
+      if (graph::shape_numel(s) != 1 &&
+          !std::equal(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end(), out.end() - len))
+        return Support::no(reason::kShapeUnsupported,
+                           "FusedElementwise on the CPU reads operands that broadcast as a "
+                           "suffix of the output or a scalar; operand " +
+                               std::to_string(k) + " does not");
+    }
+    return Support::yes();
+  };
   // The program is parsed once per plan step.
   set_parsed_body<ops::ElementwiseProgram>(
       d, [](const ops::ElementwiseProgram& p, const Node& n, const std::vector<TensorView>& in,

@@ -71,6 +71,38 @@ __device__ __forceinline__ unsigned short xrt_st(float v) {
 }
 )";
 
+// The vector kernel's argument (FusedVecArgs in fused_codegen.h) and its V-wide
+// element group, aligned so that a group is one 4-, 8- or 16-byte access.
+constexpr const char* kVectorPrelude = R"(
+struct FusedVecArgs {
+  const void* in[16];
+  void* out;
+  unsigned int nvec;
+  int rank;
+  unsigned int dense_mask;
+  unsigned int div[8];
+  unsigned int mul[8];
+  unsigned int shr[8];
+  unsigned int strides[16][8];
+};
+template <int V>
+struct alignas(V * sizeof(xrt_t)) xrt_vec {
+  xrt_t v[V];
+};
+template <int V>
+__device__ __forceinline__ void xrt_load_vec(const FusedVecArgs& a, int k, unsigned off,
+                                             xrt_vec<V>& r) {
+  const xrt_t* p = (const xrt_t*)a.in[k] + off;
+  if ((a.dense_mask >> k) & 1u) {
+    r = *(const xrt_vec<V>*)p;
+  } else {
+    const xrt_t e = *p;
+#pragma unroll
+    for (int l = 0; l < V; ++l) r.v[l] = e;
+  }
+}
+)";
+
 // A float literal that round-trips exactly (and spells infinities and NaN).
 std::string lit(double v) {
   const float f = static_cast<float>(v);
@@ -166,6 +198,28 @@ std::string binary_expr(ops::FusedBin b, const std::string& l, const std::string
             static_cast<int>(b), " is unknown");
 }
 
+// The program's instructions as statements on `acc`; operand(k) spells input k's
+// element (a load in the general kernel, a lane of a loaded vector in the vector one).
+template <typename Operand>
+void emit_program(std::ostringstream& s, const ops::ElementwiseProgram& program, int inputs,
+                  const std::string& indent, Operand operand) {
+  for (const ops::ElementwiseInstr& in : program.instrs) {
+    if (in.kind == ops::ElementwiseInstr::Kind::kUnary) {
+      s << indent << "acc = " << unary_expr(in.unary, in.params, "acc") << ";\n";
+      continue;
+    }
+    XRT_CHECK(in.operand >= 0 && in.operand < inputs, InvalidModelError,
+              "fused elementwise (cuda): operand ", in.operand, " is not an input (", inputs,
+              " inputs)");
+    const std::string v = operand(in.operand);
+    s << indent << "acc = "
+      << (in.kind == ops::ElementwiseInstr::Kind::kBinaryOperandLeft
+              ? binary_expr(in.binary, v, "acc")
+              : binary_expr(in.binary, "acc", v))
+      << ";\n";
+  }
+}
+
 }  // namespace
 
 bool fused_dtype_supported(DType dtype) {
@@ -179,8 +233,13 @@ std::string fused_source(const ops::ElementwiseProgram& program, int inputs, DTy
             "fused elementwise (cuda): dtype ", dtype_name(dtype),
             " (float32, float16 and bfloat16 are generated)");
   std::ostringstream s;
-  s << "// fused (" << dtype_name(dtype) << "): " << program.ops << "\n" << kPrelude
-    << (dtype == DType::kFloat16 ? kHalfIo : dtype == DType::kBFloat16 ? kBFloat16Io : kFloatIo);
+  s << "// fused (" << dtype_name(dtype) << "): " << program.ops << "\n"
+    << kPrelude
+    << (dtype == DType::kFloat16    ? kHalfIo
+        : dtype == DType::kBFloat16 ? kBFloat16Io
+                                    : kFloatIo)
+    << kVectorPrelude;
+  // The general kernel: any broadcast, 64-bit offsets, one element per thread.
   s << "extern \"C\" __global__ void xrt_fused(FusedArgs a) {\n"
     << "  const long long step = (long long)gridDim.x * blockDim.x;\n"
     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += "
@@ -198,24 +257,55 @@ std::string fused_source(const ops::ElementwiseProgram& program, int inputs, DTy
     << "      }\n"
     << "    }\n"
     << "    float acc = xrt_ld((const xrt_t*)a.in[0] + off[0]);\n";
-  for (const ops::ElementwiseInstr& in : program.instrs) {
-    if (in.kind == ops::ElementwiseInstr::Kind::kUnary) {
-      s << "    acc = " << unary_expr(in.unary, in.params, "acc") << ";\n";
-      continue;
-    }
-    XRT_CHECK(in.operand >= 0 && in.operand < inputs, InvalidModelError,
-              "fused elementwise (cuda): operand ", in.operand, " is not an input (", inputs,
-              " inputs)");
-    const std::string v = "xrt_ld((const xrt_t*)a.in[" + std::to_string(in.operand) + "] + off[" +
-                          std::to_string(in.operand) + "])";
-    s << "    acc = "
-      << (in.kind == ops::ElementwiseInstr::Kind::kBinaryOperandLeft
-              ? binary_expr(in.binary, v, "acc")
-              : binary_expr(in.binary, "acc", v))
-      << ";\n";
-  }
+  emit_program(s, program, inputs, "    ", [](int k) {
+    return "xrt_ld((const xrt_t*)a.in[" + std::to_string(k) + "] + off[" + std::to_string(k) + "])";
+  });
   s << "    ((xrt_t*)a.out)[i] = xrt_st(acc);\n  }\n}\n";
+  // The vector kernel: V elements of the innermost dimension per thread, 32-bit
+  // offsets and magic-number divisions (see FusedVecArgs). Inputs that walk the
+  // innermost dimension are read with one V-wide load; the others (broadcast along it:
+  // NCHW per-channel parameters, scalars) with one scalar load.
+  s << "template <int V>\n__device__ __forceinline__ void xrt_fused_vec(const FusedVecArgs& a) {\n"
+    << "  const unsigned step = gridDim.x * blockDim.x;\n"
+    << "  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < a.nvec; j += step) {\n"
+    << "    unsigned off[" << inputs << "];\n"
+    << "#pragma unroll\n"
+    << "    for (int k = 0; k < " << inputs << "; ++k) off[k] = 0;\n"
+    << "    unsigned r = j;\n"
+    << "#pragma unroll\n"
+    << "    for (int d = " << kFusedMaxRank - 1 << "; d >= 0; --d) {\n"
+    << "      if (d >= a.rank) continue;\n"
+    << "      const unsigned q = d == 0 ? 0u : (__umulhi(r, a.mul[d]) + r) >> a.shr[d];\n"
+    << "      const unsigned c = r - q * a.div[d];\n"
+    << "#pragma unroll\n"
+    << "      for (int k = 0; k < " << inputs << "; ++k) off[k] += c * a.strides[k][d];\n"
+    << "      r = q;\n"
+    << "    }\n";
+  for (int k = 0; k < inputs; ++k)
+    s << "    xrt_vec<V> r" << k << ";\n    xrt_load_vec<V>(a, " << k << ", off[" << k << "], r"
+      << k << ");\n";
+  s << "    xrt_vec<V> o;\n"
+    << "#pragma unroll\n"
+    << "    for (int l = 0; l < V; ++l) {\n"
+    << "      float acc = xrt_ld(&r0.v[l]);\n";
+  emit_program(s, program, inputs, "      ",
+               [](int k) { return "xrt_ld(&r" + std::to_string(k) + ".v[l])"; });
+  s << "      o.v[l] = xrt_st(acc);\n"
+    << "    }\n"
+    << "    ((xrt_vec<V>*)a.out)[j] = o;\n"
+    << "  }\n}\n";
+  for (int v : fused_vector_widths(dtype))
+    s << "extern \"C\" __global__ void " << fused_vector_kernel(v) << "(FusedVecArgs a) {\n"
+      << "  xrt_fused_vec<" << v << ">(a);\n}\n";
   return s.str();
 }
+
+std::vector<int> fused_vector_widths(DType dtype) {
+  // 16-, 8- and 4-byte accesses: the widest one the innermost dimension and the
+  // pointers allow is taken at run time.
+  return dtype == DType::kFloat32 ? std::vector<int>{4, 2} : std::vector<int>{8, 4, 2};
+}
+
+std::string fused_vector_kernel(int width) { return "xrt_fused_v" + std::to_string(width); }
 
 }  // namespace xpuruntime::cuda_ops

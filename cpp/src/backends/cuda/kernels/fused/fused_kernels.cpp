@@ -22,7 +22,40 @@ struct FusedPlan {
   bool all_dense = true;
   int64_t dims[kFusedMaxRank] = {};
   int64_t strides[kFusedMaxInputs][kFusedMaxRank] = {};
+  // The vector kernels' arguments (pointers unset) for each group width the shapes
+  // allow, widest first; a run takes the first its pointers' alignment allows.
+  int vector_count = 0;
+  int widths[3] = {};
+  FusedVecArgs vector[3];
 };
+
+// Whether the vector kernels can run this plan with groups of v elements: the
+// innermost dim a multiple of v and every offset inside 32 bits.
+bool vector_fits(const FusedPlan& p, const std::vector<Shape>& shapes, int v) {
+  if (p.rank == 0 || p.dims[p.rank - 1] % v != 0 || p.numel / v >= (int64_t{1} << 31)) return false;
+  for (std::size_t k = 0; k + 1 < shapes.size(); ++k)
+    if (graph::shape_numel(shapes[k]) >= (int64_t{1} << 31)) return false;
+  return true;
+}
+
+FusedVecArgs vector_args(const FusedPlan& p, std::size_t inputs, int v) {
+  FusedVecArgs a;
+  a.nvec = static_cast<uint32_t>(p.numel / v);
+  a.rank = p.rank;
+  for (int d = 0; d < p.rank; ++d) {
+    const bool inner = d == p.rank - 1;
+    const FastDivisor f =
+        make_fast_divisor(static_cast<uint32_t>(inner ? p.dims[d] / v : p.dims[d]));
+    a.div[d] = f.divisor;
+    a.mul[d] = f.magic;
+    a.shr[d] = f.shift;
+    for (std::size_t k = 0; k < inputs; ++k)
+      a.strides[k][d] = static_cast<uint32_t>(inner ? p.strides[k][d] * v : p.strides[k][d]);
+  }
+  for (std::size_t k = 0; k < inputs; ++k)
+    if (p.strides[k][p.rank - 1] == 1) a.dense_mask |= 1u << k;
+  return a;
+}
 
 // The numpy broadcast of every input onto the output, size-1 dims dropped and
 // adjacent dims merged where every input walks them contiguously (StridedIndex
@@ -76,6 +109,31 @@ FusedPlan fused_plan(const std::vector<Shape>& shapes, const std::string& what) 
   return p;
 }
 
+// Launches the widest vector kernel whose alignment the run's pointers meet; false
+// when none applies (the general kernel runs).
+bool launch_vector(const NvrtcModule& module, const FusedPlan& p, const KernelArgs& a,
+                   std::size_t elem) {
+  for (int w = 0; w < p.vector_count; ++w) {
+    const int v = p.widths[w];
+    const std::size_t align = elem * static_cast<std::size_t>(v);
+    bool aligned = reinterpret_cast<uintptr_t>(a.outputs[0].data) % align == 0;
+    for (std::size_t k = 0; aligned && k < a.inputs.size(); ++k)
+      aligned = p.strides[k][p.rank - 1] != 1 ||
+                reinterpret_cast<uintptr_t>(a.inputs[k].data) % align == 0;
+    if (!aligned) continue;
+    FusedVecArgs args = p.vector[w];
+    for (std::size_t k = 0; k < a.inputs.size(); ++k) args.in[k] = a.inputs[k].data;
+    args.out = a.outputs[0].data;
+    LaunchDims dims;
+    dims.block[0] = 256;
+    dims.grid[0] = static_cast<unsigned>(std::min<int64_t>((args.nvec + 255) / 256, 8192));
+    void* params[] = {&args};
+    module.launch(fused_vector_kernel(v), dims, params, a.stream);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void register_fused_kernels(KernelRegistry& registry) {
@@ -104,24 +162,35 @@ void register_fused_kernels(KernelRegistry& registry) {
         const ops::ElementwiseProgram program = ops::ElementwiseProgram::from_node(*pc.node);
         const int inputs = static_cast<int>(pc.ctx->inputs.size());
         const std::string what = where(pc);
+        const DType dtype = pc.ctx->outputs[0].dtype;
+        const std::vector<int> widths = fused_vector_widths(dtype);
+        std::vector<std::string> kernels = {"xrt_fused"};
+        for (int v : widths) kernels.push_back(fused_vector_kernel(v));
         std::shared_ptr<const NvrtcModule> module =
-            NvrtcModule::compile("fused_" + pc.ctx->node,
-                                 fused_source(program, inputs, pc.ctx->outputs[0].dtype),
-                                 {"--std=c++17"}, {"xrt_fused"});
+            NvrtcModule::compile("fused_" + pc.ctx->node, fused_source(program, inputs, dtype),
+                                 {"--std=c++17"}, kernels);
         std::vector<Shape> shapes;
         for (const TensorSpec& t : pc.ctx->inputs) shapes.push_back(t.shape);
         shapes.push_back(pc.ctx->outputs[0].shape);
-        ShapeCached<FusedPlan> plan(
-            shapes, [what](const std::vector<Shape>& s) { return fused_plan(s, what); });
-        return make_prepared([module, plan](const KernelArgs& a) {
+        ShapeCached<FusedPlan> plan(shapes, [what, widths](const std::vector<Shape>& s) {
+          FusedPlan p = fused_plan(s, what);
+          for (int v : widths) {
+            if (!vector_fits(p, s, v) || p.vector_count == 3) continue;
+            p.widths[p.vector_count] = v;
+            p.vector[p.vector_count++] = vector_args(p, s.size() - 1, v);
+          }
+          return p;
+        });
+        const std::size_t elem = dtype_size(dtype);
+        return make_prepared([module, plan, elem](const KernelArgs& a) {
           std::vector<Shape> s;
           for (const TensorArg& t : a.inputs) s.push_back(t.shape);
           s.push_back(a.outputs[0].shape);
           const FusedPlan p = plan.get(s);
           if (p.numel == 0) return;
+          if (launch_vector(*module, p, a, elem)) return;
           FusedArgs args;
-          for (std::size_t k = 0; k < a.inputs.size(); ++k)
-            args.in[k] = a.inputs[k].data;
+          for (std::size_t k = 0; k < a.inputs.size(); ++k) args.in[k] = a.inputs[k].data;
           args.out = a.outputs[0].data;
           args.numel = p.numel;
           args.rank = p.rank;
