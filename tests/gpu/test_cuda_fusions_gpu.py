@@ -181,3 +181,69 @@ def test_sdpa_export_runs_as_flash_v2_with_masked_rows_zero(tmp_path):
     y0 = np.asarray(y0).copy()
     y0[1, :, 5, :] = 0.0
     assert _rel(y0, ref) <= 1e-4
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("which", ["poolformer", "pvt_mlp", "per_channel"])
+def test_channels_last_norms_pools_and_broadcast_chains_match_onnxruntime(precision, which):
+    """PoolFormer's block (whole-sample GroupNorm and the pooling mixer kept
+    channels-last, per-channel chains fused), PVT's MLP (GELU fused into the depthwise
+    conv through the token view) and an NCHW per-channel chain run by the vector fused
+    kernels, against ONNX Runtime's float32 CPU run."""
+    import onnxruntime as ort
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    import test_channels_last as cl
+
+    if which == "poolformer":
+        model, shape = cl.poolformer_block(61, extra_output=False), (1, 3, 32, 32)
+    elif which == "pvt_mlp":
+        model, shape = _pvt_mlp(cl), (2, 32, 8, 8)
+    else:
+        model, shape = _per_channel_chain(cl), (2, 24, 28, 28)
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    proto.ir_version = 10  # the ONNX Runtime of the GPU image reads IR <= 13; onnx writes newer
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    ref = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"X": x}
+    )[0]
+    sess = _session(model, precision)
+    ops = _ops(sess)
+    if which == "poolformer":
+        assert "NhwcAveragePool" in ops and ops.count("Transpose") == 2, ops
+    elif which == "pvt_mlp":
+        assert "Gelu" not in ops, ops
+    else:  # one kernel between the plan's edge casts (fp16/bf16 with float32 I/O)
+        assert [o for o in ops if o != "Cast"] == ["FusedElementwise"], ops
+    (y,) = sess.run({"X": x}).values()
+    assert _rel(np.asarray(y), ref.astype(np.float64)) <= TOL[precision]
+
+
+def _pvt_mlp(cl) -> bytes:
+    from onnx import TensorProto, helper
+
+    b = cl.Builder(52)
+    c = 32
+    dw = b.conv(b.conv("X", c, c, 1), c, c, 3, group=c)
+    flat = b.op("Reshape", [dw, b.const(np.array([2, c, -1], np.int64))])[0]
+    y = b.op("Gelu", [b.op("Transpose", [flat], perm=[0, 2, 1])[0]])[0]
+    g = helper.make_graph(
+        b.nodes,
+        "pvt_mlp",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, c, 8, 8])],
+        [cl.out(y, 3)],
+        b.inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+
+
+def _per_channel_chain(cl) -> bytes:
+    from onnx import TensorProto, helper
+
+    b = cl.Builder(53)
+    gamma = b.const(b.rng.standard_normal((24, 1, 1)).astype(np.float32))
+    beta = b.const(b.rng.standard_normal((24, 1, 1)).astype(np.float32))
+    y = b.op("Sigmoid", [b.op("Add", [b.op("Mul", ["X", gamma])[0], beta])[0]])[0]
+    return b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 24, 28, 28])], [cl.out(y, 4)])

@@ -445,3 +445,125 @@ def test_wide_conv1d_runs_as_gemms_on_the_activations(
     for seed in (1, 2):
         sess = compare(model, {"X": _rng(seed).standard_normal((2, c, 50)).astype(np.float32)})
     assert [s["op_type"] for s in sess.plan.steps].count("NhwcConv") == 3
+
+
+def poolformer_block(seed: int, extra_output: bool = False) -> bytes:
+    """PoolFormer's block as timm exports it: GroupNorm(1 group) as Reshape [N, 1, -1],
+    InstanceNormalization with one scale, Reshape back, a per-channel Mul and Add over
+    [C, 1, 1]; the pooling mixer AveragePool(x) - x, a layer scale and the residual; a
+    1x1-conv MLP with the same norm before it."""
+    b = Builder(seed)
+    c = 16
+    x = b.conv("X", 3, c, 3, stride=2)
+
+    def group_norm(v: str) -> str:
+        flat = b.op("Reshape", [v, b.const(np.array([1, 1, -1], np.int64))])[0]
+        one = np.ones(1, np.float32)
+        normed = b.op("InstanceNormalization", [flat, b.const(one), b.const(0 * one)], epsilon=1e-5)[0]
+        back = b.op("Reshape", [normed, b.const(np.array([1, c, 16, 16], np.int64))])[0]
+        gamma = b.const((1 + 0.2 * b.rng.standard_normal((c, 1, 1))).astype(np.float32))
+        beta = b.const((0.2 * b.rng.standard_normal((c, 1, 1))).astype(np.float32))
+        return b.op("Add", [b.op("Mul", [back, gamma])[0], beta])[0]
+
+    n1 = group_norm(x)
+    pooled = b.op("AveragePool", [n1], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0)[0]
+    mixed = b.op("Sub", [pooled, n1])[0]
+    scale = b.const((0.5 * b.rng.standard_normal((c, 1, 1))).astype(np.float32))
+    x = b.op("Add", [x, b.op("Mul", [mixed, scale])[0]])[0]
+    hidden = b.op("Relu", [b.conv(group_norm(x), c, 2 * c, 1)])[0]
+    y = b.op("Add", [x, b.conv(hidden, 2 * c, c, 1)])[0]
+    outputs = [out(y, 4)] + ([out(n1, 4)] if extra_output else [])
+    return b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 32, 32])], outputs)
+
+
+@pytest.mark.parametrize("extra_output", [False, True])
+def test_whole_sample_group_norm_and_pooling_stay_channels_last(extra_output: bool) -> None:
+    model = poolformer_block(31, extra_output)
+    for seed in (4, 5):
+        sess = compare(model, {"X": _rng(seed).standard_normal((1, 3, 32, 32)).astype(np.float32)})
+    steps = sess.plan.steps
+    norms = [s["name"] for s in steps if s["op_type"] == "InstanceNormalization"]
+    assert len(norms) == 2 and all(n.endswith("_nhwc") for n in norms), norms
+    assert any(s["op_type"] == "NhwcAveragePool" for s in steps), [s["op_type"] for s in steps]
+    transposes = [s["name"] for s in steps if s["op_type"] == "Transpose"]
+    # The image in and the block's output back; a norm output that is also a graph
+    # output goes back once more (it is still computed channels-last).
+    assert len(transposes) == (3 if extra_output else 2), transposes
+
+
+def test_cuda_preview_fuses_nchw_per_channel_chains_the_cpu_leaves_apart() -> None:
+    """CUDA's fused kernel broadcasts operands by numpy's rules, so a Mul and an Add by
+    [C, 1, 1] constants on an NCHW value fuse there; the CPU's reads suffix rows only
+    and keeps them apart (and still matches ORT)."""
+    b = Builder(41)
+    x = b.op("Relu", ["X"])[0]
+    gamma = b.const(b.rng.standard_normal((8, 1, 1)).astype(np.float32))
+    beta = b.const(b.rng.standard_normal((8, 1, 1)).astype(np.float32))
+    y = b.op("Sigmoid", [b.op("Add", [b.op("Mul", [x, gamma])[0], beta])[0]])[0]
+    model = b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8, 5, 6])], [out(y, 4)])
+    pv = xrt.preview_plan(model, device="cuda", target="sm_90")
+    fused = [s for s in pv.steps if s["op_type"] == "FusedElementwise"]
+    assert len(fused) == 1 and pv.launches() == 1, pv.summary()
+    sess = compare(model, {"X": _rng(6).standard_normal((2, 8, 5, 6)).astype(np.float32)})
+    cpu_ops = [s["op_type"] for s in sess.plan.steps]
+    assert "Mul" in cpu_ops and "Add" in cpu_ops, cpu_ops
+
+
+def test_activation_fuses_into_the_depthwise_conv_through_the_token_view() -> None:
+    """PVT's MLP: fc1 tokens viewed as an image, a depthwise conv, flattened back to
+    tokens (Reshape, Transpose), GELU. After the layout pass the flattening is one
+    view, and the GELU fuses into the channels-last depthwise convolution."""
+    b = Builder(51)
+    c = 32
+    x = b.conv("X", c, c, 1)
+    dw = b.conv(x, c, c, 3, group=c)
+    flat = b.op("Reshape", [dw, b.const(np.array([2, c, -1], np.int64))])[0]
+    tokens = b.op("Transpose", [flat], perm=[0, 2, 1])[0]
+    y = b.op("Gelu", [tokens])[0]
+    g = helper.make_graph(
+        b.nodes,
+        "pvt_mlp",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, c, 8, 8])],
+        [out(y, 3)],
+        b.inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+    pv = xrt.preview_plan(model, device="cuda", target="sm_90")
+    ops_run = [s["op_type"] for s in pv.steps if not s["view"]]
+    assert "Gelu" not in ops_run and "Transpose" in ops_run, pv.summary()
+    (dw_step,) = [s for s in pv.steps if s["kernel"] == "cuda_depthwise"]
+    assert dw_step["activation"] == "Gelu", dw_step
+    compare(model, {"X": _rng(7).standard_normal((2, c, 8, 8)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid", "HardSigmoid"])
+def test_squeeze_excitation_convs_run_as_gemms(act: str) -> None:
+    """A squeeze-excitation block: global pooling to one pixel, then 1x1 convolutions
+    on it, which the compiler runs as MatMuls (bias fused; the activation fused where
+    the GEMM kernel applies it). Matches ORT on the CPU; the CUDA preview has no
+    convolution left on the pixel."""
+    b = Builder(61)
+    c, s = 32, 8
+    x = b.op("Relu", [b.conv("X", 3, c, 3)])[0]
+    pooled = b.op("GlobalAveragePool", [x])[0]
+    squeezed = b.op(act, [b.conv(pooled, c, s, 1)])[0]
+    gate = b.op("Sigmoid", [b.conv(squeezed, s, c, 1)])[0]
+    y = b.op("Mul", [x, gate])[0]
+    model = b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 3, 12, 12])], [out(y, 4)])
+    for seed in (8, 9):  # the default policy: the dispatcher picks every kernel
+        sess = compare(
+            model,
+            {"X": _rng(seed).standard_normal((3, 3, 12, 12)).astype(np.float32)},
+            kernel_policy=xrt.KernelPolicy(),
+        )
+    assert [s["op_type"] for s in sess.plan.steps].count("MatMul") == 2, sess.plan.summary()
+    # A policy naming convolution kernels keeps the convolutions.
+    asked = compare(model, {"X": _rng(10).standard_normal((3, 3, 12, 12)).astype(np.float32)})
+    assert [s["op_type"] for s in asked.plan.steps].count("MatMul") == 0
+    pv = xrt.preview_plan(
+        model, device="cuda", target="sm_90", exec_policy=xrt.ExecutionPolicy(precision="fp16")
+    )
+    convs = [s for s in pv.steps if s["op_type"] in ("Conv", "NhwcConv")]
+    assert len(convs) == 1, pv.summary()  # the image's 3x3 only
+    assert [s["op_type"] for s in pv.steps].count("MatMul") == 2, pv.summary()
+    assert "single-pixel 1x1 convolutions as GEMMs (convolutions converted): 2" in pv.summary()

@@ -353,14 +353,22 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   if (opt.fuse) {
     const int n = passes::to_channels_last(g, *provider, opt.kernel_policy, plan.decisions);
     log("channels-last layout (nodes converted)", n);
+    // Views first: a layout Transpose back to NCHW, a flattening Reshape and the
+    // model's token Transpose become one Reshape (the nodes it replaces removed), through
+    // which an activation then fuses into the NhwcConv before it (PVT's depthwise conv
+    // and GELU).
+    log("transpose-reshape-transpose folding (chains made views)",
+        passes::fold_transpose_reshape_transpose(g));
+    log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
     // Activations a channels-last kernel applies that its NCHW Conv's would not (the
     // depthwise kernel's Clip, HardSwish, ...).
     if (n > 0 && pays.epilogues)
       log("epilogue fusion (ops fused into NhwcConv)", passes::fuse_epilogues(g, provider.get()));
+    if (pays.epilogues)
+      log("single-pixel 1x1 convolutions as GEMMs (convolutions converted)",
+          passes::single_pixel_convs_as_gemms(g, *provider, opt.kernel_policy));
     if (n > 0 && pays.elementwise_chains)
       log("elementwise fusion (chains fused)", passes::fuse_elementwise(g, provider.get()));
-    log("transpose-reshape-transpose folding (chains made views)",
-        passes::fold_transpose_reshape_transpose(g));
   }
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   throw_unsupported(g, find_unsupported(g, provider.get(), /*skip_constant=*/false),

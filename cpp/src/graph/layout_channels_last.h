@@ -232,7 +232,8 @@ class ChannelsLast {
     if (elementwise_op(n)) return convert_elementwise(n);
     if ((n.op_type == "Concat" || n.op_type == "Split") && n.domain.empty()) return convert_axis_op(n);
     if (n.op_type == "Slice" && n.domain.empty()) return convert_slice(n);
-    if (n.op_type == "Reshape" && n.domain.empty()) return convert_channel_shuffle(n);
+    if (n.op_type == "Reshape" && n.domain.empty())
+      return convert_channel_shuffle(n) || convert_whole_norm(n);
     if (n.op_type.rfind("Reduce", 0) == 0 && n.domain.empty()) return convert_reduce(n);
     if (n.op_type == "BatchNormalization" && n.domain.empty()) return convert_batchnorm(n);
     if (n.op_type == "Shape" && n.domain.empty()) return convert_shape(n);
@@ -458,6 +459,12 @@ class ChannelsLast {
   // permutation of the channels as Reshape [N, H, W, g, C/g], Transpose (0, 1, 2, 4, 3),
   // Reshape [N, H, W, C], so the activations stay channels-last.
   bool convert_channel_shuffle(const Node& n);
+  // GroupNorm with one group as exported: Reshape [N, C, H, W] -> [N, 1, C*H*W],
+  // InstanceNormalization with one scale and bias, Reshape back (PoolFormer's norms;
+  // the per-channel affine follows as a Mul and an Add). Its statistics span the whole
+  // sample and its scale and bias are scalars, so on a channels-last value the same
+  // three nodes (Reshape [N, 1, H*W*C], back to [N, H, W, C]) compute the same tensor.
+  bool convert_whole_norm(const Node& n);
   // Reduce* over constant axes: the axes move to their channels-last positions. With
   // keepdims the result stays channels-last; without, it is in the model's layout
   // already where the channels are reduced or no spatial axis remains (a global

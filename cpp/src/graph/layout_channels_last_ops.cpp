@@ -198,6 +198,65 @@ bool ChannelsLast::convert_channel_shuffle(const Node& n) {
   return true;
 }
 
+bool ChannelsLast::convert_whole_norm(const Node& n) {
+  if (n.inputs.size() != 2 || n.outputs.size() != 1 || n.inputs[0] < 0 ||
+      !produced_cl(n.inputs[0]))
+    return false;
+  const int x = n.inputs[0];
+  const int r = rank_of(x);
+  const std::optional<Shape>&xs = g_.values[x].shape, &ys = g_.values[n.outputs[0]].shape;
+  if (r < 3 || r > 5 || !xs || !ys || ys->size() != 3) return false;
+  for (int64_t d : *xs)
+    if (d <= 0) return false;
+  if ((*ys)[0] != (*xs)[0] || (*ys)[1] != 1 || (*ys)[2] != shape_numel(*xs) / (*xs)[0])
+    return false;
+  const Node* norm = sole_reader(n.outputs[0]);
+  if (norm == nullptr || norm->op_type != "InstanceNormalization" || !norm->domain.empty() ||
+      norm->inputs.size() != 3 || norm->inputs[0] != n.outputs[0] || norm->outputs.size() != 1)
+    return false;
+  for (int i = 1; i < 3; ++i)
+    if (norm->inputs[i] < 0 || !g_.values[norm->inputs[i]].constant.defined() ||
+        g_.values[norm->inputs[i]].constant.numel() != 1)
+      return false;
+  const Node* back = sole_reader(norm->outputs[0]);
+  if (back == nullptr || back->op_type != "Reshape" || !back->domain.empty() ||
+      back->outputs.size() != 1 || back->inputs[0] != norm->outputs[0])
+    return false;
+  const int w = back->outputs[0];
+  if (!g_.values[w].shape || *g_.values[w].shape != *xs) return false;
+  const Shape cl_shape = ops::permuted(*xs, ops::to_channels_last(static_cast<std::size_t>(r)));
+  auto value = [&](const std::string& name) {
+    const int v = g_.value_id(fresh_name(g_, name));
+    g_.values[v].dtype = g_.values[x].dtype;
+    g_.values[v].dtype_known = g_.values[x].dtype_known;
+    g_.values[v].shape = *ys;
+    return v;
+  };
+  const std::string base = g_.values[w].name;
+  const int flat = value(base + "_flat_nhwc"), normed = value(base + "_normed_nhwc");
+  const int out = fresh(base + "_nhwc", w, true);
+  Node flatten = n;
+  flatten.name = patterns::unique_node_name(g_, n.name + "_nhwc");
+  flatten.inputs = {cl(x, r), int64_constant(n.name + "_nhwc_shape", *ys)};
+  flatten.outputs = {flat};
+  Node in = *norm;
+  in.name = patterns::unique_node_name(g_, norm->name + "_nhwc");
+  in.inputs[0] = flat;
+  in.outputs = {normed};
+  Node unflatten = *back;
+  unflatten.name = patterns::unique_node_name(g_, back->name + "_nhwc");
+  unflatten.inputs = {normed, int64_constant(back->name + "_nhwc_shape", cl_shape)};
+  unflatten.outputs = {out};
+  out_.push_back(std::move(flatten));
+  out_.push_back(std::move(in));
+  out_.push_back(std::move(unflatten));
+  set_produced_cl(w, out, r);
+  absorbed_.insert(static_cast<int>(norm - g_.nodes.data()));
+  absorbed_.insert(static_cast<int>(back - g_.nodes.data()));
+  converted_ += 3;
+  return true;
+}
+
 // Inference BatchNormalization with constant parameters: y = x * a + b per channel,
 // a = scale / sqrt(var + eps), b = bias - mean * a, as a Mul and an Add over [C].
 bool ChannelsLast::convert_batchnorm(const Node& n) {

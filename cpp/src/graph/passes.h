@@ -83,6 +83,12 @@ int eliminate_noops(Graph& g);
 // image and back around a convolution, once the channels-last pass added its own
 // Transposes) become one Reshape of the chain's input. Returns the count.
 int fold_transpose_reshape_transpose(Graph& g);
+// 1x1 convolutions (Conv, NhwcConv) of a single pixel, squeeze-excitation layers,
+// become Reshape -> MatMul -> Reshape where the provider's kernels run the MatMul (its
+// activation fused where the GEMM kernel applies it, else a FusedElementwise after it;
+// pointwise_conv_gemm.cpp); none where `kp` names convolution kernels. Returns the count.
+int single_pixel_convs_as_gemms(Graph& g, const ExecutionProvider& provider,
+                                const KernelPolicy& kp);
 // Removes nodes whose outputs no graph output needs.
 int eliminate_dead_code(Graph& g);
 // Nodes computing what an earlier node computes (same op, attributes, inputs) are
