@@ -86,7 +86,15 @@ def _model(nodes, inputs, outputs, inits=()) -> bytes:
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize(
     "c,h,k,s,d,pads",
-    [(24, 17, 3, 1, 1, [1, 1, 1, 1]), (10, 15, 3, 2, 2, [0, 2, 1, 1]), (64, 9, 5, 1, 1, [2, 2, 2, 2])],
+    [
+        (24, 17, 3, 1, 1, [1, 1, 1, 1]),  # 3x3 unit stride: the register-window kernel
+        (10, 15, 3, 2, 2, [0, 2, 1, 1]),  # C % 8 != 0: the runtime-window kernel
+        (64, 9, 5, 1, 1, [2, 2, 2, 2]),  # 5x5 register window
+        (16, 13, 7, 1, 1, [3, 3, 3, 3]),  # 7x7 register window (ConvNeXt)
+        (40, 12, 3, 2, 1, [1, 1, 1, 1]),  # 3x3 stride 2: fixed window, strided columns
+        (32, 11, 3, 1, 2, [2, 2, 2, 2]),  # 3x3 dilated: fixed window, strided columns
+        (16, 10, 5, 2, 1, [2, 1, 2, 1]),  # 5x5 stride 2, uneven padding
+    ],
 )
 def test_depthwise_conv_geometry_between_channels_last_convs(precision, c, h, k, s, d, pads):
     # 1x1 -> depthwise -> 1x1 (+ residual-free), so the depthwise layer is inside a

@@ -222,6 +222,33 @@ TEST_F(CudaOpTest, ConcatAndSplit) {
   }
 }
 
+// One launch per 32 inputs: a DenseNet-like channels-last concat of 37 pieces (a wide
+// first piece, then 32-channel ones: 16-byte units in fp16), and pieces of odd widths
+// (byte units), against the element-by-element concatenation.
+TEST_F(CudaOpTest, ConcatOfManyPiecesInBatchedLaunches) {
+  for (DType t : {DType::kFloat16, DType::kFloat32}) {
+    for (bool odd : {false, true}) {
+      std::vector<Shape> parts = {{2, 5, 3, odd ? 7 : 64}};
+      for (int k = 0; k < 36; ++k) parts.push_back({2, 5, 3, odd ? 1 + k % 5 : 32});
+      Shape os = {2, 5, 3, 0};
+      for (const Shape& p : parts) os[3] += p[3];
+      std::vector<std::optional<HostArray>> ins;
+      for (const Shape& p : parts) ins.push_back(random_array(rng, t, p, -10, 10));
+      std::vector<double> want;
+      for (int64_t i = 0; i < graph::shape_numel(os); ++i) {
+        auto c = coords(i, os);
+        std::size_t k = 0;
+        while (c[3] >= parts[k][3]) c[3] -= parts[k++][3];
+        want.push_back(ins[k]->v[static_cast<std::size_t>(linear(c, parts[k]))]);
+      }
+      auto out = run({"Concat", {{"axis", Attr::of_int(3)}}, ins, {}, {{t, os}}});
+      if (out.empty()) return;
+      expect_close(out[0], want, std::string("Concat of 37 pieces") + (odd ? " (odd widths)" : ""),
+                   0);
+    }
+  }
+}
+
 TEST_F(CudaOpTest, GatherAndGatherElements) {
   for (DType t : kSizes) {
     for (DType it : {DType::kInt64, DType::kInt32}) {

@@ -228,4 +228,85 @@ void launch_transpose_tiled(std::size_t elem, int64_t batch, int64_t rows, int64
   });
 }
 
+namespace {
+
+// One launch of a Concat: blockIdx.y picks the input; its units (E-sized pieces of
+// its rows) are walked by a grid-stride loop, each written at its row's column
+// offset. Reads are dense per input, writes dense within each row segment.
+struct ConcatArgs {
+  const void* in[kConcatMaxInputs];
+  FastDivisor width[kConcatMaxInputs];  // units per row of input k
+  uint32_t col[kConcatMaxInputs];       // its first column (units) in the output row
+  uint32_t units[kConcatMaxInputs];     // its units in all
+  uint32_t out_width;                   // units per output row
+};
+
+template <typename E>
+__global__ void concat_kernel(ConcatArgs a, E* __restrict__ out) {
+  const int k = blockIdx.y;
+  const E* __restrict__ in = static_cast<const E*>(a.in[k]);
+  const uint32_t n = a.units[k], col = a.col[k], w = a.width[k].divisor;
+  const uint32_t stride = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint32_t row = fast_div(a.width[k], i);
+    out[static_cast<uint64_t>(row) * a.out_width + col + (i - row * w)] = in[i];
+  }
+}
+
+template <typename E>
+void launch_concat_units(const ConcatArgs& a, int count, uint32_t max_units, void* out,
+                         cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>(std::min<uint32_t>((max_units + 255) / 256, 4096));
+  concat_kernel<E><<<dim3(blocks, static_cast<unsigned>(count)), 256, 0, s>>>(a, static_cast<E*>(out));
+  XRT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool launch_concat(int count, const void* const* inputs, const int64_t* width_bytes,
+                   const int64_t* col_bytes, int64_t rows, int64_t out_row_bytes, void* out,
+                   void* stream) {
+  if (count <= 0 || count > kConcatMaxInputs || rows <= 0) return false;
+  // The widest unit (16, 8, 4, 2 or 1 bytes) that divides every width and offset and
+  // to which every pointer is aligned.
+  uint64_t bits = static_cast<uint64_t>(out_row_bytes) | reinterpret_cast<uintptr_t>(out);
+  for (int k = 0; k < count; ++k)
+    bits |= static_cast<uint64_t>(width_bytes[k]) | static_cast<uint64_t>(col_bytes[k]) |
+            reinterpret_cast<uintptr_t>(inputs[k]);
+  int64_t unit = 16;
+  while (unit > 1 && bits % static_cast<uint64_t>(unit) != 0) unit /= 2;
+  const int64_t out_width = out_row_bytes / unit;
+  if (rows * out_width >= (int64_t{1} << 31)) return false;
+  ConcatArgs a{};
+  uint32_t max_units = 0;
+  for (int k = 0; k < count; ++k) {
+    const int64_t w = width_bytes[k] / unit;
+    a.in[k] = inputs[k];
+    a.width[k] = make_fast_divisor(static_cast<uint32_t>(w));
+    a.col[k] = static_cast<uint32_t>(col_bytes[k] / unit);
+    a.units[k] = static_cast<uint32_t>(rows * w);
+    max_units = std::max(max_units, a.units[k]);
+  }
+  a.out_width = static_cast<uint32_t>(out_width);
+  if (max_units == 0) return true;
+  cudaStream_t s = as_stream(stream);
+  switch (unit) {
+    case 16:
+      launch_concat_units<Bytes16>(a, count, max_units, out, s);
+      break;
+    case 8:
+      launch_concat_units<uint64_t>(a, count, max_units, out, s);
+      break;
+    case 4:
+      launch_concat_units<uint32_t>(a, count, max_units, out, s);
+      break;
+    case 2:
+      launch_concat_units<uint16_t>(a, count, max_units, out, s);
+      break;
+    default:
+      launch_concat_units<uint8_t>(a, count, max_units, out, s);
+  }
+  return true;
+}
+
 }  // namespace xpuruntime::cuda_ops

@@ -248,7 +248,9 @@ void add_shape_copy(KernelRegistry& r, const char* op, const char* description,
 // ---- Concat, Split ----
 void add_concat_split(KernelRegistry& r) {
   add_kernel(
-      r, "concat", {}, "Concat along one axis (one strided copy per input)",
+      r, "concat", {},
+      "Concat along one axis (one launch for up to 32 inputs; a strided copy per input "
+      "beyond 32-bit sizes)",
       [](const OpContext& ctx) {
         Support s = basic(ctx, 1);
         for (std::size_t i = 1; s.ok && i < ctx.inputs.size(); ++i)
@@ -262,16 +264,43 @@ void add_concat_split(KernelRegistry& r) {
         return make_prepared([axis_attr, what](const KernelArgs& a) {
           const Shape& out = a.outputs[0].shape;
           const int64_t axis = norm(axis_attr, static_cast<int64_t>(out.size()), what);
+          const auto ax = static_cast<std::size_t>(axis);
           const std::vector<int64_t> ost = dense_strides(out);
+          // The output as [rows, row_bytes]; input k as [rows, its width] at a column.
+          const int64_t elem = static_cast<int64_t>(dtype_size(a.outputs[0].dtype));
+          int64_t rows = 1;
+          for (std::size_t d = 0; d < ax; ++d) rows *= out[d];
+          const int64_t unit_bytes = ost[ax] * elem;  // one step along the axis
           int64_t offset = 0;
-          for (const TensorArg& in : a.inputs) {
-            if (in.numel() > 0) {
-              launch_copy(dtype_size(in.dtype),
-                          copy_index(in.shape, dense_strides(in.shape), ost, 0,
-                                     offset * ost[static_cast<std::size_t>(axis)], what),
-                          in.data, a.outputs[0].data, a.stream);
+          for (std::size_t first = 0; first < a.inputs.size(); first += kConcatMaxInputs) {
+            const std::size_t last = std::min(a.inputs.size(), first + kConcatMaxInputs);
+            const void* ptrs[kConcatMaxInputs];
+            int64_t widths[kConcatMaxInputs], cols[kConcatMaxInputs];
+            int count = 0;
+            int64_t at = offset;
+            for (std::size_t k = first; k < last; ++k) {
+              const int64_t len = a.inputs[k].shape[ax];
+              if (a.inputs[k].numel() > 0) {
+                ptrs[count] = a.inputs[k].data;
+                widths[count] = len * unit_bytes;
+                cols[count++] = at * unit_bytes;
+              }
+              at += len;
             }
-            offset += in.shape[static_cast<std::size_t>(axis)];
+            if (count > 0 && !launch_concat(count, ptrs, widths, cols, rows, out[ax] * unit_bytes,
+                                            a.outputs[0].data, a.stream)) {
+              int64_t o = offset;
+              for (std::size_t k = first; k < last; ++k) {
+                const TensorArg& in = a.inputs[k];
+                if (in.numel() > 0)
+                  launch_copy(dtype_size(in.dtype),
+                              copy_index(in.shape, dense_strides(in.shape), ost, 0, o * ost[ax],
+                                         what),
+                              in.data, a.outputs[0].data, a.stream);
+                o += in.shape[ax];
+              }
+            }
+            offset = at;
           }
         });
       });
