@@ -14,7 +14,7 @@
 #       (GPU machine) unpacks to /tmp/xrt-gpu-build, builds _core there unless
 #       .carry/_core.<python tag>.so matches the bindings' hash (then copies it; a new
 #       one goes to $OUT to be kept in .carry/), then runs each STAGE in order:
-#         ctest                 the C++ GPU suites (xrt_gpu_tests)
+#         ctest                 the C++ GPU suites (xrt_gpu_tests; GTEST_FILTER picks tests)
 #         pytest:FILE[,FILE][@K]  pytest -m gpu on those files (or "pytest:all"), with
 #                               -k K when given ('+' for spaces: @not+torch_compile)
 #         bench:SCRIPT[+ARG...]  python3 benchmarks/SCRIPT.py ARG... ('+' separates the
@@ -125,7 +125,7 @@ remote() {
   for st in "$@"; do
     case "$st" in
       ctest)
-        run_stage "ctest (xrt_gpu_tests)" bash -c "$B/bin/xrt_gpu_tests --gtest_brief=1 >$LOGS/ctest_gpu.log 2>&1"
+        run_stage "ctest (xrt_gpu_tests)" bash -c "$B/bin/xrt_gpu_tests --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >$LOGS/ctest_gpu.log 2>&1"
         rc=$((rc | $?)); tail -3 "$LOGS/ctest_gpu.log" ;;
       pytest:*)
         local files=${st#pytest:} kexpr=""
