@@ -252,15 +252,6 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
             torch.cuda.synchronize()
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=100)
         (out_profile / f"{model.name}_native_profile.txt").write_text(table)
-        if "torch_compile_graph" in cols:  # what inductor runs for the same inference
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    cols["torch_compile_graph"]()
-                torch.cuda.synchronize()
-            table = prof.key_averages().table(
-                sort_by="cuda_time_total", row_limit=30, max_name_column_width=100
-            )
-            (out_profile / f"{model.name}_compile_profile.txt").write_text(table)
     sess = None  # the plan's device memory goes before the next model
     return row
 
