@@ -37,6 +37,10 @@ struct FusionSupport {
   bool fold_batchnorm = true;      // BatchNormalization into Conv/Gemm weights
   bool epilogues = true;           // bias, residual and activation into Conv/MatMul/Gemm
   bool elementwise_chains = true;  // chains of elementwise ops into one FusedElementwise
+  // 1x1 convolutions of a single pixel (squeeze-excitation) as MatMuls: where the
+  // device's convolution library runs them slower than its GEMM (cuDNN's heuristic
+  // picks a generic kernel; oneDNN's 1x1 convolution is as fast as the CPU's GEMM).
+  bool single_pixel_conv_gemms = false;
   // Decomposed LayerNorm and attention subgraphs into one LayerNormalization /
   // FusedAttention node each; a match fuses only where a kernel of the device runs
   // the fused node (the compiler asks the registry), so no device needs to opt out.

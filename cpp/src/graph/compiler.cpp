@@ -364,7 +364,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     // depthwise kernel's Clip, HardSwish, ...).
     if (n > 0 && pays.epilogues)
       log("epilogue fusion (ops fused into NhwcConv)", passes::fuse_epilogues(g, provider.get()));
-    if (pays.epilogues)
+    if (pays.single_pixel_conv_gemms)
       log("single-pixel 1x1 convolutions as GEMMs (convolutions converted)",
           passes::single_pixel_convs_as_gemms(g, *provider, opt.kernel_policy));
     if (n > 0 && pays.elementwise_chains)

@@ -86,7 +86,8 @@ int fold_transpose_reshape_transpose(Graph& g);
 // 1x1 convolutions (Conv, NhwcConv) of a single pixel, squeeze-excitation layers,
 // become Reshape -> MatMul -> Reshape where the provider's kernels run the MatMul (its
 // activation fused where the GEMM kernel applies it, else a FusedElementwise after it;
-// pointwise_conv_gemm.cpp); none where `kp` names convolution kernels. Returns the count.
+// pointwise_conv_gemm.cpp); none where `kp` names convolution kernels. The compiler
+// runs it where FusionSupport::single_pixel_conv_gemms says it pays. Returns the count.
 int single_pixel_convs_as_gemms(Graph& g, const ExecutionProvider& provider,
                                 const KernelPolicy& kp);
 // Removes nodes whose outputs no graph output needs.

@@ -72,6 +72,7 @@ std::shared_ptr<graph::ExecutionProvider> make_cuda_provider(CudaBackend &backen
     graph::FusionSupport f;
     f.fold_batchnorm = true;
     f.epilogues = true;
+    f.single_pixel_conv_gemms = true;
     f.elementwise_chains =
         !KernelRegistry::instance().list("fusedelementwise", cuda::kind()).empty();
     return f;
