@@ -117,6 +117,14 @@ int new_value(Graph& g, const std::string& prefix, DType dtype, const Shape& sha
   return v;
 }
 
+int int64_constant(Graph& g, const std::string& prefix, const std::vector<int64_t>& vals) {
+  HostTensor t = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(vals.size())});
+  std::copy(vals.begin(), vals.end(), t.ptr<int64_t>());
+  const int v = new_value(g, prefix, DType::kInt64, t.shape);
+  g.values[v].constant = std::move(t);
+  return v;
+}
+
 int ones_constant(Graph& g, DType dt, int64_t c, const std::string& prefix) {
   HostTensor t = HostTensor::alloc(dt, {c});
   for (int64_t i = 0; i < c; ++i) {

@@ -51,6 +51,8 @@ bool any_kernel_supports(const Candidate& c, const ExecutionProvider& provider);
 
 // A fresh value for a tensor the rewrite creates.
 int new_value(Graph& g, const std::string& prefix, DType dtype, const Shape& shape);
+// A new 1-D int64 constant (a Reshape's shape, a Slice's bounds).
+int int64_constant(Graph& g, const std::string& prefix, const std::vector<int64_t>& vals);
 // A new [c] constant of ones in float dtype dt (a required scale the pattern lacked).
 int ones_constant(Graph& g, DType dt, int64_t c, const std::string& prefix);
 // A node name no other node has (base itself when free).

@@ -117,14 +117,7 @@ class ChannelsLast {
   }
 
   int int64_constant(const std::string& prefix, const std::vector<int64_t>& vals) {
-    HostTensor t = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(vals.size())});
-    std::copy(vals.begin(), vals.end(), t.ptr<int64_t>());
-    const int v = g_.value_id(fresh_name(g_, prefix));
-    g_.values[v].constant = t;
-    g_.values[v].dtype = DType::kInt64;
-    g_.values[v].dtype_known = true;
-    g_.values[v].shape = t.shape;
-    return v;
+    return patterns::int64_constant(g_, prefix, vals);
   }
 
   // A node moving `from` into `to` by `perm` (into channels-last when `into_cl`): a

@@ -29,17 +29,6 @@ bool all_ones(const Shape& s, std::size_t from, std::size_t to) {
   return true;
 }
 
-int int64_constant(Graph& g, const std::string& prefix, const std::vector<int64_t>& vals) {
-  HostTensor t = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(vals.size())});
-  std::copy(vals.begin(), vals.end(), t.ptr<int64_t>());
-  const int v = g.value_id(fresh_name(g, prefix));
-  g.values[v].constant = t;
-  g.values[v].dtype = DType::kInt64;
-  g.values[v].dtype_known = true;
-  g.values[v].shape = t.shape;
-  return v;
-}
-
 // The conversion of one convolution, or false when it is not a single-pixel 1x1 one a
 // GEMM kernel (and, for its activation, the fused elementwise kernel) of the provider
 // runs. New nodes go to `out` in order.
@@ -148,7 +137,7 @@ bool as_gemm(Graph& g, const Node& n, const ExecutionProvider& provider, std::ve
   Node flat;
   flat.name = patterns::unique_node_name(g, base + "_rows");
   flat.op_type = "Reshape";
-  flat.inputs = {n.inputs[0], int64_constant(g, base + "_rows_shape", {batch, cin})};
+  flat.inputs = {n.inputs[0], patterns::int64_constant(g, base + "_rows_shape", {batch, cin})};
   flat.outputs = {rows};
   gemm.inputs = {rows, wid};
   if (bias >= 0) gemm.inputs.push_back(bias);
@@ -166,7 +155,7 @@ bool as_gemm(Graph& g, const Node& n, const ExecutionProvider& provider, std::ve
   Node back;
   back.name = patterns::unique_node_name(g, base + "_pixel");
   back.op_type = "Reshape";
-  back.inputs = {last, int64_constant(g, base + "_pixel_shape", ys)};
+  back.inputs = {last, patterns::int64_constant(g, base + "_pixel_shape", ys)};
   back.outputs = {n.outputs[0]};
   out.push_back(std::move(back));
   return true;
