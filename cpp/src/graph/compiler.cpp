@@ -355,8 +355,8 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     log("channels-last layout (nodes converted)", n);
     // Views first: a layout Transpose back to NCHW, a flattening Reshape and the
     // model's token Transpose become one Reshape (the nodes it replaces removed), through
-    // which an activation then fuses into the NhwcConv before it (PVT's depthwise conv
-    // and GELU).
+    // which an activation then fuses into the NhwcConv before it (a depthwise conv
+    // between PVT-style token views).
     log("transpose-reshape-transpose folding (chains made views)",
         passes::fold_transpose_reshape_transpose(g));
     log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));

@@ -19,8 +19,6 @@ enum class DwActivation : int {
   kHardSwish,
   kLeakyRelu,  // alpha
   kTanh,
-  kGelu,      // erf form
-  kGeluTanh,  // tanh approximation
 };
 
 struct DwGeometry {

@@ -45,12 +45,6 @@ __device__ __forceinline__ float activate(float v, const DwEpilogue &e) {
     case DwActivation::kTanh:
       v = tanhf(v);
       break;
-    case DwActivation::kGelu:
-      v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-      break;
-    case DwActivation::kGeluTanh:
-      v = 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-      break;
   }
   if (e.swish) v = v / (1.f + __expf(-v));
   return v;
