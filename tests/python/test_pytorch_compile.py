@@ -29,14 +29,10 @@ OURS = {"matmul": "cublasLt", "attention": "flash_v2", "layernorm": "fused"}
 
 
 @pytest.fixture(autouse=True)
-def _clean():
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
-    torch._dynamo.reset()
+def _clean(clean_kernel_policy):
+    torch._dynamo.reset()  # compiled graphs of one test must not serve the next
     yield
     torch._dynamo.reset()
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
 
 
 def _tiny_gpt2() -> GPT2:

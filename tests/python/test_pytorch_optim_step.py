@@ -15,14 +15,7 @@ import xpuruntime.pytorch as xrt_torch
 from xpuruntime.pytorch import _optim
 from xpuruntime.pytorch import policy as xrt_policy
 
-
-@pytest.fixture(autouse=True)
-def _clean():
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
-    yield
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
+pytestmark = pytest.mark.usefixtures("clean_kernel_policy")
 
 
 def _stack() -> int:

@@ -23,13 +23,7 @@ from xpuruntime import _core
 MSG = "xpuruntime.pytorch requires PyTorch. Install with: pip install xpuruntime[torch]"
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
-    yield
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
+pytestmark = pytest.mark.usefixtures("clean_kernel_policy")
 
 
 def _qkv(seed=0, shape=(2, 4, 6, 8), grad=False):

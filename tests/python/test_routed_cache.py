@@ -22,13 +22,8 @@ from xpuruntime.pytorch import _routing, policy
 
 
 @pytest.fixture(autouse=True)
-def _clean():
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
+def _clean(clean_kernel_policy):
     _core.Dispatcher.instance().clear_tuning_cache()  # best_performance winners are process-wide
-    yield
-    xrt_torch.clear_kernel_policy()
-    xrt_torch.clear_decision_log()
 
 
 @pytest.fixture

@@ -26,13 +26,7 @@ REPO = Path(__file__).parent.parent.parent
 SHAPES = [((8, 16), (16, 4)), ((3, 5, 7), (7, 2))]
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    xpt.clear_kernel_policy()
-    xpt.clear_decision_log()
-    yield
-    xpt.clear_kernel_policy()
-    xpt.clear_decision_log()
+pytestmark = pytest.mark.usefixtures("clean_kernel_policy")
 
 
 def _inputs(seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
