@@ -574,3 +574,18 @@ def test_squeeze_excitation_convs_run_as_gemms_on_cuda(act: str) -> None:
             kernel_policy=xrt.KernelPolicy(),
         )
     assert [s["op_type"] for s in sess.plan.steps].count("MatMul") == 0, sess.plan.summary()
+
+
+def test_cpu_keeps_the_suffix_part_of_a_chain_its_kernel_reads() -> None:
+    """Relu, Add of a [W] row, Mul of a [C, 1, 1] column: the whole chain fuses on CUDA;
+    the CPU's fused kernel refuses the column, so there the chain stops before it (Relu
+    and Add fused, the Mul on its own) instead of not fusing at all."""
+    b = Builder(42)
+    row = b.const(b.rng.standard_normal(6).astype(np.float32))
+    col = b.const(b.rng.standard_normal((8, 1, 1)).astype(np.float32))
+    y = b.op("Mul", [b.op("Add", [b.op("Relu", ["X"])[0], row])[0], col])[0]
+    model = b.model([helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8, 5, 6])], [out(y, 4)])
+    pv = xrt.preview_plan(model, device="cuda", target="sm_90")
+    assert [s["op_type"] for s in pv.steps] == ["FusedElementwise"], pv.summary()
+    sess = compare(model, {"X": _rng(11).standard_normal((2, 8, 5, 6)).astype(np.float32)})
+    assert [s["op_type"] for s in sess.plan.steps] == ["FusedElementwise", "Mul"], sess.plan.summary()

@@ -168,6 +168,76 @@ Node* through_reshape(Graph& g, const std::vector<std::vector<int>>& cons, int y
   return nullptr;
 }
 
+// The chain of elementwise nodes from `start` on its first input (each read once by
+// the next, same output shape, dtype t), as node indices; shorter than 2: none.
+std::vector<int> fusable_chain(const Graph& g, const std::vector<std::vector<int>>& cons,
+                               const std::vector<bool>& taken, int start, DType t, bool general) {
+  const Node& n0 = g.nodes[start];
+  const int acc0 = n0.inputs[0];
+  Instr first;
+  if (!as_instr(g, n0, acc0, t, general, first)) return {};
+  const Shape out_shape = *g.values[n0.outputs[0]].shape;
+  const Value& a = g.values[acc0];
+  const Shape as = a.constant.defined() ? a.constant.shape : (a.shape ? *a.shape : Shape{-1});
+  if (general ? !broadcasts_into(as, out_shape) : !suffix_compatible(as, out_shape)) return {};
+  std::vector<int> chain = {start};
+  int cur = n0.outputs[0];
+  while (single_use(g, cons, cur)) {
+    const int next = cons[cur][0];
+    const Node& c = g.nodes[next];
+    Instr ins;
+    if (taken[next] || !as_instr(g, c, cur, t, general, ins) ||
+        *g.values[c.outputs[0]].shape != out_shape)
+      break;
+    if (ins.kind == Instr::Kind::kUnary && c.inputs[0] != cur) break;
+    chain.push_back(next);
+    cur = c.outputs[0];
+  }
+  return chain;
+}
+
+// The FusedElementwise node of a chain: inputs [acc0, operands...] (deduplicated).
+Node fused_node(const Graph& g, const std::vector<int>& chain, DType t, bool general) {
+  const Node& n0 = g.nodes[chain[0]];
+  Node f;
+  f.name = n0.name + "_fused";
+  f.op_type = "FusedElementwise";
+  f.domain = "xrt";
+  f.inputs.push_back(n0.inputs[0]);
+  ops::ElementwiseProgram program;
+  int cur = n0.inputs[0];
+  for (int k : chain) {
+    const Node& n = g.nodes[k];
+    Instr ins;
+    as_instr(g, n, cur, t, general, ins);  // accepted as the chain was built
+    if (ins.kind != Instr::Kind::kUnary) {
+      auto it = std::find(f.inputs.begin(), f.inputs.end(), ins.operand);
+      if (it == f.inputs.end()) {
+        f.inputs.push_back(ins.operand);
+        ins.operand = static_cast<int>(f.inputs.size()) - 1;
+      } else {
+        ins.operand = static_cast<int>(it - f.inputs.begin());
+      }
+    }
+    program.instrs.push_back(ins);
+    program.ops += (program.ops.empty() ? "" : ",") + n.op_type;
+    cur = n.outputs[0];
+  }
+  program.to_attrs(f.attrs);
+  f.outputs = {cur};
+  return f;
+}
+
+// Whether a kernel of the provider runs fused node f (dtype t).
+bool kernel_takes(const Graph& g, const Node& f, DType t, const ExecutionProvider& provider) {
+  patterns::Candidate c;
+  c.node = f;
+  for (int v : f.inputs)
+    c.inputs.push_back(patterns::spec_of(g, v).value_or(TensorSpec{t, {}, {}}));
+  c.outputs.push_back(TensorSpec{t, *g.values[f.outputs[0]].shape, {}});
+  return patterns::any_kernel_supports(c, provider);
+}
+
 }  // namespace
 
 int fuse_epilogues(Graph& g, const ExecutionProvider* provider) {
@@ -301,66 +371,27 @@ int fuse_elementwise(Graph& g, const ExecutionProvider* provider) {
     if (taken[start]) continue;
     const Node& n0 = g.nodes[start];
     if (n0.inputs.empty() || n0.inputs[0] < 0) continue;
-    const int acc0 = n0.inputs[0];
     // The chain's dtype: its first input's. Without a provider float32 only (the
     // CPU's fused kernel); with one, any float dtype a kernel of it runs.
-    const Value& a0 = g.values[acc0];
+    const Value& a0 = g.values[n0.inputs[0]];
     const DType t = a0.constant.defined() ? a0.constant.dtype : a0.dtype;
     if (provider == nullptr ? t != DType::kFloat32 : !float_dtype(t)) continue;
-    const bool general = provider != nullptr;
-    Instr first;
-    if (!as_instr(g, n0, acc0, t, general, first)) continue;
-    const Shape out_shape = *g.values[n0.outputs[0]].shape;
-    {
-      const Value& a = g.values[acc0];
-      const Shape as = a.constant.defined() ? a.constant.shape : (a.shape ? *a.shape : Shape{-1});
-      if (general ? !broadcasts_into(as, out_shape) : !suffix_compatible(as, out_shape)) continue;
-    }
-    std::vector<int> chain = {start};
-    std::vector<Instr> prog = {first};
-    int cur = n0.outputs[0];
-    while (single_use(g, cons, cur)) {
-      const int next = cons[cur][0];
-      const Node& c = g.nodes[next];
-      Instr ins;
-      if (taken[next] || !as_instr(g, c, cur, t, general, ins) ||
-          *g.values[c.outputs[0]].shape != out_shape)
-        break;
-      if (ins.kind == Instr::Kind::kUnary && c.inputs[0] != cur) break;
-      chain.push_back(next);
-      prog.push_back(ins);
-      cur = c.outputs[0];
-    }
-    if (chain.size() < 2) continue;
-    // Encode: inputs = [acc0, operands...] (deduplicated).
+    // Operands broadcast by numpy's rules first where a provider's kernel may read them
+    // (CUDA's does); where its kernels refuse such a chain (the CPU's reads suffixes
+    // only), the chain as far as suffix operands go.
+    std::vector<int> chain;
     Node f;
-    f.name = n0.name + "_fused";
-    f.op_type = "FusedElementwise";
-    f.domain = "xrt";
-    f.inputs.push_back(acc0);
-    ops::ElementwiseProgram program;
-    for (Instr ins : prog) {
-      if (ins.kind != Instr::Kind::kUnary) {
-        auto it = std::find(f.inputs.begin(), f.inputs.end(), ins.operand);
-        if (it == f.inputs.end()) {
-          f.inputs.push_back(ins.operand);
-          ins.operand = static_cast<int>(f.inputs.size()) - 1;
-        } else {
-          ins.operand = static_cast<int>(it - f.inputs.begin());
-        }
-      }
-      program.instrs.push_back(ins);
+    bool found = false;
+    const std::vector<bool> tries =
+        provider != nullptr ? std::vector<bool>{true, false} : std::vector<bool>{false};
+    for (const bool general : tries) {
+      chain = fusable_chain(g, cons, taken, start, t, general);
+      if (chain.size() < 2) continue;
+      f = fused_node(g, chain, t, general);
+      found = provider == nullptr || kernel_takes(g, f, t, *provider);
+      if (found) break;
     }
-    for (int k : chain) program.ops += (program.ops.empty() ? "" : ",") + g.nodes[k].op_type;
-    program.to_attrs(f.attrs);
-    f.outputs = {cur};
-    if (provider != nullptr) {
-      patterns::Candidate c;
-      c.node = f;
-      for (int v : f.inputs) c.inputs.push_back(patterns::spec_of(g, v).value_or(TensorSpec{t, {}, {}}));
-      c.outputs.push_back(TensorSpec{t, out_shape, {}});
-      if (!patterns::any_kernel_supports(c, *provider)) continue;
-    }
+    if (!found) continue;
     for (int k : chain) {
       taken[k] = true;
       g.nodes[k].op_type.clear();

@@ -16,6 +16,7 @@
 #include "backends/cpu/kernels/isa_clones.h"
 #include "backends/cpu/kernels/parallel.h"
 #include "xpuruntime/ops/elementwise_program.h"
+#include "xpuruntime/ops/op_schema.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -279,17 +280,13 @@ void register_fused_ops(std::vector<OpDef>& defs) {
   // The blocked evaluation reads each operand as the output, a scalar or a repeating
   // suffix row; an operand broadcast along an inner dim (NCHW per-channel [C, 1, 1])
   // is another kernel's case (the fusion pass then leaves the chain unfused).
-  d.supports = [](const Node&, const std::vector<Meta>& in) {
-    Shape out;
+  d.supports = [](const Node& n, const std::vector<Meta>& in) {
+    std::vector<Shape> shapes;
     for (const Meta& m : in) {
       if (!m.known()) return Support::yes();  // checked when run, as before
-      out.resize(std::max(out.size(), m.shape->size()), 1);
+      shapes.push_back(*m.shape);
     }
-    for (const Meta& m : in)
-      for (std::size_t i = 0; i < m.shape->size(); ++i) {
-        int64_t& o = out[out.size() - m.shape->size() + i];
-        if ((*m.shape)[i] != 1) o = (*m.shape)[i];
-      }
+    const Shape out = ops::broadcast_shapes(n, shapes);
     for (std::size_t k = 0; k < in.size(); ++k) {
       const Shape& s = *in[k].shape;
       std::size_t lead = 0;
