@@ -481,8 +481,9 @@ class EnvProvider final : public ExecutionProvider {
     env_ = std::move(env);
   }
   std::shared_ptr<const DeviceConstants> upload_constants(
-      const std::vector<HostTensor>& constants) const override {
-    return cpu_->upload_constants(constants);
+      const std::vector<HostTensor>& constants,
+      const std::vector<bool>& read_on_device) const override {
+    return cpu_->upload_constants(constants, read_on_device);
   }
   std::unique_ptr<RunResources> begin_run(std::size_t arena, std::size_t workspace) const override {
     return cpu_->begin_run(arena, workspace);

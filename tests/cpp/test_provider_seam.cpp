@@ -17,11 +17,12 @@
 #include <vector>
 
 #include "graph/plan_verify.h"
+#include "ops/matmul/matmul_op.h"
 #include "xpuruntime/error.h"
 #include "xpuruntime/graph/compiler.h"
 #include "xpuruntime/graph/executor.h"
-#include "xpuruntime/provider.h"
 #include "xpuruntime/profiler.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::graph {
 namespace {
@@ -49,14 +50,22 @@ Buffer device_alloc(std::size_t bytes, Counters& c) {
 
 class CountingConstants final : public DeviceConstants {
  public:
-  CountingConstants(const std::vector<HostTensor>& host, Counters& c) : c_(c) {
-    for (const HostTensor& t : host) {
+  CountingConstants(const std::vector<HostTensor>& host, const std::vector<bool>& read, Counters& c)
+      : c_(c) {
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      const HostTensor& t = host[i];
+      if (!read.at(i)) {  // only packed copies of it are read: left off the "device"
+        copies_.emplace_back();
+        continue;
+      }
       copies_.push_back(device_alloc(t.nbytes(), c));
       if (t.nbytes()) std::memcpy(copies_.back().get(), t.data, t.nbytes());
       c.constant_bytes += static_cast<int>(t.nbytes());
     }
   }
-  ~CountingConstants() override { c_.live -= static_cast<int>(copies_.size()); }
+  ~CountingConstants() override {
+    for (const Buffer& b : copies_) c_.live -= b ? 1 : 0;
+  }
   void* data(int i) const override { return copies_.at(static_cast<std::size_t>(i)).get(); }
 
  private:
@@ -114,9 +123,10 @@ class CountingProvider final : public ExecutionProvider {
   FusionSupport fusions() const override { return fusions_; }
   bool host_memory() const override { return false; }  // its own memory: copies at the edges
   std::shared_ptr<const DeviceConstants> upload_constants(
-      const std::vector<HostTensor>& constants) const override {
+      const std::vector<HostTensor>& constants,
+      const std::vector<bool>& read_on_device) const override {
     ++counters.uploads;
-    return std::make_shared<CountingConstants>(constants, counters);
+    return std::make_shared<CountingConstants>(constants, read_on_device, counters);
   }
   std::unique_ptr<RunResources> begin_run(std::size_t arena, std::size_t workspace) const override {
     ++counters.runs;
@@ -484,6 +494,112 @@ TEST_F(SeamTest, RegistryRefusesBadProvidersAndReplacesOnlyWhenAsked) {
   ASSERT_NE(ProviderRegistry::instance().find("cpu"), nullptr);
   EXPECT_EQ(ProviderRegistry::instance().find("cpu")->kernel_device(), DeviceKind::cpu());
   EXPECT_TRUE(ProviderRegistry::instance().find("cpu")->host_memory());
+}
+
+// A matmul kernel that packs its constant B at prepare (a copy of its own) and never
+// reads the plan's: PreparedKernel::packs_constant(1).
+class PackedBMatmul final : public Kernel {
+ public:
+  PackedBMatmul() : Kernel(make_def()) {}
+  Support supports(const OpContext& ctx) const override {
+    const auto it = ctx.attrs.find(matmul::kBConstantAttr);
+    return it != ctx.attrs.end() && it->second == "1"
+               ? Support::yes()
+               : Support::no(reason::kShapeUnsupported, "B is not a plan constant");
+  }
+  void run(KernelLaunch&) const override { throw std::logic_error("prepared only"); }
+  PreparedKernelPtr prepare(const PrepareContext& pc) const override {
+    class Prepared final : public PreparedKernel {
+     public:
+      explicit Prepared(const HostTensor& b)
+          : k_(b.shape[0]), n_(b.shape[1]), b_(b.ptr<float>(), b.ptr<float>() + b.numel()) {}
+      void run(const KernelArgs& a) const override {
+        // a.inputs[1] is null where no other step reads w (never read here either way)
+        const float* x = static_cast<const float*>(a.inputs[0].data);
+        float* y = static_cast<float*>(a.outputs[0].data);
+        const int64_t m = a.inputs[0].shape[0];
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n_; ++j) {
+            float acc = 0;
+            for (int64_t k = 0; k < k_; ++k) acc += x[i * k_ + k] * b_[k * n_ + j];
+            y[i * n_ + j] = acc;
+          }
+      }
+      bool packs_constant(std::size_t input) const override { return input == 1; }
+
+     private:
+      int64_t k_, n_;
+      std::vector<float> b_;
+    };
+    return std::make_shared<Prepared>(pc.constants.at(1));
+  }
+
+ private:
+  static KernelDef make_def() {
+    KernelDef d;
+    d.op = "matmul";
+    d.name = "packed_b_test";
+    d.provider = "test";
+    d.device = DeviceKind::cpu();
+    d.dtypes = {DType::kFloat32};
+    d.priority = 1000;
+    return d;
+  }
+};
+
+struct PackedConstantTest : SeamTest {
+  void SetUp() override {
+    KernelRegistry::instance().register_kernel(std::make_shared<PackedBMatmul>());
+  }
+  void TearDown() override {
+    KernelRegistry::instance().unregister_kernel("matmul", "packed_b_test");
+    SeamTest::TearDown();
+  }
+};
+
+TEST_F(PackedConstantTest, ConstantReadOnlyThroughPackedCopiesIsNotUploaded) {
+  auto counting = std::make_shared<CountingProvider>();
+  ASSERT_TRUE(ProviderRegistry::instance().add(counting));
+  const HostTensor w = randn({3, 5}, 11), x = randn({4, 3}, 12), x2 = randn({3, 5}, 13);
+  CompileOptions opt;
+  opt.device = "counting";
+  for (const bool other_reader : {false, true}) {
+    SCOPED_TRACE(other_reader ? "w also read by an Add" : "w read by the packing matmul only");
+    Graph g;
+    input(g, "x", DType::kFloat32, {4, 3});
+    g.values[g.value_id("w")].constant = w;
+    node(g, "MatMul", {"x", "w"}, {"y"});
+    g.outputs = {g.find("y")};
+    if (other_reader) {
+      input(g, "x2", DType::kFloat32, {3, 5});
+      node(g, "Add", {"x2", "w"}, {"z"});
+      g.outputs.push_back(g.find("z"));
+    }
+    ExecutionPlan plan = compile(std::move(g), opt);
+    ASSERT_NE(plan.summary().find("packed_b_test"), std::string::npos) << plan.summary();
+    counting->counters.constant_bytes = 0;
+    Executor ex(std::make_shared<ExecutionPlan>(plan));
+    EXPECT_EQ(counting->counters.constant_bytes, other_reader ? static_cast<int>(w.nbytes()) : 0)
+        << "the plan's copy of w goes to the device only when a step reads it there";
+    std::vector<std::string> names = {"x"};
+    std::vector<HostTensor> feeds = {x};
+    if (other_reader) {
+      names.push_back("x2");
+      feeds.push_back(x2);
+    }
+    auto got = ex.run(names, feeds, {});
+    ASSERT_EQ(got.size(), other_reader ? 2u : 1u);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 5; ++j) {
+        double acc = 0;
+        for (int k = 0; k < 3; ++k)
+          acc += double(x.ptr<float>()[i * 3 + k]) * w.ptr<float>()[k * 5 + j];
+        EXPECT_NEAR(got[0].ptr<float>()[i * 5 + j], acc, 1e-5);
+      }
+    if (other_reader)
+      for (int64_t k = 0; k < 15; ++k)
+        EXPECT_FLOAT_EQ(got[1].ptr<float>()[k], x2.ptr<float>()[k] + w.ptr<float>()[k]);
+  }
 }
 
 }  // namespace

@@ -5,7 +5,8 @@ caller-provided torch buffers out, the caller's stream, and the copy counters.
   copy counters are 0) and the buffers hold the numpy run's result;
 - numpy in / numpy out: exactly the inputs' and outputs' bytes are copied, once each;
 - a caller stream: the run is issued on it (ordered after the producer's kernels);
-- a CUDA graph replay with device inputs copies only within the device.
+- a CUDA graph captured on the caller's device buffers replays with no copy; new
+  buffers every run replay a graph on the plan's own buffers, copied within the device.
 Run: ``pytest -m gpu tests/gpu/test_native_cuda_io_gpu.py``.
 """
 
@@ -111,17 +112,63 @@ def test_the_callers_stream_orders_the_run_after_its_producer() -> None:
     np.testing.assert_array_equal(p.cpu().numpy(), sess.run({"x": _x(3)})["p"])
 
 
-def test_graph_replay_with_device_inputs_copies_within_the_device_only() -> None:
+def test_graph_on_the_callers_buffers_replays_with_no_copy_at_all() -> None:
+    """A caller that passes the same device buffers run after run gets a graph captured
+    on them: its replays copy nothing, not even within the device, and hold the plan's
+    result."""
     sess = _session(cuda_graph=True)
     want = _session().run({"x": _x(4)})
     x = torch.from_numpy(_x(4)).cuda()
     y, p = torch.empty(16, 8, device="cuda"), torch.empty(16, 8, device="cuda")
     sess.run({"x": x}, outputs=[y, p])
+    assert sess._engine.last_run_stats()["graph_captured"]
+    p.zero_()
     sess.run({"x": x}, outputs=[y, p])
     stats = sess._engine.last_run_stats()
-    assert stats["graph_replayed"] and stats["copy_bytes"] == 0, stats
-    assert stats["device_copy_bytes"] == x.numel() * 4 + 2 * 16 * 8 * 4, stats
+    assert stats["graph_replayed"], stats
+    assert stats["copy_bytes"] == 0 and stats["device_copy_bytes"] == 0, stats
     np.testing.assert_array_equal(p.cpu().numpy(), want["p"])
+    np.testing.assert_array_equal(y.cpu().numpy(), want["y"])
+
+
+def test_new_buffers_every_run_replay_the_graph_on_its_own_buffers() -> None:
+    """New input and output buffers every run (no two alike in a row): one graph on the
+    plan's own edge buffers, replayed with copies within the device, every result the
+    step-by-step one; then buffers kept twice in a row get a graph of their own."""
+    sess = _session(cuda_graph=True)
+    plain = _session()
+    keep = []  # distinct live allocations: no buffer address comes back
+    replays = 0
+    for seed in range(6):
+        x = torch.from_numpy(_x(10 + seed)).cuda()
+        y, p = torch.empty(16, 8, device="cuda"), torch.empty(16, 8, device="cuda")
+        keep += [x, y, p]
+        sess.run({"x": x}, outputs=[y, p])
+        stats = sess._engine.last_run_stats()
+        replays += bool(stats["graph_replayed"])
+        if stats["graph_replayed"]:
+            assert stats["device_copy_bytes"] == x.numel() * 4 + 2 * 16 * 8 * 4, stats
+        np.testing.assert_array_equal(p.cpu().numpy(), plain.run({"x": _x(10 + seed)})["p"])
+    assert replays >= 4, "after the first two runs every run replays the staged graph"
+    sess.run({"x": x}, outputs=[y, p])  # the last buffers again: captured on them
+    assert sess._engine.last_run_stats()["graph_captured"]
+    sess.run({"x": x}, outputs=[y, p])
+    stats = sess._engine.last_run_stats()
+    assert stats["graph_replayed"] and stats["device_copy_bytes"] == 0, stats
+
+
+def test_an_output_buffer_over_the_input_is_not_written_while_read() -> None:
+    """The caller's output buffer is the input's memory (in place): the graph writes
+    the plan's own buffer and copies at the end, so the result is still right."""
+    sess = _session(cuda_graph=True)
+    want = _session().run({"x": _x(7)})
+    for _ in range(3):
+        x = torch.from_numpy(_x(7)).cuda()
+        y = x.view(-1)[: 16 * 8].view(16, 8)  # over x's first bytes
+        p = torch.empty(16, 8, device="cuda")
+        sess.run({"x": x}, outputs=[y, p])
+        np.testing.assert_array_equal(p.cpu().numpy(), want["p"])
+        np.testing.assert_array_equal(y.cpu().numpy(), want["y"])
 
 
 def test_a_tensor_on_another_device_kind_or_shape_is_a_typed_error() -> None:

@@ -198,6 +198,11 @@ struct PrepareContext {
   // the plan's policies; the Decision is recorded with the plan's. Never null inside a
   // plan compile; callers outside one may leave it empty (prepare then throws).
   std::function<PreparedKernelPtr(OpContext& sub_ctx, const graph::Node& sub_node)> prepare_sub;
+  // The node's own inputs and outputs (dtype and shape, one per node slot) where the
+  // plan knows them before running (an omitted input or a run-time shape: nullopt),
+  // for kernels whose context is another view of the node (a MatMul's is its GEMM)
+  // and that size their workspace from the node's shapes. Empty outside a plan.
+  std::vector<std::optional<TensorSpec>> node_inputs, node_outputs;
 };
 
 // A kernel bound to one plan step: attributes parsed, constants packed, workspace
@@ -211,6 +216,12 @@ class PreparedKernel {
   // named), in the kernel's algorithm names; "" when it has none. The compiler records
   // it in the plan step, so a loaded plan names it and skips the heuristic.
   virtual std::string chosen_algorithm() const { return {}; }
+  // True when run() never reads input `input`'s bytes because prepare() packed its
+  // own device copy of that constant (a channels-last conv's KRSC weights, a padded
+  // GEMM operand). A plan constant that only such steps read is not uploaded, so the
+  // device holds one copy of those weights, not two; the run then passes that
+  // input with a null data pointer.
+  virtual bool packs_constant(std::size_t /*input*/) const { return false; }
 };
 
 class Kernel : public std::enable_shared_from_this<Kernel> {

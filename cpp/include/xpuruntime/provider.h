@@ -53,7 +53,9 @@ struct FusionSupport {
 class DeviceConstants {
  public:
   virtual ~DeviceConstants() = default;
-  // Device pointer of plan constant i (never null, even for an empty constant).
+  // Device pointer of plan constant i (never null, even for an empty constant),
+  // except for a constant upload_constants was told no step reads on the device:
+  // null there.
   virtual void* data(int constant) const = 0;
 };
 
@@ -148,9 +150,11 @@ class ExecutionProvider {
   virtual bool host_memory() const = 0;
 
   // Copies (or shares) the plan constants into device memory, once per
-  // executor.
+  // executor. read_on_device[i] false: no step reads constant i's device bytes
+  // (each reader keeps its own packed copy, PreparedKernel::packs_constant), so a
+  // device provider leaves it off the device; a host provider shares it anyway.
   virtual std::shared_ptr<const DeviceConstants> upload_constants(
-      const std::vector<HostTensor>& constants) const = 0;
+      const std::vector<HostTensor>& constants, const std::vector<bool>& read_on_device) const = 0;
   // A run's resources: stream, an arena of arena_bytes and a workspace of
   // workspace_bytes. Called on the thread that runs the plan (thread settings
   // such as the CPU's OpenMP team size are applied here).

@@ -73,11 +73,18 @@ class HostConstants final : public DeviceConstants {
 // reads them from every run's stream).
 class UploadedConstants final : public DeviceConstants {
  public:
-  UploadedConstants(DeviceBackend& backend, const std::vector<HostTensor>& constants, const Device& device)
+  UploadedConstants(DeviceBackend& backend, const std::vector<HostTensor>& constants,
+                    const std::vector<bool>& read_on_device, const Device& device)
       : alloc_(MemoryManager::instance().allocator(device)) {
     ptrs_.reserve(constants.size());
     try {
-      for (const HostTensor& c : constants) {
+      for (std::size_t i = 0; i < constants.size(); ++i) {
+        // Only packed copies of it are read (PreparedKernel::packs_constant).
+        if (i < read_on_device.size() && !read_on_device[i]) {
+          ptrs_.push_back(nullptr);
+          continue;
+        }
+        const HostTensor& c = constants[i];
         const std::size_t n = c.nbytes();
         void* d = alloc_.allocate(std::max<std::size_t>(n, 1));
         ptrs_.push_back(d);
@@ -101,7 +108,8 @@ class UploadedConstants final : public DeviceConstants {
 
  private:
   void release_all() noexcept {
-    for (void* p : ptrs_) alloc_.free(p);
+    for (void* p : ptrs_)
+      if (p != nullptr) alloc_.free(p);
     ptrs_.clear();
   }
 
@@ -275,11 +283,13 @@ class DeviceProvider final : public ExecutionProvider {
   }
   bool host_memory() const override { return traits_.host_memory; }
 
-  std::shared_ptr<const DeviceConstants> upload_constants(const std::vector<HostTensor>& constants) const override {
+  std::shared_ptr<const DeviceConstants> upload_constants(
+      const std::vector<HostTensor>& constants,
+      const std::vector<bool>& read_on_device) const override {
     if (traits_.host_memory) return std::make_shared<HostConstants>(constants);
     const Device dev = device();
     backend_.set_current(dev.index);
-    return std::make_shared<UploadedConstants>(backend_, constants, dev);
+    return std::make_shared<UploadedConstants>(backend_, constants, read_on_device, dev);
   }
   std::unique_ptr<RunResources> begin_run(std::size_t arena_bytes, std::size_t workspace_bytes) const override {
     return start(arena_bytes, workspace_bytes, nullptr);

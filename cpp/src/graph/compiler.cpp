@@ -160,8 +160,8 @@ class PreviewProvider final : public ExecutionProvider {
   }
   std::map<std::string, std::string> environment() const override { return environment_; }
   bool host_memory() const override { return base_->host_memory(); }
-  std::shared_ptr<const DeviceConstants> upload_constants(
-      const std::vector<HostTensor>&) const override {
+  std::shared_ptr<const DeviceConstants> upload_constants(const std::vector<HostTensor>&,
+                                                          const std::vector<bool>&) const override {
     refuse();
   }
   std::unique_ptr<RunResources> begin_run(std::size_t, std::size_t) const override { refuse(); }

@@ -97,16 +97,20 @@ struct Executor::Binding {
   bool host_io = false;               // some input or output is host memory
 };
 
-// The captured plan: the run resources (arena, workspace, a stream) and the input
-// and output buffers the graph was captured with live as long as the executor;
-// runs copy into and out of them. One replay at a time (mu).
+// The captured plan: the run resources (arena, workspace, a stream) live as long as
+// the executor. The graph reads its inputs and writes its outputs either where the
+// caller's device buffers were when it was captured (runs that pass those buffers
+// again replay it with no copies) or in buffers of the plan's own, which runs copy
+// into and out of. One replay at a time (mu).
 struct Executor::GraphState {
   std::mutex mu;
   DeviceBackend::GraphOps* ops = nullptr;
   int device_index = 0;
   std::unique_ptr<RunResources> res;
-  std::vector<void*> in_buf, out_buf;  // per value id
+  std::vector<void*> in_buf, out_buf;  // per value id: the plan's own edge buffers, or null
   std::vector<void*> data;             // every value's address in the captured graph
+  // graph_signature of the buffers the graph was captured on, and of the last run.
+  std::vector<void*> bound, last;
   NativeGraph graph = nullptr;
   std::string failed;  // why capture failed (then runs go step by step)
   double first_run_ms = -1, capture_ms = -1;  // the capturing run's two parts
@@ -116,6 +120,20 @@ struct Executor::GraphState {
 };
 
 namespace {
+// Which plan constants some step (or the caller, as an output) reads on the device:
+// not those whose every reader packed its own copy (PreparedKernel::packs_constant).
+std::vector<bool> constants_read_on_device(const ExecutionPlan& p) {
+  std::vector<bool> read(p.constants.size(), false);
+  auto mark = [&](int v) {
+    if (v >= 0 && p.values[v].kind == PlanValue::Kind::kConstant) read[p.values[v].constant] = true;
+  };
+  for (int v : p.outputs) mark(v);
+  for (const PlanStep& s : p.steps)
+    for (std::size_t i = 0; i < s.node.inputs.size(); ++i)
+      if (s.alias || !s.prepared || !s.prepared->packs_constant(i)) mark(s.node.inputs[i]);
+  return read;
+}
+
 // Whether step `s` runs on its workspace inside the arena (PlanStep::workspace_offset).
 bool arena_workspace(const PlanStep& s) {
   return s.workspace_offset >= 0 && s.prepared &&
@@ -151,7 +169,7 @@ Executor::Executor(std::shared_ptr<const ExecutionPlan> plan) : plan_(std::move(
   }
   for (int v : plan_->inputs) all_static = all_static && plan_->values[v].shape.has_value();
   const auto t0 = std::chrono::steady_clock::now();
-  constants_ = provider_->upload_constants(plan_->constants);
+  constants_ = provider_->upload_constants(plan_->constants, constants_read_on_device(*plan_));
   upload_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   DeviceBackend::GraphOps* ops = provider_->graph_ops();
   if (ops == nullptr) {
@@ -354,8 +372,9 @@ void Executor::run_steps(Binding& b, RunResources& res, RunStats& stats) const {
         continue;
       }
       const PlanValue& pv = plan.values[i];
-      XRT_CHECK(data[i] != nullptr, InvalidModelError, n.where(), ": input '", pv.name,
-                "' has no data (plan is inconsistent)");
+      // A constant off the device (null) is read by packed copies only.
+      XRT_CHECK(data[i] != nullptr || pv.kind == PlanValue::Kind::kConstant, InvalidModelError,
+                n.where(), ": input '", pv.name, "' has no data (plan is inconsistent)");
       args.inputs.push_back(TensorArg{pv.dtype, shapes[i], data[i]});
     }
     for (int o : n.outputs)
@@ -490,6 +509,33 @@ std::vector<HostTensor> Executor::finish(Binding& b, RunResources& res, RunStats
   return result;
 }
 
+std::vector<void*> Executor::graph_signature(const Binding& b) const {
+  const ExecutionPlan& plan = *plan_;
+  std::vector<void*> sig;
+  sig.reserve(plan.inputs.size() + plan.outputs.size());
+  std::vector<std::pair<const char*, const char*>> inputs;  // caller input ranges
+  for (int v : plan.inputs) {
+    const std::size_t n = nbytes_of(plan.values[v].dtype, b.shapes[v]);
+    const bool bind = b.on_device[v] && n > 0;
+    sig.push_back(bind ? b.data[v] : nullptr);
+    if (b.on_device[v] && n > 0)
+      inputs.emplace_back(static_cast<const char*>(b.data[v]),
+                          static_cast<const char*>(b.data[v]) + n);
+  }
+  for (int v : plan.outputs) {
+    const PlanValue& pv = plan.values[v];
+    void* t = pv.kind == PlanValue::Kind::kOutput ? b.out_target[v] : nullptr;
+    const std::size_t n = nbytes_of(pv.dtype, *pv.shape);
+    // An output buffer over an input's bytes would be written while the input is
+    // still read: that one goes through the plan's buffer.
+    for (const auto& [lo, hi] : inputs)
+      if (t != nullptr && static_cast<const char*>(t) < hi && lo < static_cast<const char*>(t) + n)
+        t = nullptr;
+    sig.push_back(n > 0 ? t : nullptr);
+  }
+  return sig;
+}
+
 bool Executor::run_graph(Binding& b, NativeStream caller, RunStats& stats,
                          std::vector<HostTensor>& out) const {
   if (!graph_) return false;
@@ -498,22 +544,60 @@ bool Executor::run_graph(Binding& b, NativeStream caller, RunStats& stats,
   if (!lock.owns_lock() || !gs.failed.empty()) return false;  // busy (another thread) or failed
   const ExecutionPlan& plan = *plan_;
   const int nv = static_cast<int>(plan.values.size());
+  const std::size_t n_in = plan.inputs.size();
   if (!gs.res) {
     gs.res = provider_->begin_run(static_cast<std::size_t>(std::max<int64_t>(plan.memory.arena_bytes, 64)),
                                   workspace_bytes_);
     gs.in_buf.assign(nv, nullptr);
     gs.out_buf.assign(nv, nullptr);
-    for (int v : plan.inputs)
-      gs.in_buf[v] = gs.res->allocate(nbytes_of(plan.values[v].dtype, *plan.values[v].shape));
-    for (int v : plan.outputs) {
-      const PlanValue& pv = plan.values[v];
-      if (pv.kind == PlanValue::Kind::kOutput && gs.out_buf[v] == nullptr)
-        gs.out_buf[v] = gs.res->allocate(nbytes_of(pv.dtype, *pv.shape));
-    }
   }
   RunResources& res = *gs.res;
+  // Which graph runs: the captured one where this run's buffers are the ones it was
+  // captured on; a new capture on them when they repeat the previous run's (a caller
+  // that keeps its buffers: no edge copies, no plan buffers for them); else the graph
+  // on the plan's own input and output buffers (the "staged" one, all null), with
+  // copies at the edges (new buffers every run).
+  const std::vector<void*> sig = graph_signature(b);
+  const std::vector<void*> staged(sig.size(), nullptr);
+  std::vector<void*> use = sig;
+  bool capture = false;
+  if (gs.graph == nullptr || (sig != gs.bound && sig == gs.last)) {
+    capture = true;
+  } else if (sig != gs.bound) {
+    use = staged;
+    capture = gs.bound != staged;
+  }
+  gs.last = sig;
+  if (capture && gs.graph != nullptr) {
+    res.synchronize();  // the old graph's replays are done with the buffers it read
+    gs.ops->destroy(gs.device_index, gs.graph);
+    gs.graph = nullptr;
+  }
+  if (capture) {
+    // The plan's own buffers for what the new graph does not bind; none for the rest.
+    auto keep = [&](void*& buf, bool need, std::size_t bytes) {
+      if (need && buf == nullptr) buf = res.allocate(bytes);
+      if (!need && buf != nullptr) {
+        res.release(buf);
+        buf = nullptr;
+      }
+    };
+    for (std::size_t i = 0; i < n_in; ++i) {
+      const PlanValue& pv = plan.values[plan.inputs[i]];
+      keep(gs.in_buf[plan.inputs[i]], use[i] == nullptr, nbytes_of(pv.dtype, *pv.shape));
+    }
+    for (std::size_t j = 0; j < plan.outputs.size(); ++j) {
+      const int v = plan.outputs[j];
+      const PlanValue& pv = plan.values[v];
+      if (pv.kind != PlanValue::Kind::kOutput) continue;
+      keep(gs.out_buf[v], use[n_in + j] == nullptr, nbytes_of(pv.dtype, *pv.shape));
+    }
+    gs.bound = use;
+  }
   if (caller != nullptr) res.wait_for(caller);
-  for (int v : plan.inputs) {
+  for (std::size_t i = 0; i < n_in; ++i) {
+    const int v = plan.inputs[i];
+    if (use[i] != nullptr) continue;  // read where the caller holds it
     const std::size_t n = nbytes_of(plan.values[v].dtype, b.shapes[v]);
     if (n > 0 && b.on_device[v]) {
       res.copy_on_device(gs.in_buf[v], b.data[v], n);
@@ -526,13 +610,19 @@ bool Executor::run_graph(Binding& b, NativeStream caller, RunStats& stats,
     }
     b.data[v] = gs.in_buf[v];
   }
-  if (gs.graph == nullptr) {
-    // The first run goes step by step (its outputs are this run's: lazy set-up such
-    // as library handles and compiled kernels happens outside the capture), then
-    // the same steps are captured.
+  if (capture) {
+    // The capturing run goes step by step (its outputs are this run's: lazy set-up
+    // such as library handles and compiled kernels happens outside the capture),
+    // then the same steps are captured.
     for (int v = 0; v < nv; ++v) {
-      b.out_target[v] = gs.out_buf[v];
-      b.out_shape[v] = gs.out_buf[v] != nullptr ? &*plan.values[v].shape : nullptr;
+      b.out_target[v] = nullptr;
+      b.out_shape[v] = nullptr;
+    }
+    for (std::size_t j = 0; j < plan.outputs.size(); ++j) {
+      const int v = plan.outputs[j];
+      if (plan.values[v].kind != PlanValue::Kind::kOutput) continue;
+      b.out_target[v] = use[n_in + j] != nullptr ? use[n_in + j] : gs.out_buf[v];
+      b.out_shape[v] = &*plan.values[v].shape;
     }
     const std::vector<void*> bound = b.data;
     using Clock = std::chrono::steady_clock;

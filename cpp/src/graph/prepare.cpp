@@ -234,6 +234,12 @@ class Preparer {
     }
     PrepareContext pc = prepare_context(ctx, st.node, st.algorithm);
     pc.constants = step_constants(plan_, st.node);
+    auto known = [&](int v) -> std::optional<TensorSpec> {
+      if (v < 0 || !plan_.values[v].shape) return std::nullopt;
+      return spec_of(plan_.values[v]);
+    };
+    for (int i : st.node.inputs) pc.node_inputs.push_back(known(i));
+    for (int o : st.node.outputs) pc.node_outputs.push_back(known(o));
     const auto t0 = std::chrono::steady_clock::now();
     st.prepared = st.kernel_ptr->prepare(pc);
     add_time("prepare:" + st.kernel, t0);

@@ -115,6 +115,9 @@ class Executor {
   void run_steps(Binding& b, RunResources& res, RunStats& stats) const;
   std::vector<HostTensor> finish(Binding& b, RunResources& res, RunStats& stats) const;
   bool run_graph(Binding& b, NativeStream caller, RunStats& stats, std::vector<HostTensor>& out) const;
+  // Per plan input, then per plan output: the caller's device buffer a graph can be
+  // captured on, or null (host memory, no buffer given, an output over an input).
+  std::vector<void*> graph_signature(const Binding& b) const;
 
   std::shared_ptr<const ExecutionPlan> plan_;
   ProviderPtr provider_;

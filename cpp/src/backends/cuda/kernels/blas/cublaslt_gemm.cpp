@@ -288,6 +288,25 @@ std::vector<std::string> cublaslt_heuristic_algorithms(const GemmProblem& p, int
   return ids;
 }
 
+std::size_t cublaslt_workspace_need(const GemmProblem& p, int device, std::size_t workspace_limit,
+                                    const std::string& algorithm) {
+  if (cublaslt_rejection(p) || p.m == 0 || p.n == 0 || p.batch == 0) return 0;
+  const ColMajorGemm g = *to_col_major(p);
+  cuda::DeviceGuard guard(device);
+  cublasLtHandle_t h = lt_handle(device);
+  auto plan = plan_for(p, g, device);
+  std::lock_guard lock(plan->mu());
+  if (!algorithm.empty()) return plan->checked(h, algorithm).workspace;
+  // The operands' alignment is known only at run time (the arena's offsets are 64-byte
+  // aligned, a caller's views less): the most the top choice needs under any of them.
+  std::size_t need = 0;
+  for (const uint32_t a : {16u, 64u, kMaxAlignment}) {
+    const auto& hs = plan->heuristics(h, {workspace_limit, a, a, a});
+    if (!hs.empty()) need = std::max(need, hs.front().workspaceSize);
+  }
+  return need;
+}
+
 void cublaslt_gemm(const GemmProblem& p, void* stream, int device, void* workspace,
                    std::size_t workspace_bytes, const std::string& algorithm, double alpha_in,
                    double beta_in) {

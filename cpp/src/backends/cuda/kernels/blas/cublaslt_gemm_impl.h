@@ -36,6 +36,14 @@ GemmRejection cublaslt_rejection(const GemmProblem& p);
 std::vector<std::string> cublaslt_heuristic_algorithms(const GemmProblem& p, int device,
                                                       std::size_t workspace_limit, int max_count);
 
+// The workspace p's GEMM takes within `workspace_limit`: the pinned `algorithm`'s,
+// or the most the heuristic's first choice needs over the operand alignments a run
+// may bring (16, 64 or 256 bytes). A plan step reserves this, not the limit:
+// cuBLASLt's first choice usually needs none, and 32 MiB per GEMM step grew arenas.
+// The first choice under a limit of at least this is the same algorithm.
+std::size_t cublaslt_workspace_need(const GemmProblem& p, int device, std::size_t workspace_limit,
+                                    const std::string& algorithm);
+
 // Enqueues the GEMM and its epilogue on `stream` of CUDA device `device`. With an
 // empty `algorithm` the heuristic's best for the workspace given is used; otherwise
 // the id must be valid for this problem (cublasLtMatmulAlgoCheck), fit in the

@@ -76,6 +76,9 @@ class CublasLtMatmul final : public Kernel {
       matmul::cublaslt_gemm(p, stream, device, ws, ws_bytes, algorithm, alpha, beta);
     };
     lib.rejection = &matmul::cublaslt_rejection;
+    lib.workspace_need = [algorithm](const matmul::GemmProblem& p, int device, std::size_t limit) {
+      return matmul::cublaslt_workspace_need(p, device, limit, algorithm);
+    };
     return matmul::prepare_onnx_matmul(pc, std::move(lib), lt_workspace(*pc.ctx));
   }
 

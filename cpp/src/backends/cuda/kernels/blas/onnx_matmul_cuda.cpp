@@ -50,6 +50,13 @@ void fill_broadcast(void *y, const void *c, int64_t cm, int64_t cn, int64_t m, i
 // Round a byte count up to the workspace alignment cuBLASLt wants (256 B).
 constexpr std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
 
+// While prepare sizes a step's workspace (workspace_probe), run() enqueues nothing:
+// each GEMM adds what it takes here instead, and the device copies are skipped.
+struct WorkspaceProbe {
+  std::size_t need = 0;
+};
+thread_local WorkspaceProbe *tl_probe = nullptr;
+
 // A GEMM whose N columns make every row of B and C misaligned (N·esize not a
 // multiple of 16 bytes: GPT-2's 50257-word vocabulary) runs on cuBLAS's slow
 // unaligned kernels (5-6x slower on an H200). Such a GEMM with a constant B
@@ -103,7 +110,13 @@ class OnnxMatmulCuda final : public PreparedKernel {
   }
 
   void run(const KernelArgs &args) const override {
-    if (pad_ && !epilogue_.residual && run_padded(args)) return;
+    if (pad_ && run_padded(args)) return;
+    XRT_CHECK(args.inputs.size() > 1 && args.inputs[1].present() &&
+                  (!pad_ || !pad_->bias || (args.inputs.size() > 2 && args.inputs[2].present())),
+              InvalidArgumentError, node_.where(),
+              ": the padded GEMM's operands are not on the device (its constant B and bias "
+              "stay in their padded copies), and this run's shapes or workspace do not fit "
+              "the padded form");
     if (is_gemm_)
       run_gemm(args);
     else
@@ -111,6 +124,10 @@ class OnnxMatmulCuda final : public PreparedKernel {
   }
   std::size_t workspace_bytes() const override {
     return workspace_ + (pad_ ? pad_->c_bytes() : 0);
+  }
+  // A padded GEMM reads B (and its bias) from the padded copies only.
+  bool packs_constant(std::size_t input) const override {
+    return pad_ && (input == 1 || (input == 2 && pad_->bias));
   }
 
  private:
@@ -139,10 +156,53 @@ class OnnxMatmulCuda final : public PreparedKernel {
     XRT_CHECK(args.workspace_bytes >= ws_offset, InvalidArgumentError, node_.where(),
               ": the run's workspace (", args.workspace_bytes, " B) is smaller than the step's (",
               workspace_bytes(), " B)");
+    if (tl_probe != nullptr) {
+      tl_probe->need = std::max(tl_probe->need,
+                                lib_.workspace_need(p, device_, args.workspace_bytes - ws_offset));
+      return;
+    }
     lib_.gemm(p, alpha, beta, args.stream, device_, static_cast<char *>(args.workspace) + ws_offset,
               args.workspace_bytes - ws_offset);
   }
 
+ public:
+  // Shrinks the GEMM workspace to what this step's GEMMs take (lib_.workspace_need),
+  // found by running the node's logic on placeholder pointers with nothing enqueued.
+  // Left as it is where a shape is known only at run time, or the library cannot say.
+  void fit_workspace(const PrepareContext &pc) {
+    if (!lib_.workspace_need || pc.node_outputs.empty()) return;
+    KernelArgs args;
+    // Distinct, 256-byte aligned placeholders (never dereferenced: the probe enqueues
+    // nothing); an omitted input stays absent.
+    uintptr_t next = uintptr_t{1} << 40;
+    auto placeholder = [&](const std::optional<TensorSpec> &t) {
+      next += uintptr_t{1} << 32;
+      return TensorArg{t->dtype, t->shape, reinterpret_cast<void *>(next)};
+    };
+    for (std::size_t i = 0; i < node_.inputs.size(); ++i) {
+      const bool omitted = node_.inputs[i] < 0;
+      if (!omitted && (i >= pc.node_inputs.size() || !pc.node_inputs[i])) return;
+      args.inputs.push_back(omitted ? TensorArg{} : placeholder(pc.node_inputs[i]));
+    }
+    for (const auto &o : pc.node_outputs) {
+      if (!o) return;
+      args.outputs.push_back(placeholder(o));
+    }
+    args.workspace = reinterpret_cast<void *>(next + (uintptr_t{1} << 32));
+    args.workspace_bytes = workspace_bytes();
+    WorkspaceProbe probe;
+    tl_probe = &probe;
+    try {
+      run(args);
+    } catch (...) {
+      tl_probe = nullptr;
+      return;  // the run will say what is wrong
+    }
+    tl_probe = nullptr;
+    workspace_ = round256(probe.need);
+  }
+
+ private:
   // The padded-pitch GEMM (PaddedColumns). False when this run's shapes are not the
   // ones it was prepared for (then the plain path runs).
   bool run_padded(const KernelArgs &args) const {
@@ -164,6 +224,7 @@ class OnnxMatmulCuda final : public PreparedKernel {
     p.bias = pc.bias ? pc.bias->data() : nullptr;  // prepare checked: alpha = beta = 1 with one
     gemm(p, is_gemm_ ? attrs_.alpha : 1.0, 0.0, args, pc.c_bytes());
     const std::size_t row = static_cast<std::size_t>(pc.cols) * pc.es;
+    if (tl_probe != nullptr) return true;
     XRT_CUDA_CHECK(cudaMemcpy2DAsync(out.data, row, args.workspace, pc.pitch * pc.es, row,
                                      static_cast<std::size_t>(pc.rows), cudaMemcpyDeviceToDevice,
                                      static_cast<cudaStream_t>(args.stream)));
@@ -295,8 +356,9 @@ class OnnxMatmulCuda final : public PreparedKernel {
         // A bias row: the GEMM's bias epilogue.
         p.bias = c.data;
       } else {
-        fill_broadcast(out.data, c.data, full[0], full[1], m, nn, dtype_size(c.dtype),
-                       static_cast<cudaStream_t>(args.stream));
+        if (tl_probe == nullptr)
+          fill_broadcast(out.data, c.data, full[0], full[1], m, nn, dtype_size(c.dtype),
+                         static_cast<cudaStream_t>(args.stream));
         gemm_beta = beta;
       }
     }
@@ -405,8 +467,11 @@ PreparedKernelPtr prepare_onnx_matmul(const PrepareContext &pc, CudaGemmLibrary 
   // Only for libraries whose GEMMs honour the padded pitches (cuBLASLt and cuBLAS).
   std::unique_ptr<PaddedColumns> pad =
       lib.name == "cublasLt" || lib.name == "cublas" ? padded_columns(pc) : nullptr;
-  return std::make_shared<OnnxMatmulCuda>(std::move(lib), *pc.node, pc.ctx->device.index,
-                                          pc.ctx->allow_tf32, workspace_bytes, std::move(pad));
+  auto kernel =
+      std::make_shared<OnnxMatmulCuda>(std::move(lib), *pc.node, pc.ctx->device.index,
+                                       pc.ctx->allow_tf32, workspace_bytes, std::move(pad));
+  kernel->fit_workspace(pc);
+  return kernel;
 }
 
 }  // namespace xpuruntime::matmul

@@ -30,6 +30,9 @@ struct CudaGemmLibrary {
       gemm;
   // Why the library cannot run p (empty when it can).
   std::function<GemmRejection(const GemmProblem &p)> rejection;
+  // The workspace p takes within `limit` (operand pointers ignored); empty: the
+  // library may use all of it (cuBLAS chooses inside the call).
+  std::function<std::size_t(const GemmProblem &p, int device, std::size_t limit)> workspace_need;
 };
 
 // True when pc.node is an ONNX MatMul or Gemm node (then prepare_onnx_matmul
@@ -37,7 +40,8 @@ struct CudaGemmLibrary {
 bool is_onnx_matmul(const PrepareContext &pc);
 
 // The prepared kernel for the ONNX node of pc, running its GEMMs with `lib`
-// (workspace: `workspace_bytes`). Throws UnsupportedOperationError naming the
+// (workspace: at most `workspace_bytes`; with lib.workspace_need and static shapes,
+// what the step's GEMMs take). Throws UnsupportedOperationError naming the
 // node for an epilogue the library cannot apply, a dtype it cannot run, or a
 // Gemm C that does not broadcast to the output.
 PreparedKernelPtr prepare_onnx_matmul(const PrepareContext &pc, CudaGemmLibrary lib,

@@ -381,6 +381,9 @@ class ConvPrepared final : public PreparedKernel {
         krsc_(std::move(krsc)) {}
 
   std::size_t workspace_bytes() const override { return plan_ ? plan_->workspace() : 0; }
+  // Channels-last: W is read from the KRSC copy only (the plan's OIHW one stays off
+  // the device).
+  bool packs_constant(std::size_t input) const override { return input == 1 && krsc_ != nullptr; }
   std::string chosen_algorithm() const override {
     return plan_ ? std::string(algo_name(plan_->algo)) : std::string();
   }
