@@ -459,6 +459,50 @@ def test_transpose_reshape_transpose_folding_matches_onnxruntime_on_the_cpu(back
     np.testing.assert_allclose(next(iter(got.values())), ref, rtol=1e-4, atol=1e-4)
 
 
+def _one_head_attention_transposes(heads: int = 1) -> bytes:
+    """PVT's attention layout: tokens [B, N, C] split as [B, N, heads, D], transposed to
+    [B, heads, N, D], scaled, and transposed back before the projection."""
+    rng = np.random.default_rng(8)
+    b, n, d = 2, 12, 8
+    c = heads * d
+    nodes = [
+        helper.make_node("Reshape", ["x", "split"], ["xs"]),
+        helper.make_node("Transpose", ["xs"], ["xh"], perm=[0, 2, 1, 3], name="to_heads"),
+        helper.make_node("Mul", ["xh", "scale"], ["xm"]),
+        helper.make_node("Transpose", ["xm"], ["xb"], perm=[0, 2, 1, 3], name="from_heads"),
+        helper.make_node("Reshape", ["xb", "merge"], ["xt"]),
+        helper.make_node("MatMul", ["xt", "w"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([b, n, heads, d], np.int64), "split"),
+        numpy_helper.from_array(np.array([b, n, c], np.int64), "merge"),
+        _init("scale", rng.standard_normal((1, 1, 1, d)) + 1.0),
+        _init("w", rng.standard_normal((c, 5)) * 0.3),
+    ]
+    return _model(nodes, [_f("x", [b, n, c])], [_f("y", [b, n, 5])], inits)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_transposes_that_move_only_size_one_dims_become_views(device):
+    kw = {"target": "sm_90"} if device == "cuda" else {}
+    pv = preview_plan(_one_head_attention_transposes(1), device=device, exec_policy=FP16, **kw)
+    assert "Transpose" not in _ops(pv), _ops(pv)
+    assert "unit-dim transposes (made views): 2" in pv.summary(), pv.summary()
+    # Two heads: the transposes really permute and stay.
+    kept = preview_plan(_one_head_attention_transposes(2), device=device, exec_policy=FP16, **kw)
+    assert _ops(kept).count("Transpose") == 2, _ops(kept)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_unit_dim_transpose_views_match_onnxruntime_on_the_cpu(heads):
+    ort = pytest.importorskip("onnxruntime")
+    model = _one_head_attention_transposes(heads)
+    x = np.random.default_rng(9).standard_normal((2, 12, 8 * heads)).astype(np.float32)
+    (ref,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = xrt.InferenceSession(model, device="cpu", engine="native").run({"x": x})
+    np.testing.assert_allclose(next(iter(got.values())), ref, rtol=1e-5, atol=1e-5)
+
+
 def test_symbolic_dims_are_previewed_as_the_shapes_a_session_would_compile():
     """A session compiles for the shapes it runs with; a preview without input_shapes
     resolves each symbolic dim from ``dims`` (1 when not named) and says so. (It raised

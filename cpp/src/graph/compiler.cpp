@@ -359,6 +359,7 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
     // between PVT-style token views).
     log("transpose-reshape-transpose folding (chains made views)",
         passes::fold_transpose_reshape_transpose(g));
+    log("unit-dim transposes (made views)", passes::unit_dim_transposes_as_views(g));
     log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
     // Activations a channels-last kernel applies that its NCHW Conv's would not (the
     // depthwise kernel's Clip, HardSwish, ...).

@@ -19,7 +19,9 @@
 // -> Transpose chain whose composite keeps every element in place becomes one Reshape
 // (fold_transpose_reshape_transpose, run after the channels-last pass adds its own
 // Transposes: PVT views its tokens [B, H*W, C] as an image [B, C, H, W] around each
-// convolution, which in NHWC is the tokens themselves).
+// convolution, which in NHWC is the tokens themselves); and a Transpose that moves only
+// dims of size 1 becomes a Reshape (unit_dim_transposes_as_views: PVT's one-head
+// attention transposes [B, N, 1, D] to [B, 1, N, D] and back, 4 copies of 6 MB a run).
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -186,6 +188,46 @@ int fold_transpose_reshape_transpose(Graph& g) {
     ++folded;
   }
   return folded;
+}
+
+int unit_dim_transposes_as_views(Graph& g) {
+  int made = 0;
+  for (Node& n : g.nodes) {
+    if (n.op_type != "Transpose" || !n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0 ||
+        n.outputs.size() != 1 || n.outputs[0] < 0)
+      continue;
+    const Value &xv = g.values[n.inputs[0]], &yv = g.values[n.outputs[0]];
+    if (!xv.shape || !yv.shape) continue;
+    const Shape& in = *xv.shape;
+    const std::vector<int64_t> perm = perm_of(n, in.size());
+    if (perm.size() != in.size()) continue;
+    // The input dims of size above 1 in the order the output holds them: ascending
+    // means every element keeps its place (a head axis of size 1 moved, say).
+    int64_t last = -1;
+    bool in_place = true;
+    for (int64_t d : perm) {
+      if (d < 0 || d >= static_cast<int64_t>(in.size())) {
+        in_place = false;
+        break;
+      }
+      if (in[static_cast<std::size_t>(d)] == 1) continue;
+      in_place = in_place && d > last;
+      last = d;
+    }
+    if (!in_place) continue;
+    HostTensor shape = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(yv.shape->size())});
+    std::copy(yv.shape->begin(), yv.shape->end(), shape.ptr<int64_t>());
+    const int sv = g.value_id(fresh_name(g, yv.name + "_view_shape"));
+    g.values[sv].constant = shape;
+    g.values[sv].dtype = DType::kInt64;
+    g.values[sv].dtype_known = true;
+    g.values[sv].shape = shape.shape;
+    n.op_type = "Reshape";
+    n.attrs.clear();
+    n.inputs = {n.inputs[0], sv};
+    ++made;
+  }
+  return made;
 }
 
 }  // namespace xpuruntime::graph::passes

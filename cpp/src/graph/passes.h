@@ -83,6 +83,9 @@ int eliminate_noops(Graph& g);
 // image and back around a convolution, once the channels-last pass added its own
 // Transposes) become one Reshape of the chain's input. Returns the count.
 int fold_transpose_reshape_transpose(Graph& g);
+// Transposes that move only dims of size 1 (the elements keep their order), rewritten
+// as Reshapes: views, no copy. Returns how many.
+int unit_dim_transposes_as_views(Graph& g);
 // 1x1 convolutions (Conv, NhwcConv) of a single pixel, squeeze-excitation layers,
 // become Reshape -> MatMul -> Reshape where the provider's kernels run the MatMul (its
 // activation fused where the GEMM kernel applies it, else a FusedElementwise after it;
