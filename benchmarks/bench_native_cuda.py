@@ -156,6 +156,7 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
     base_native = xrt.memory.memory_stats("cuda:0").allocated_bytes
     t0 = time.perf_counter()
     sess = xrt.InferenceSession(str(path), device="cuda", engine="native", exec_policy=policy)
+    after_build = xrt.memory.memory_stats("cuda:0").allocated_bytes - base_native
     names = [i.name for i in sess.get_inputs()]
     inputs = dict(zip(names, x16 if fp16_io else x32))
     got = sess.run(inputs)["output"]
@@ -177,7 +178,10 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
     # Inference peak, measured as torch's below: what the session holds (constants, the
     # graph's arena, workspace and edge buffers) plus what a run allocates, plus the
     # caller's output buffer (torch's output is in its own figure).
+    # Steady state: the second run with the same buffers captures the graph on them
+    # (the plan's own edge buffers are then freed) and later runs replay it.
     del got, got_t
+    native()
     torch.cuda.synchronize()
     xrt.memory.reset_peak_stats("cuda:0")
     native()
@@ -185,6 +189,20 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
     row["native_peak_bytes"] = (
         xrt.memory.memory_stats("cuda:0").peak_allocated_bytes - base_native + y.numel() * y.element_size()
     )
+    last = sess._engine.last_run_stats()
+    row["native_run_edge_copy_bytes"] = int(last["device_copy_bytes"]) + int(last["copy_bytes"])
+    # Where the device bytes are: after construction (uploaded constants and what kernels
+    # packed), held between runs (plus arena, workspaces, edge buffers), and the shared
+    # workspace of steps whose prepared need exceeds what the arena planned for them.
+    steps = sess.plan.steps
+    row["native_device_bytes"] = {
+        "after_build": int(after_build),
+        "steady": int(xrt.memory.memory_stats("cuda:0").allocated_bytes - base_native),
+        "shared_workspace": max(
+            (s["prepared_workspace_bytes"] for s in steps if s["prepared_workspace_bytes"] > s["workspace_bytes"]),
+            default=0,
+        ),
+    }
     mem = sess.plan.memory
     row["native_plan_bytes"] = {"constants": int(mem["constant_bytes"]), "arena": int(mem["arena_bytes"])}
     plan_file = tmp / f"{model.name}.xrtplan"

@@ -296,6 +296,10 @@ void bind_graph(py::module_& m) {
           d["fused"] = s.node.has("_ops") ? s.node.attr_str("_ops", "") : std::string();
           d["activation"] = s.node.attr_str("_act", "");
           d["gemm"] = gemm_of(p, s);
+          // The step's workspace: planned in the arena (bytes, -1 offset: none) and what
+          // its prepared kernel asks for (above the planned bytes: the shared workspace).
+          d["workspace_bytes"] = s.workspace_bytes;
+          d["prepared_workspace_bytes"] = s.prepared ? s.prepared->workspace_bytes() : 0;
           py::list shapes;
           for (int o : s.node.outputs)
             if (o >= 0) shapes.append(dims_to_py(std::nullopt, p.values[o].shape));
