@@ -2,7 +2,9 @@
 mode) and its row-wise GatherElements (data_ops.cpp), against a NumPy float64 reference and
 ONNX Runtime on fresh random inputs: odd sizes, asymmetric pads, strides, dilations,
 ceil_mode, count_include_pad 0 and 1, NaN; GatherElements on every axis, negative and int32
-indices, indices smaller than the data, 1- to 8-byte elements, and the out-of-range error."""
+indices, indices smaller than the data, 1- to 8-byte elements, and the out-of-range error;
+Gather (rows of one scalar, as LeViT's attention-bias tables, and wider rows), with int64
+indices read in place, negative and int32 indices, and the out-of-range error."""
 
 from __future__ import annotations
 
@@ -202,4 +204,61 @@ def test_gather_elements_index_out_of_range_is_a_typed_error(bad):
     node = helper.make_node("GatherElements", ["data", "idx"], ["y"], axis=2)
     model = _model(node, [("data", data), ("idx", idx)], np.float32, opset=13)
     with pytest.raises(xrt.InvalidArgumentError, match=rf"index {bad} is out of range for axis 2 of size 9"):
+        _native(model, {"data": data, "idx": idx})
+
+
+# ----------------------------------------------------------------------------- Gather
+GATHER = [
+    # data shape, indices shape, axis
+    ((4, 196), (196, 196), 1),  # LeViT's attention biases: one scalar per index
+    ((7, 5, 3), (4,), 1),  # rows of 3 elements
+    ((50, 16), (2, 9), 0),  # an embedding lookup
+    ((3, 4, 6), (), 2),  # a scalar index
+    ((5, 2), (0, 3), 0),  # empty
+]
+
+
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("case", GATHER, ids=[f"{c[0]}-{c[1]}-a{c[2]}" for c in GATHER])
+def test_gather_matches_numpy_and_ort(case, idx_dtype):
+    ds, is_, axis = case
+    data = RNG.standard_normal(ds).astype(np.float32)
+    n = ds[axis]
+    idx = np.asarray(RNG.integers(-n, n, size=is_)).astype(idx_dtype)  # negative ones too
+    want = np.take(data, idx.astype(np.int64), axis=axis)
+    node = helper.make_node("Gather", ["data", "idx"], ["y"], axis=axis)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, ds)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, want.shape)],
+        initializer=[numpy_helper.from_array(idx, "idx")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 9
+    model = m.SerializeToString()
+    y = _native(model, {"data": data})
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(y, _ort(model, {"data": data}))
+
+
+@pytest.mark.parametrize("inner", [1, 3])
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64, np.int64, np.bool_])
+def test_gather_element_widths(dtype, inner):
+    """Rows of 1, 2, 4 and 8 bytes take the typed copy; 3 elements a row the byte copy."""
+    data = (RNG.standard_normal((6, 11, inner)) * 50).astype(dtype)
+    idx = RNG.integers(0, 11, size=(5, 7)).astype(np.int64)
+    node = helper.make_node("Gather", ["data", "idx"], ["y"], axis=1)
+    y = _native(_model(node, [("data", data), ("idx", idx)], dtype, opset=13), {"data": data, "idx": idx})
+    np.testing.assert_array_equal(y, np.take(data, idx, axis=1))
+
+
+@pytest.mark.parametrize("bad", [11, -12])
+def test_gather_index_out_of_range_is_a_typed_error(bad):
+    data = RNG.standard_normal((3, 11)).astype(np.float32)
+    idx = RNG.integers(0, 11, size=(4, 5)).astype(np.int64)
+    idx[3, 4] = bad
+    node = helper.make_node("Gather", ["data", "idx"], ["y"], axis=1)
+    model = _model(node, [("data", data), ("idx", idx)], np.float32, opset=13)
+    with pytest.raises(xrt.InvalidArgumentError, match=rf"index {bad} is out of range for axis 1 of size 11"):
         _native(model, {"data": data, "idx": idx})

@@ -74,8 +74,13 @@ double HostTensor::float_at(int64_t i) const {
 }
 
 std::vector<int64_t> HostTensor::to_ints() const {
-  std::vector<int64_t> v(static_cast<std::size_t>(numel()));
-  for (int64_t i = 0; i < numel(); ++i) v[i] = int_at(i);
+  const int64_t n = numel();
+  if (dtype == DType::kInt64) {
+    const auto* p = static_cast<const int64_t*>(data);
+    return std::vector<int64_t>(p, p + n);
+  }
+  std::vector<int64_t> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = int_at(i);
   return v;
 }
 
