@@ -199,7 +199,11 @@ def measure(model: zoo.CudaModel, tmp: Path, use_compile: bool, out_profile: Pat
         "after_build": int(after_build),
         "steady": int(xrt.memory.memory_stats("cuda:0").allocated_bytes - base_native),
         "shared_workspace": max(
-            (s["prepared_workspace_bytes"] for s in steps if s["prepared_workspace_bytes"] > s["workspace_bytes"]),
+            (
+                s["prepared_workspace_bytes"]
+                for s in steps
+                if s["prepared_workspace_bytes"] > s["workspace_bytes"]
+            ),
             default=0,
         ),
     }
