@@ -50,14 +50,24 @@ def ray_app(tmp_path_factory: pytest.TempPathFactory):
             os.environ.get("PYTHONPATH", ""),
         ]
     )
-    port = _free_port()
     try:
         ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False)
     except Exception as exc:  # noqa: BLE001 - any failure to start Ray here is the skip reason
         pytest.skip(f"a local Ray instance could not start here: {type(exc).__name__}: {exc}")
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(root, num_replicas=2, num_cpus=1), name="xrt", route_prefix="/")
+        # The port is free when chosen, but Ray's own processes bind ephemeral ports too
+        # and can take it before the HTTP proxy does (a CI run failed with "Failed to
+        # bind to address"): then another port, a few times.
+        for attempt in range(3):
+            port = _free_port()
+            try:
+                serve.start(http_options={"host": "127.0.0.1", "port": port})
+                serve.run(build_app(root, num_replicas=2, num_cpus=1), name="xrt", route_prefix="/")
+                break
+            except Exception as exc:  # Ray wraps the bind error in its own exception types
+                if "Failed to bind" not in str(exc) or attempt == 2:
+                    raise
+                serve.shutdown()
         yield port, path
     finally:
         serve.shutdown()
