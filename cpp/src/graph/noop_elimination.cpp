@@ -140,6 +140,23 @@ std::vector<int64_t> perm_of(const Node& t, std::size_t rank) {
   return p;
 }
 
+// Node k (one output, its shape known) becomes Reshape(x, that shape as a constant): a
+// view of x.
+void rewrite_as_view(Graph& g, std::size_t k, int x) {
+  const Value& yv = g.values[g.nodes[k].outputs[0]];
+  HostTensor shape = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(yv.shape->size())});
+  std::copy(yv.shape->begin(), yv.shape->end(), shape.ptr<int64_t>());
+  const int sv = g.value_id(fresh_name(g, yv.name + "_view_shape"));
+  g.values[sv].constant = shape;
+  g.values[sv].dtype = DType::kInt64;
+  g.values[sv].dtype_known = true;
+  g.values[sv].shape = shape.shape;
+  Node& n = g.nodes[k];
+  n.op_type = "Reshape";
+  n.attrs.clear();
+  n.inputs = {x, sv};
+}
+
 }  // namespace
 
 int fold_transpose_reshape_transpose(Graph& g) {
@@ -173,18 +190,9 @@ int fold_transpose_reshape_transpose(Graph& g) {
       for (std::size_t a = 0; a < atoms->size(); ++a)
         if ((*atoms)[a].out_dim == od) y_order.push_back(static_cast<int>(a));
     if (x_order != y_order) continue;
-    // The chain moves nothing: y = Reshape(x).
-    HostTensor shape = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(yv.shape->size())});
-    std::copy(yv.shape->begin(), yv.shape->end(), shape.ptr<int64_t>());
-    const int sv = g.value_id(fresh_name(g, yv.name + "_view_shape"));
-    g.values[sv].constant = shape;
-    g.values[sv].dtype = DType::kInt64;
-    g.values[sv].dtype_known = true;
-    g.values[sv].shape = shape.shape;
-    Node& n = g.nodes[k];  // t2, rewritten in place (t1 and r lose a reader)
-    n.op_type = "Reshape";
-    n.attrs.clear();
-    n.inputs = {x, sv};
+    // The chain moves nothing: y = Reshape(x); t2 rewritten in place (t1 and r lose a
+    // reader).
+    rewrite_as_view(g, k, x);
     ++folded;
   }
   return folded;
@@ -192,7 +200,8 @@ int fold_transpose_reshape_transpose(Graph& g) {
 
 int unit_dim_transposes_as_views(Graph& g) {
   int made = 0;
-  for (Node& n : g.nodes) {
+  for (std::size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
     if (n.op_type != "Transpose" || !n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0 ||
         n.outputs.size() != 1 || n.outputs[0] < 0)
       continue;
@@ -215,16 +224,7 @@ int unit_dim_transposes_as_views(Graph& g) {
       last = d;
     }
     if (!in_place) continue;
-    HostTensor shape = HostTensor::alloc(DType::kInt64, {static_cast<int64_t>(yv.shape->size())});
-    std::copy(yv.shape->begin(), yv.shape->end(), shape.ptr<int64_t>());
-    const int sv = g.value_id(fresh_name(g, yv.name + "_view_shape"));
-    g.values[sv].constant = shape;
-    g.values[sv].dtype = DType::kInt64;
-    g.values[sv].dtype_known = true;
-    g.values[sv].shape = shape.shape;
-    n.op_type = "Reshape";
-    n.attrs.clear();
-    n.inputs = {n.inputs[0], sv};
+    rewrite_as_view(g, k, n.inputs[0]);
     ++made;
   }
   return made;
