@@ -106,6 +106,55 @@ def test_forward_backward_match_float64(shape, D, causal, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "shape", GRID + [(4, 1, 1, 3136, 49), (2, 5, 5, 196, 49)], ids=lambda s: "x".join(map(str, s))
+)
+def test_head_dim_32_forward_matches_float64(shape, causal, mask_kind, dtype):
+    """Head dim 32 (PVT's and Swin's heads) has a forward kernel only: the portable
+    mma.sync kernel on every architecture, with the 64-byte-row swizzle. Output and
+    logsumexp against float64, masks included (PVT's shape: 3136 queries, 49 keys)."""
+    B, Hq, _, Sq, Sk = shape
+    q, k, v, _ = _inputs(*shape, 32, dtype, seed=hash((shape, causal, mask_kind)) % 1000)
+    g = torch.Generator(device="cuda").manual_seed(Sq + Sk)
+    mask = None
+    if mask_kind == "bool":
+        mask = torch.rand(B, 1, Sq, Sk, device="cuda", generator=g) > 0.3
+        mask[..., 0] = True
+    elif mask_kind == "additive":
+        mask = torch.randn(1, Hq, Sq, Sk, device="cuda", generator=g)
+    out, lse = flash_attn_fwd(q, k, v, mask, 0.0, causal, 32**-0.5, None)
+    ref, _, ref_lse = _reference(q, k, v, mask, causal, 32**-0.5)
+    assert _rel(out, ref) < TOL[dtype]
+    assert (lse.double() - ref_lse).abs().max().item() < 1e-2
+
+
+def test_head_dim_32_backward_is_refused_and_autograd_falls_back():
+    """No backward kernel takes head dim 32: the kernel entry refuses it with a typed
+    error, and fused_attention on tensors that require grad falls back to torch (the
+    decision says why) with correct gradients; without grad it runs flash_v2."""
+    q, k, v, dout = _inputs(2, 2, 2, 100, 100, 32, torch.float16, seed=8)
+    out, lse = flash_attn_fwd(q, k, v, None, 0.0, False, 32**-0.5, None)
+    with pytest.raises(Exception, match="backward: head_dim 32"):
+        flash_attn_bwd(dout, q, k, v, out, lse, None, 0.0, False, 32**-0.5, None)
+    xrt_torch.clear_decision_log()
+    with torch.no_grad():
+        plain = xrt_torch.ops.fused_attention(q, k, v)
+    assert torch.equal(plain, out)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = xrt_torch.ops.fused_attention(*leaves)
+    got.backward(dout)
+    ref, ref_leaves, _ = _reference(q, k, v, None, False, 32**-0.5)
+    ref.backward(dout.double())
+    assert _rel(got, ref) < TOL[torch.float16]
+    for t, want in zip(leaves, ref_leaves):
+        assert _rel(t.grad, want.grad) < 2e-2
+    d = xrt_torch.decision_log()[-1]
+    assert d.rule == "fallback" and "with a backward pass" in d.candidates[0].detail
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("kind", ["bool", "additive"])
 def test_masks(kind, dtype):
     q, k, v, dout = _inputs(2, 4, 2, 200, 333, 128, dtype, seed=3)

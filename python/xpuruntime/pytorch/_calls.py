@@ -172,7 +172,8 @@ def context(call: Call) -> Any:
 
     matmul: a, b[, bias] -> out, no attributes (routed forms are plain products).
     attention: q, k, v[, attn_mask][, rng_state int64[2] when dropout_p > 0] -> out;
-    is_causal, dropout_p[, scale] (a 0-element mask stands for none).
+    is_causal, dropout_p[, scale][, with_backward when q, k or v requires grad] (a
+    0-element mask stands for none).
     layernorm: x[, weight][, bias] -> y; axis, epsilon (a 0-element weight stands for
     "no weight" when only a bias is given, as ONNX LayerNormalization's kernels take it).
     """
@@ -190,6 +191,8 @@ def context(call: Call) -> Any:
     elif call.op == "attention":
         q, v = f["query"], f["value"]
         attrs.update(is_causal=bool(f["is_causal"]), dropout_p=float(f["dropout_p"]))
+        if any(t.requires_grad for t in (q, f["key"], v)):
+            attrs["with_backward"] = True  # the backward kernels take fewer head dims
         if f["scale"] is not None:
             attrs["scale"] = float(f["scale"])
         if attrs["dropout_p"] > 0.0:  # the bridge draws [seed, offset] when it runs

@@ -96,7 +96,14 @@ def flash_attention_support(
         return R.ATTRIBUTE_UNSUPPORTED, f"dropout_p must be in [0, 1), got {dropout_p}"
     if query.device.type == "cpu":
         return None
-    case = ("attention", *(_bridge.tensor_case(t) for t in (query, key, value, attn_mask)), float(dropout_p))
+    # requires_grad too: the backward kernels take fewer head dims than the forward ones.
+    grad = query.requires_grad or key.requires_grad or value.requires_grad
+    case = (
+        "attention",
+        *(_bridge.tensor_case(t) for t in (query, key, value, attn_mask)),
+        float(dropout_p),
+        grad,
+    )
     return _bridge.cached_verdict(
         case, "attention", "flash_v2", lambda: _context(query, key, value, attn_mask, dropout_p)
     )

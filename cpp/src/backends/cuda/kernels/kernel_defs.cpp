@@ -65,7 +65,8 @@ bool present(const std::vector<TensorSpec>& specs, std::size_t i) {
 // inputs: q [B,Hq,Sq,D], k/v [B,Hkv,Sk,D], optional attn_mask (bool/uint8/float32, <= 4-D,
 // broadcastable to [B,Hq,Sq,Sk]; 0 elements = none), optional rng_state (int64 [2] on the
 // device; needed when dropout_p > 0). outputs: out [B,Hq,Sq,D], optional lse fp32 [B,Hq,Sq].
-// attrs: scale (default 1/sqrt(D)), is_causal (0/1), dropout_p (default 0).
+// attrs: scale (default 1/sqrt(D)), is_causal (0/1), dropout_p (default 0), with_backward (0/1:
+// refuse head dims the backward kernels lack).
 class FlashAttention final : public Kernel {
  public:
   FlashAttention() : Kernel(make_def()) {}
@@ -133,8 +134,12 @@ class FlashAttention final : public Kernel {
       return Support::no(reason::kAttributeUnsupported,
                          "dropout_p > 0 needs rng_state [seed, offset] (input 4)");
     }
-    if (!flash_supports_head_dim(static_cast<int>(D))) {
-      return shape_no("head_dim " + std::to_string(D) + " has no CUDA kernel (supported: 64, 128)");
+    // "with_backward" (set by the PyTorch bridge when q, k or v requires grad): the
+    // backward kernels take fewer head dims than the forward ones.
+    const bool with_backward = ctx.attr_int("with_backward", 0) != 0;
+    if (!flash_supports_head_dim(static_cast<int>(D), with_backward)) {
+      return shape_no("head_dim " + std::to_string(D) + " has no CUDA kernel (supported: " +
+                      (with_backward ? "64, 128 with a backward pass)" : "32, 64, 128)"));
     }
     if (std::max(Sq, Sk) >= (int64_t{1} << 31) || B > 65535 || Hq > 65535) {
       return shape_no("sequence, batch or head count too large for the kernels");
@@ -216,7 +221,8 @@ class FlashAttention final : public Kernel {
     d.priority = 100;
     d.deterministic = true;
     d.description =
-        "our FlashAttention-2 forward: float16/bfloat16, head_dim 64/128, causal, bool/additive "
+        "our FlashAttention-2 forward: float16/bfloat16, head_dim 32/64/128 (backward 64/128), "
+        "causal, bool/additive "
         "masks, grouped-query heads, dropout from a device rng_state; wgmma on sm_90";
     return d;
   }

@@ -34,11 +34,12 @@ void check_tensor(const char* name, const void* ptr, const FlashStrides& s) {
 }
 
 void check_common(KernelDType dtype, const FlashShape& sh, const FlashMask& mask, float dropout_p,
-                  const int64_t* rng_state) {
+                  const int64_t* rng_state, bool backward) {
   XRT_CHECK(dtype == KernelDType::kFloat16 || dtype == KernelDType::kBFloat16, InvalidArgumentError,
             "flash attention: dtype must be float16 or bfloat16");
-  XRT_CHECK(flash_supports_head_dim(sh.head_dim), InvalidArgumentError,
-            "flash attention: head_dim ", sh.head_dim, " has no kernel (supported: 64, 128)");
+  XRT_CHECK(flash_supports_head_dim(sh.head_dim, backward), InvalidArgumentError, "flash attention",
+            backward ? " backward" : "", ": head_dim ", sh.head_dim,
+            " has no kernel (supported: ", backward ? "64, 128)" : "32, 64, 128)");
   XRT_CHECK(sh.batch > 0 && sh.heads_q > 0 && sh.heads_kv > 0 && sh.seqlen_q > 0 && sh.seqlen_k > 0,
             InvalidArgumentError, "flash attention: batch, heads and sequence lengths must be > 0");
   XRT_CHECK(sh.heads_q % sh.heads_kv == 0, InvalidArgumentError, "flash attention: heads_q (",
@@ -65,23 +66,29 @@ void dispatch(const Args& a, Fn16 half_fn, Fn32 bf16_fn) {
 }  // namespace
 
 void flash_attention_forward(const FlashFwdArgs& a) {
-  check_common(a.dtype, a.shape, a.mask, a.dropout_p, a.rng_state);
+  check_common(a.dtype, a.shape, a.mask, a.dropout_p, a.rng_state, /*backward=*/false);
   check_tensor("q", a.q, a.q_stride);
   check_tensor("k", a.k, a.k_stride);
   check_tensor("v", a.v, a.v_stride);
   check_tensor("out", a.o, a.o_stride);
   XRT_CHECK(a.lse != nullptr, InvalidArgumentError, "flash attention: lse is null");
-  const bool d64 = a.shape.head_dim == 64;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    switch (a.shape.head_dim) {
+      case 32:
+        return flash::run_flash_fwd<T, 32>(a);
+      case 64:
+        return flash::run_flash_fwd<T, 64>(a);
+      default:
+        return flash::run_flash_fwd<T, 128>(a);
+    }
+  };
   dispatch(
-      a,
-      [&] { d64 ? flash::run_flash_fwd<__half, 64>(a) : flash::run_flash_fwd<__half, 128>(a); },
-      [&] {
-        d64 ? flash::run_flash_fwd<__nv_bfloat16, 64>(a) : flash::run_flash_fwd<__nv_bfloat16, 128>(a);
-      });
+      a, [&] { run(__half{}); }, [&] { run(__nv_bfloat16{}); });
 }
 
 void flash_attention_backward(const FlashBwdArgs& a) {
-  check_common(a.dtype, a.shape, a.mask, a.dropout_p, a.rng_state);
+  check_common(a.dtype, a.shape, a.mask, a.dropout_p, a.rng_state, /*backward=*/true);
   check_tensor("q", a.q, a.q_stride);
   check_tensor("k", a.k, a.k_stride);
   check_tensor("v", a.v, a.v_stride);

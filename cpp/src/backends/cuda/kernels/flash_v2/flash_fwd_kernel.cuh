@@ -29,7 +29,7 @@ struct FwdConfig {
   static constexpr int kDTiles = kD / 8;                    // 8-column output tiles
   static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kD * static_cast<int>(sizeof(T));
   static_assert(kMTiles >= 1 && kBlockM % (16 * kNWarps) == 0, "rows must split into 16-row tiles");
-  static_assert(kBlockN % 16 == 0 && kD % 64 == 0, "tile shape");
+  static_assert(kBlockN % 16 == 0 && (kD == 32 || kD % 64 == 0), "tile shape");
 };
 
 template <typename Cfg>

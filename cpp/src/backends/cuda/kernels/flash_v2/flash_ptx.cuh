@@ -21,11 +21,18 @@ namespace xpuruntime::cuda_kernels::flash {
 // A tile row of D 16-bit elements is D/8 chunks of 16 bytes. Chunk c of row r is
 // stored at chunk position c ^ (r % 8): the 8 rows one ldmatrix reads (same chunk
 // column) then land in 8 different 16-byte bank groups, so neither the cp.async
-// writes nor the ldmatrix reads conflict. Needs D/8 >= 8 (D >= 64).
+// writes nor the ldmatrix reads conflict. D >= 64 (rows of 8 chunks or more).
+// D = 32 (rows of 4 chunks, 64 bytes: two rows per 128-byte bank line) stores chunk
+// c of row r at c ^ ((r / 2) % 4), which again spreads 8 consecutive rows of one
+// chunk column over the 8 bank groups.
 template <int kCols>
 __device__ __forceinline__ int swz(int row, int col) {
-  static_assert(kCols % 64 == 0, "swizzle needs rows of at least 8 chunks");
-  return row * kCols + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
+  static_assert(kCols == 32 || kCols % 64 == 0, "swizzle needs rows of 4 or of 8k chunks");
+  if constexpr (kCols == 32) {
+    return row * kCols + (((col >> 3) ^ (row >> 1)) & 3) * 8 + (col & 7);
+  } else {
+    return row * kCols + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
+  }
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -40,9 +47,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 // multiples of 128 bytes, so the swizzled chunk bits (address bits 4..6) can be
 // XORed in directly. Without this split the compiler keeps dozens of hoisted
 // loop-invariant addresses in registers and the kernels spill.
+// With D = 32 the swizzled bits are address bits 4..5 (chunk_off < 4, and a row_off
+// that is a multiple of 8 keeps (row / 2) % 4), so the same XOR applies.
 template <int kCols>
 __device__ __forceinline__ uint32_t swz_lane_addr(const void* tile, int row_lane, int chunk_lane) {
-  return smem_addr(tile) + row_lane * (kCols * 2) + (((chunk_lane ^ row_lane) & 7) << 4);
+  if constexpr (kCols == 32) {
+    return smem_addr(tile) + row_lane * (kCols * 2) + (((chunk_lane ^ (row_lane >> 1)) & 3) << 4);
+  } else {
+    return smem_addr(tile) + row_lane * (kCols * 2) + (((chunk_lane ^ row_lane) & 7) << 4);
+  }
 }
 template <int kCols>
 __device__ __forceinline__ uint32_t swz_at(uint32_t lane_addr, int row_off, int chunk_off) {

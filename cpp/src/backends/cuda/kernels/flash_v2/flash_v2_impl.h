@@ -10,8 +10,11 @@
 
 namespace xpuruntime::cuda_kernels {
 
-// Head dimensions with compiled kernels; others are rejected with a reason.
-constexpr bool flash_supports_head_dim(int d) { return d == 64 || d == 128; }
+// Head dimensions with compiled kernels; others are rejected with a reason. The
+// backward has no D = 32 kernel (its dQ split needs 32 columns per warp group).
+constexpr bool flash_supports_head_dim(int d, bool backward) {
+  return d == 64 || d == 128 || (d == 32 && !backward);
+}
 
 // Launchers (flash_fwd_*.cu / flash_bwd_*.cu). Throw InvalidArgumentError for a bad
 // case and CudaError when a launch fails.
