@@ -45,6 +45,10 @@ struct FusionSupport {
   // FusedAttention node each; a match fuses only where a kernel of the device runs
   // the fused node (the compiler asks the registry), so no device needs to opt out.
   bool patterns = true;
+  // The memory planner may give an elementwise step's output the buffer of an input
+  // whose last use it is: the device's elementwise kernels read each element before
+  // writing the same index (the CPU's, CUDA's; not known of other devices).
+  bool elementwise_in_place = false;
 };
 
 // The plan constants in the provider's device memory, uploaded once per

@@ -296,6 +296,9 @@ ExecutionPlan compile(Graph g, const CompileOptions& opt) {
   auto log = [&](const std::string& what, int n) {
     plan.pass_log.push_back(what + ": " + std::to_string(n));
   };
+  if (opt.fold_constants)
+    log("shared weights read transposed by Gemm (MatMuls rewritten)",
+        passes::gemm_reads_shared_weights(g));
   log("constant folding (nodes folded)", passes::infer_and_fold(g, opt.fold_constants));
   log("dead-code elimination (nodes removed)", passes::eliminate_dead_code(g));
   // With the folding: both simplify the graph as written (fold_constants=False keeps it).

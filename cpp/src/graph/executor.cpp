@@ -414,6 +414,21 @@ void Executor::run_steps(Binding& b, RunResources& res, RunStats& stats) const {
       if (st.alias && k == 0) {
         data[o] = args.inputs[0].data;
         b.host_data[o] = b.host_data[n.inputs[0]];
+      } else if (pv.output_home >= 0) {
+        // Written straight into the graph output it becomes through a view step.
+        const int y = pv.output_home;
+        const PlanValue& yv = plan.values[y];
+        if (b.out_target[y] != nullptr) {
+          XRT_CHECK(*b.out_shape[y] == *yv.shape, InvalidArgumentError, "output buffer for '",
+                    yv.name, "' has shape ", shape_str(*b.out_shape[y]),
+                    " but this run's output is ", shape_str(*yv.shape));
+          data[o] = b.out_target[y];
+        } else if (host) {
+          b.produced[y] = host_output(yv.dtype, *yv.shape);
+          data[o] = b.produced[y].data ? b.produced[y].data : g_empty;
+        } else {
+          data[o] = res.allocate(nbytes_of(yv.dtype, *yv.shape));
+        }
       } else if (b.out_target[o] != nullptr) {
         XRT_CHECK(*b.out_shape[o] == shapes[o], InvalidArgumentError, "output buffer for '", pv.name,
                   "' has shape ", shape_str(*b.out_shape[o]), " but this run's output is ",

@@ -76,6 +76,11 @@ int lower_precision(Graph& g, DType to, bool keep_io_types = true);
 // whose shapes are known) -> Transpose/Reshape around one MatMul (einsum_lowering.cpp);
 // returns the Einsums lowered.
 int lower_einsum(Graph& g);
+// MatMul(x, Transpose(W)) with W a 2-D constant (>= 1 MiB) that something else reads
+// too (a tied embedding) -> Reshape, Gemm(transB=1) on W itself, Reshape: folding the
+// Transpose would store W twice (shared_weight_gemm.cpp). Runs before constant
+// folding; returns the MatMuls rewritten.
+int gemm_reads_shared_weights(Graph& g);
 // Pad by zeros, identity Transposes, same-shape Expand/Slice, same-dtype Cast and
 // one-input Concat become Identity (a view). Shapes must be inferred. Returns the count.
 int eliminate_noops(Graph& g);

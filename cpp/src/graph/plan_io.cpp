@@ -218,6 +218,7 @@ std::string ExecutionPlan::serialize() const {
               {"last_use", v.last_use}};
     if (v.shape) j["shape"] = *v.shape;
     if (v.declared) j["declared"] = dims_json(*v.declared);
+    if (v.output_home >= 0) j["output_home"] = v.output_home;  // absent in older plans
     vals.push_back(std::move(j));
   }
   h["values"] = std::move(vals);
@@ -449,6 +450,7 @@ ExecutionPlan parse_plan(std::string_view bytes, const std::shared_ptr<void>& ke
     v.alias_of = as_int(j.at("alias_of"), "alias_of");
     v.constant = as_int(j.at("constant"), "a constant index");
     v.last_use = as_int(j.at("last_use"), "last_use");
+    if (j.contains("output_home")) v.output_home = as_int(j["output_home"], "output_home");
     if (j.contains("shape")) v.shape = shape_from(j["shape"], v.dtype, "a value's shape");
     if (j.contains("declared")) v.declared = dims_from(j["declared"]);
     p.values.push_back(std::move(v));

@@ -118,7 +118,22 @@ void check_values(const ExecutionPlan& p) {
                 " is no constant but refers to constant ", pv.constant, kFix);
     }
     const bool intermediate = pv.kind == PlanValue::Kind::kIntermediate;
-    if (!intermediate || pv.alias_of >= 0 || !pv.shape) {
+    if (pv.output_home != -1) {
+      const bool home_ok =
+          pv.output_home >= 0 && pv.output_home < nv &&
+          p.values[static_cast<std::size_t>(pv.output_home)].kind == PlanValue::Kind::kOutput;
+      const PlanValue* home =
+          home_ok ? &p.values[static_cast<std::size_t>(pv.output_home)] : nullptr;
+      XRT_CHECK(home_ok && intermediate && pv.alias_of == -1 && pv.shape && home->shape &&
+                    home->dtype == pv.dtype &&
+                    bytes_of(pv.dtype, *pv.shape) == bytes_of(home->dtype, *home->shape),
+                InvalidModelError, "plan file is corrupt: ", what, " is written into output value ",
+                pv.output_home,
+                " but is no static intermediate buffer, or that value is no static plan output "
+                "of its size",
+                kFix);
+    }
+    if (!intermediate || pv.alias_of >= 0 || !pv.shape || pv.output_home >= 0) {
       // Only static intermediates that are not views live in the arena.
       XRT_CHECK(pv.arena_offset == -1, InvalidModelError, "plan file is corrupt: ", what,
                 " has arena offset ", pv.arena_offset, " but is no static intermediate buffer",
@@ -131,7 +146,7 @@ void check_values(const ExecutionPlan& p) {
       XRT_CHECK(root.alias_of == -1 && root.kind != PlanValue::Kind::kOutput, InvalidModelError,
                 "plan file is corrupt: ", what, " is a view of ", value_str(p, pv.alias_of),
                 ", which is itself a view or a plan output", kFix);
-    } else if (intermediate && pv.shape) {
+    } else if (intermediate && pv.shape && pv.output_home < 0) {
       const int64_t need = arena_bytes_of(pv);
       const int64_t arena = p.memory.arena_bytes;
       XRT_CHECK(pv.arena_offset >= 0 && pv.arena_offset % 64 == 0 && pv.arena_offset <= arena &&
@@ -260,10 +275,16 @@ std::vector<int> check_steps(const ExecutionPlan& p) {
     int live = 0;
     for (int o : n.outputs) live += o >= 0;
     const int out = n.outputs[0];
+    // A view into a graph output: its input was written into that output's buffer.
+    const bool into_output =
+        out >= 0 && p.values[static_cast<std::size_t>(out)].kind == PlanValue::Kind::kOutput &&
+        !n.inputs.empty() && n.inputs[0] >= 0 &&
+        p.values[static_cast<std::size_t>(n.inputs[0])].output_home == out;
     const bool ok =
         schema != nullptr && schema->alias && live == 1 && !n.inputs.empty() && n.inputs[0] >= 0 &&
-        p.values[static_cast<std::size_t>(out)].kind == PlanValue::Kind::kIntermediate &&
-        p.values[static_cast<std::size_t>(out)].alias_of == root_of(p, n.inputs[0]);
+        (into_output ||
+         (p.values[static_cast<std::size_t>(out)].kind == PlanValue::Kind::kIntermediate &&
+          p.values[static_cast<std::size_t>(out)].alias_of == root_of(p, n.inputs[0])));
     XRT_CHECK(ok, InvalidModelError, "plan file is corrupt: ", step_str(p, s),
               " is recorded as a view, but its op has no view semantics or its output is not "
               "recorded as a view of its input 0",
@@ -310,7 +331,9 @@ void check_lifetimes(const ExecutionPlan& p, const std::vector<int>& def) {
   std::vector<Buf> bufs;
   for (std::size_t v = 0; v < nv; ++v) {
     const PlanValue& pv = p.values[v];
-    if (pv.kind != PlanValue::Kind::kIntermediate || pv.alias_of >= 0 || !pv.shape) continue;
+    if (pv.kind != PlanValue::Kind::kIntermediate || pv.alias_of >= 0 || !pv.shape ||
+        pv.output_home >= 0)
+      continue;
     bufs.push_back({pv.arena_offset, arena_bytes_of(pv), def[v], std::max(end[v], def[v]),
                     static_cast<int>(v)});
   }

@@ -7,6 +7,7 @@
 
 #include "xpuruntime/error.h"
 #include "xpuruntime/ops/op_schema.h"
+#include "xpuruntime/provider.h"
 
 namespace xpuruntime::graph {
 
@@ -57,6 +58,12 @@ void build_plan_values(const Graph& g, ExecutionPlan& plan) {
     plan.outputs.push_back(id);
   }
   // Views: Reshape & co. whose single output is an intermediate share input 0's bytes.
+  std::vector<int> readers(plan.values.size(), 0);  // steps reading each value
+  for (const PlanStep& st : plan.steps) {
+    std::set<int> seen;
+    for (int i : st.node.inputs)
+      if (i >= 0 && seen.insert(i).second) ++readers[static_cast<std::size_t>(i)];
+  }
   for (PlanStep& st : plan.steps) {
     const ops::OpSchema* schema = ops::find_schema(st.node.op_type);
     if (schema == nullptr || !schema->alias) continue;
@@ -64,6 +71,22 @@ void build_plan_values(const Graph& g, ExecutionPlan& plan) {
     for (int o : st.node.outputs) live_outputs += o >= 0;
     const int out = st.node.outputs[0];
     if (live_outputs != 1 || out < 0 || st.node.inputs.empty() || st.node.inputs[0] < 0) continue;
+    if (plan.values[out].kind == PlanValue::Kind::kOutput) {
+      // A graph output that is a view of a value nothing else reads (GPT-2's logits,
+      // Reshaped from the LM head's Gemm): the producer writes into the output's
+      // buffer instead of an arena buffer the view step would copy out of.
+      const int src = st.node.inputs[0];
+      PlanValue& sv = plan.values[src];
+      const PlanValue& ov = plan.values[out];
+      const bool listed_once = std::count(plan.outputs.begin(), plan.outputs.end(), out) == 1;
+      if (sv.kind == PlanValue::Kind::kIntermediate && sv.alias_of < 0 && sv.output_home < 0 &&
+          sv.shape && ov.shape && sv.dtype == ov.dtype &&
+          shape_numel(*sv.shape) == shape_numel(*ov.shape) && readers[src] == 1 && listed_once) {
+        st.alias = true;
+        sv.output_home = out;
+      }
+      continue;
+    }
     if (plan.values[out].kind != PlanValue::Kind::kIntermediate) continue;
     int src = st.node.inputs[0];
     while (plan.values[src].alias_of >= 0) src = plan.values[src].alias_of;
@@ -75,7 +98,11 @@ void build_plan_values(const Graph& g, ExecutionPlan& plan) {
 }
 
 int inplace_input(const ExecutionPlan& plan, std::size_t s) {
-  if (plan.header.device != "cpu") return -1;
+  // Where the device's elementwise kernels read each element before writing the same
+  // index (its provider's FusionSupport says so: the CPU's, CUDA's).
+  if (!ProviderRegistry::instance().get(plan.header.device)->fusions().elementwise_in_place)
+    return -1;
+  const bool cpu = plan.header.device == "cpu";
   static const std::set<std::string> kElementwise = {
       "FusedElementwise", "Relu", "Sigmoid", "Tanh", "Clip",  "LeakyRelu", "HardSigmoid",
       "HardSwish",        "Gelu", "Erf",     "Exp",  "Neg",   "Abs",       "Sqrt",
@@ -90,7 +117,7 @@ int inplace_input(const ExecutionPlan& plan, std::size_t s) {
     return in.kind == PlanValue::Kind::kIntermediate && in.shape && *in.shape == *out.shape &&
            in.dtype == out.dtype;
   };
-  if (n.op_type == "NhwcConv") {
+  if (n.op_type == "NhwcConv" && cpu) {
     // Not when the residual is also the convolution's input (x + conv(x)): the
     // primitive would read x while writing over it.
     const bool sum = n.attr_int("_sum", 0) != 0;
@@ -150,7 +177,8 @@ void plan_memory(ExecutionPlan& plan, bool step_workspaces) {
   };
   auto static_buffer = [&](int v) {
     const PlanValue& pv = plan.values[v];
-    return pv.kind == PlanValue::Kind::kIntermediate && pv.alias_of < 0 && pv.shape.has_value();
+    return pv.kind == PlanValue::Kind::kIntermediate && pv.alias_of < 0 && pv.output_home < 0 &&
+           pv.shape.has_value();
   };
   for (int s = 0; s < static_cast<int>(plan.steps.size()); ++s) {
     const int in = inplace_input(plan, static_cast<std::size_t>(s));
@@ -176,7 +204,8 @@ void plan_memory(ExecutionPlan& plan, bool step_workspaces) {
     ++mem.static_values;
     const int64_t b = arena_bytes_of(pv);
     mem.intermediate_bytes += shape_numel(*pv.shape) * static_cast<int64_t>(dtype_size(pv.dtype));
-    if (share[v] >= 0) continue;  // placed with the value whose buffer it takes
+    if (share[v] >= 0) continue;        // placed with the value whose buffer it takes
+    if (pv.output_home >= 0) continue;  // lives in its output's buffer
     bufs.push_back({v, b, def_step[v], group_stop[v]});
   }
   for (int s = 0; s < static_cast<int>(plan.steps.size()); ++s) {

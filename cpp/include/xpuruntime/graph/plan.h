@@ -52,6 +52,10 @@ struct PlanValue {
   int alias_of = -1;          // a view of this value's bytes (Reshape & co.), or -1
   int constant = -1;          // index into ExecutionPlan::constants
   int last_use = -1;          // index of the last step reading it (aliases included)
+  // A static intermediate whose only reader is a view step (Reshape & co.) making graph
+  // output `output_home`: its producer writes straight into that output's buffer, the
+  // view step copies nothing, and it takes no arena space. -1 otherwise.
+  int output_home = -1;
 };
 
 struct PlanStep {

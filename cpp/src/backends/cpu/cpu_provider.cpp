@@ -21,6 +21,11 @@ namespace xpuruntime::cpu {
 std::shared_ptr<graph::ExecutionProvider> make_cpu_provider() {
   graph::DeviceTraits traits;
   traits.host_memory = true;
+  traits.fusions = [] {
+    graph::FusionSupport f;
+    f.elementwise_in_place = true;
+    return f;
+  };
   traits.on_begin_run = [] {
 #ifdef _OPENMP
     // The team size is an ICV of the calling thread: each run sets its own.

@@ -73,6 +73,7 @@ std::shared_ptr<graph::ExecutionProvider> make_cuda_provider(CudaBackend &backen
     f.fold_batchnorm = true;
     f.epilogues = true;
     f.single_pixel_conv_gemms = true;
+    f.elementwise_in_place = true;  // unary/binary/NVRTC chains: thread i reads then writes i
     f.elementwise_chains =
         !KernelRegistry::instance().list("fusedelementwise", cuda::kind()).empty();
     return f;

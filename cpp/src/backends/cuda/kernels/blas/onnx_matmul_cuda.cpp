@@ -60,20 +60,30 @@ thread_local WorkspaceProbe *tl_probe = nullptr;
 // A GEMM whose N columns make every row of B and C misaligned (N·esize not a
 // multiple of 16 bytes: GPT-2's 50257-word vocabulary) runs on cuBLAS's slow
 // unaligned kernels (5-6x slower on an H200). Such a GEMM with a constant B
-// instead reads B from a copy whose rows are padded to 16 bytes and writes C
-// with the same padded pitch into the workspace; one 2-D copy then packs C into
-// the output. The GEMM computes all `pitch` columns (cuBLASLt picks its unaligned
-// kernels for an N that is not a multiple of 8 even with aligned leading dimensions,
-// measured on an H200): B's and the bias's padding are zeros.
+// instead reads B with rows padded to 16 bytes and writes C with a padded pitch
+// into the workspace; 2-D copies then pack C into the output. The GEMMs compute
+// whole 16-byte column groups (cuBLASLt picks its unaligned kernels for an N that is
+// not a multiple of 8 even with aligned leading dimensions, measured on an H200):
+// B's and the bias's padding are zeros.
+//
+// C goes `chunk` columns at a time, so the padded C in the workspace stays near
+// 16 MiB (GPT-2's whole padded logits were 103 MB, as much as the output itself).
+// A transposed B ([N, K], Gemm transB: the tied embedding table GPT-2's LM head
+// reads, gemm_reads_shared_weights) has aligned rows already: its full chunks are
+// read from the plan's constant itself, and only the last chunk's rows are copied
+// with zero rows up to 16 bytes. Otherwise B is one padded copy [K, pitch].
 struct PaddedColumns {
   int64_t rows = 0;   // M (all of A's rows, batches included)
   int64_t cols = 0;   // N
   int64_t pitch = 0;  // N rounded up to 16 bytes, in elements
+  int64_t chunk = 0;  // columns per GEMM, a multiple of 16 bytes
+  int64_t direct_cols = 0;  // transB: leading columns read from the constant itself
   std::size_t es = 2;  // element size
-  bool b_transposed = false;  // B is [pitch, K] (Gemm transB), else [K, pitch]
-  std::unique_ptr<cuda_ops::DeviceBuffer> b;     // B, zero-padded
+  bool b_transposed = false;  // B is [N, K] (Gemm transB), else [K, N]
+  // B padded: [K, pitch], or (transB) rows [direct_cols, N) and zero rows up to the pitch.
+  std::unique_ptr<cuda_ops::DeviceBuffer> b;
   std::unique_ptr<cuda_ops::DeviceBuffer> bias;  // the bias row, zero-padded, or null
-  std::size_t c_bytes() const { return round256(static_cast<std::size_t>(rows * pitch) * es); }
+  std::size_t c_bytes() const { return round256(static_cast<std::size_t>(rows * chunk) * es); }
 };
 
 class OnnxMatmulCuda final : public PreparedKernel {
@@ -125,9 +135,10 @@ class OnnxMatmulCuda final : public PreparedKernel {
   std::size_t workspace_bytes() const override {
     return workspace_ + (pad_ ? pad_->c_bytes() : 0);
   }
-  // A padded GEMM reads B (and its bias) from the padded copies only.
+  // A padded GEMM reads its bias, and B unless it reads B's full chunks in place, from
+  // the padded copies only.
   bool packs_constant(std::size_t input) const override {
-    return pad_ && (input == 1 || (input == 2 && pad_->bias));
+    return pad_ && ((input == 1 && pad_->direct_cols == 0) || (input == 2 && pad_->bias));
   }
 
  private:
@@ -212,22 +223,38 @@ class OnnxMatmulCuda final : public PreparedKernel {
     if (ia.shape.empty() || shape_numel(out.shape) != pc.rows * pc.cols ||
         out.shape.back() != pc.cols || args.workspace_bytes < workspace_bytes())
       return false;
+    if (pc.direct_cols > 0 && (args.inputs.size() < 2 || !args.inputs[1].present())) return false;
     const int64_t k = ia.shape.back();
-    GemmProblem p = base(args);
-    p.m = pc.rows;
-    p.n = pc.pitch;
-    p.k = k;
-    p.a = {ia.data, k, 1, 0};
-    p.b = pc.b_transposed ? MatrixRef{pc.b->data(), 1, k, 0} : MatrixRef{pc.b->data(), pc.pitch, 1, 0};
-    p.c = args.workspace;
-    p.c_rs = pc.pitch;
-    p.bias = pc.bias ? pc.bias->data() : nullptr;  // prepare checked: alpha = beta = 1 with one
-    gemm(p, is_gemm_ ? attrs_.alpha : 1.0, 0.0, args, pc.c_bytes());
-    const std::size_t row = static_cast<std::size_t>(pc.cols) * pc.es;
-    if (tl_probe != nullptr) return true;
-    XRT_CUDA_CHECK(cudaMemcpy2DAsync(out.data, row, args.workspace, pc.pitch * pc.es, row,
-                                     static_cast<std::size_t>(pc.rows), cudaMemcpyDeviceToDevice,
-                                     static_cast<cudaStream_t>(args.stream)));
+    const auto es = static_cast<int64_t>(pc.es);
+    const auto *b_const =
+        static_cast<const char *>(args.inputs.size() > 1 ? args.inputs[1].data : nullptr);
+    const auto *b_pad = static_cast<const char *>(pc.b->data());
+    for (int64_t c0 = 0; c0 < pc.cols; c0 += pc.chunk) {
+      const int64_t width = std::min(pc.chunk, pc.cols - c0);  // columns that reach the output
+      const int64_t n = (width * es + 15) / 16 * 16 / es;      // columns computed
+      GemmProblem p = base(args);
+      p.m = pc.rows;
+      p.n = n;
+      p.k = k;
+      p.a = {ia.data, k, 1, 0};
+      if (!pc.b_transposed)
+        p.b = MatrixRef{b_pad + c0 * es, pc.pitch, 1, 0};
+      else if (c0 < pc.direct_cols)
+        p.b = MatrixRef{b_const + c0 * k * es, 1, k, 0};
+      else
+        p.b = MatrixRef{b_pad + (c0 - pc.direct_cols) * k * es, 1, k, 0};
+      p.c = args.workspace;
+      p.c_rs = n;
+      // prepare checked: alpha = beta = 1 with a bias
+      p.bias = pc.bias ? static_cast<const char *>(pc.bias->data()) + c0 * es : nullptr;
+      gemm(p, is_gemm_ ? attrs_.alpha : 1.0, 0.0, args, pc.c_bytes());
+      if (tl_probe != nullptr) continue;
+      XRT_CUDA_CHECK(cudaMemcpy2DAsync(
+          static_cast<char *>(out.data) + c0 * es, static_cast<std::size_t>(pc.cols * es),
+          args.workspace, static_cast<std::size_t>(n * es), static_cast<std::size_t>(width * es),
+          static_cast<std::size_t>(pc.rows), cudaMemcpyDeviceToDevice,
+          static_cast<cudaStream_t>(args.stream)));
+    }
     return true;
   }
 
@@ -421,8 +448,12 @@ std::unique_ptr<PaddedColumns> padded_columns(const PrepareContext &pc) {
   const bool gemm = n.op_type == "Gemm";
   if (gemm && (attrs.trans_a || a.shape.size() != 2)) return nullptr;
   const bool tb = gemm && attrs.trans_b;
-  const int64_t k = a.shape.back(), cols = tb ? b.shape[0] : b.shape[1];
-  if ((tb ? b.shape[1] : b.shape[0]) != k || y.shape.back() != cols) return nullptr;
+  // B as stored: [N, K] under transB ([K, N] otherwise). The context's B is the
+  // logical [K, N] in both cases (transB as strides), so its shape cannot tell.
+  const Shape &stored = pc.constants[1].shape;
+  if (stored.size() != 2) return nullptr;
+  const int64_t k = a.shape.back(), cols = tb ? stored[0] : stored[1];
+  if ((tb ? stored[1] : stored[0]) != k || y.shape.back() != cols) return nullptr;
   if ((cols * es) % 16 == 0 || (k * es) % 16 != 0 || cols < 64) return nullptr;
   // A bias (Gemm's C row with alpha = beta = 1, or a MatMul's fused bias) must be a
   // constant: its padded copy is made here.
@@ -439,12 +470,20 @@ std::unique_ptr<PaddedColumns> padded_columns(const PrepareContext &pc) {
   pad->pitch = (cols * es + 15) / 16 * 16 / es;
   pad->rows = graph::shape_numel(y.shape) / cols;
   pad->b_transposed = tb;
+  // Columns per GEMM: what keeps C's chunk near kChunkBytes, in steps of 256 columns, at
+  // most 16 GEMMs; the whole pitch where that is one chunk anyway.
+  constexpr int64_t kChunkBytes = int64_t{16} << 20, kStep = 256, kMaxChunks = 16;
+  int64_t chunk = std::max<int64_t>(kChunkBytes / (pad->rows * es) / kStep * kStep, kStep);
+  chunk = std::max(chunk, (cols + kMaxChunks - 1) / kMaxChunks + kStep - 1) / kStep * kStep;
+  pad->chunk = chunk >= pad->pitch ? pad->pitch : chunk;
+  pad->direct_cols = tb && pad->chunk < pad->pitch ? cols / pad->chunk * pad->chunk : 0;
   if (ctx.workspace_limit_bytes != 0 && pad->c_bytes() > ctx.workspace_limit_bytes / 2)
     return nullptr;
   const auto *src = static_cast<const unsigned char *>(pc.constants[1].data);
-  std::vector<unsigned char> host(static_cast<std::size_t>(k * pad->pitch * es), 0);
-  if (tb) {  // [N, K] rows, then zero rows up to the pitch
-    std::copy_n(src, cols * k * es, host.data());
+  const int64_t pad_cols = pad->pitch - pad->direct_cols;  // columns the copy of B holds
+  std::vector<unsigned char> host(static_cast<std::size_t>(k * pad_cols * es), 0);
+  if (tb) {  // rows [direct_cols, N) of [N, K], then zero rows up to the pitch
+    std::copy_n(src + pad->direct_cols * k * es, (cols - pad->direct_cols) * k * es, host.data());
   } else {  // K rows of N, each padded to the pitch
     for (int64_t r = 0; r < k; ++r)
       std::copy_n(src + r * cols * es, cols * es, host.data() + r * pad->pitch * es);
