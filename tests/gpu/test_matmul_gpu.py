@@ -227,7 +227,12 @@ def test_best_performance_winner_pin_reproduces_bits_across_runs_and_processes(t
     assert d.rule == "auto.best_performance" and d.chosen in ("cublas", "cublasLt", "skinny")
     assert any(k.startswith("cublasLt/lt1:") for k in d.timings), d.timings
     winner = d.chosen if not d.algorithm else f"{d.chosen}/{d.algorithm}"
-    assert d.timings[winner] == min(d.timings.values())
+    # The fastest timing wins, or one within the measured noise (at least 1%) that comes
+    # earlier in the stable candidate order, and the decision says it was a tie.
+    assert d.timings[winner] == min(d.timings.values()) or "a tie with the fastest" in d.detail, (
+        d.timings,
+        d.detail,
+    )
     _check(tuned, a, b)
 
     pinned = xrt.dispatch.export_pins(policy)
