@@ -90,6 +90,7 @@ def _model(nodes, inputs, outputs, inits=()) -> bytes:
         (24, 17, 3, 1, 1, [1, 1, 1, 1]),  # 3x3 unit stride: the register-window kernel
         (10, 15, 3, 2, 2, [0, 2, 1, 1]),  # C % 8 != 0: the runtime-window kernel
         (64, 9, 5, 1, 1, [2, 2, 2, 2]),  # 5x5 register window
+        (12, 9, 5, 1, 1, [1, 2, 3, 0]),  # 5x5, uneven padding, 3 channel vectors
         (16, 13, 7, 1, 1, [3, 3, 3, 3]),  # 7x7 register window (ConvNeXt)
         (40, 12, 3, 2, 1, [1, 1, 1, 1]),  # 3x3 stride 2: fixed window, strided columns
         (32, 11, 3, 1, 2, [2, 2, 2, 2]),  # 3x3 dilated: fixed window, strided columns
@@ -121,6 +122,44 @@ def test_depthwise_conv_geometry_between_channels_last_convs(precision, c, h, k,
     (ref,) = _ort(model, {"x": x})
     sess = _native(model, precision)
     assert _kernels(sess).get("dw") == "cuda_depthwise", _kernels(sess)
+    (y,) = sess.run({"x": x}).values()
+    assert _rel(y, ref) <= TOL[precision]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize(
+    "n,c,h,k",
+    [
+        (16, 96, 56, 3),  # 56x56 planes, as in PVT's and EfficientNet's first stages
+        (8, 64, 56, 3),
+        (4, 32, 30, 5),
+        (2, 40, 7, 3),  # PVT's last stage
+    ],
+)
+def test_depthwise_conv_with_fused_residual_at_model_sizes(precision, n, c, h, k):
+    """The depthwise kernel at the plane sizes of real models, with the bias and a
+    residual Add fused into its epilogue, against ONNX Runtime on fresh inputs."""
+    rng = np.random.default_rng(n * c + h)
+    p = k // 2
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="pw1"),
+        helper.make_node("Conv", ["a", "wd", "bd"], ["b"], group=c, pads=[p] * 4, name="dw"),
+        helper.make_node("Add", ["b", "a"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["sr"], name="relu"),
+        helper.make_node("Conv", ["sr", "w2"], ["y"], name="pw2"),
+    ]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((c, 8, 1, 1)) * 0.3).astype(np.float32), "w1"),
+        numpy_helper.from_array((rng.standard_normal((c, 1, k, k)) * 0.3).astype(np.float32), "wd"),
+        numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), "bd"),
+        numpy_helper.from_array((rng.standard_normal((8, c, 1, 1)) * 0.3).astype(np.float32), "w2"),
+    ]
+    model = _model(nodes, [_f("x", [n, 8, h, h])], [_f("y", [n, 8, h, h])], inits)
+    x = rng.standard_normal((n, 8, h, h)).astype(np.float32)
+    (ref,) = _ort(model, {"x": x})
+    sess = _native(model, precision)
+    assert _kernels(sess).get("dw") == "cuda_depthwise", _kernels(sess)
+    assert "residual" not in _kernels(sess), "the residual Add should fuse into the depthwise conv"
     (y,) = sess.run({"x": x}).values()
     assert _rel(y, ref) <= TOL[precision]
 
