@@ -33,6 +33,10 @@
 // run); a channels-last region pays them once, at its edges. 2-D convolutions with
 // symmetric pads and constant weights only.
 //
+// Batch chunks: where the chosen algorithm's workspace exceeds the bytes of the
+// convolution's input and output (and 16 MiB), the same algorithm runs over halves of
+// the batch (or quarters, ...) so the workspace fits the tensors; see make_plan.
+//
 // Handles: cudnn_common.h (pooled per device, leased per run).
 #include <cudnn.h>
 
@@ -133,6 +137,10 @@ struct Plan {
   ActDesc act;
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   std::size_t algo_bytes = 0;
+  // Batch chunking (make_plan): the descriptors hold `batch` samples and run() calls
+  // cuDNN `chunks` times, `x_chunk_bytes` / `y_chunk_bytes` apart.
+  int64_t chunks = 1;
+  std::size_t x_chunk_bytes = 0, y_chunk_bytes = 0;
   mutable std::atomic<bool> fused_ok{true};
   std::size_t workspace() const { return pad_bytes + algo_bytes; }
 };
@@ -202,7 +210,7 @@ void set_math(const Plan& p, const Settings& s, cudnnMathType_t m) {
 // Descriptors for X/W shapes x/w (and the output shape conv_geometry gives),
 // then the algorithm (named, or the heuristic's first under `limit` bytes, 0 =
 // none).
-std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const Shape& x,
+std::shared_ptr<Plan> make_batch_plan(cudnnHandle_t h, const Settings& s, const Shape& x,
                                       const Shape& w, std::size_t limit) {
   const ops::Spatial sp = ops::conv_geometry(s.attrs, x, w);
   auto p = std::make_shared<Plan>();
@@ -238,6 +246,9 @@ std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const 
   to_int(y_numel, s, "output element count");
   p->batch = yd[0];
   p->out_channels = yd[1];
+  p->x_chunk_bytes = static_cast<std::size_t>(sp.in_size() * x[1]) * dtype_size(s.dtype) *
+                     static_cast<std::size_t>(x[0]);
+  p->y_chunk_bytes = static_cast<std::size_t>(y_numel) * dtype_size(s.dtype);
   p->out_inner = yd[1] > 0 && yd[0] > 0 ? y_numel / (yd[0] * static_cast<int64_t>(yd[1])) : 0;
   if (p->explicit_pad) {
     cuda_ops::PadIndex& ix = p->pad;
@@ -342,6 +353,42 @@ std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const 
   return p;
 }
 
+// A workspace larger than the tensors it works on sets a plan's peak memory: cuDNN's
+// first choice for wav2vec2's second feature convolution (batch 8) takes 40.9 MB next
+// to its 26.2 MB input and 13.1 MB output. Such a convolution runs the same algorithm
+// over halves (quarters, ...) of the batch instead, until the workspace fits within the
+// tensors' bytes, while a chunk's output stays at least kMinChunkOutputBytes (large
+// enough to fill the GPU, so the chunks cost about what the whole did). The rule reads
+// only the algorithm and the shapes, so a plan loaded by algorithm name chunks alike.
+constexpr std::size_t kChunkFromWorkspace = 16u << 20;
+constexpr std::size_t kMinChunkOutputBytes = 4u << 20;
+
+std::shared_ptr<const Plan> make_plan(cudnnHandle_t h, const Settings& s, const Shape& x,
+                                      const Shape& w, std::size_t limit) {
+  std::shared_ptr<Plan> whole = make_batch_plan(h, s, x, w, limit);
+  const std::size_t tensors = whole->x_chunk_bytes + whole->y_chunk_bytes;
+  if (whole->algo_bytes < kChunkFromWorkspace || whole->algo_bytes <= tensors) return whole;
+  Settings same = s;
+  same.algorithm = algo_name(whole->algo);
+  std::shared_ptr<Plan> best = whole;
+  for (int64_t b = x[0]; b % 2 == 0;) {
+    b /= 2;
+    Shape xb = x;
+    xb[0] = b;
+    std::shared_ptr<Plan> part;
+    try {
+      part = make_batch_plan(h, same, xb, w, 0);
+    } catch (const XpuRuntimeError&) {
+      break;  // the algorithm does not take this batch: keep the last that ran
+    }
+    if (part->y_chunk_bytes < kMinChunkOutputBytes || part->workspace() >= best->workspace()) break;
+    part->chunks = x[0] / b;
+    best = part;
+    if (part->algo_bytes <= tensors) break;
+  }
+  return best;
+}
+
 bool known(const Shape& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](int64_t d) { return d >= 0; });
 }
@@ -408,12 +455,6 @@ class ConvPrepared final : public PreparedKernel {
               InvalidArgumentError, s_.where, ": cudnn conv needs ", plan->workspace(),
               " bytes of workspace, the run gave ", a.workspace_bytes);
     char* ws = static_cast<char*>(a.workspace);
-    const void* x = a.inputs[0].data;
-    if (plan->explicit_pad) {
-      cuda_ops::launch_pad(dtype_size(s_.dtype), plan->pad, cuda_ops::PadMode::kConstant, x,
-                           nullptr, 0, ws, a.stream);
-      x = ws;
-    }
     void* algo_ws = plan->algo_bytes ? ws + plan->pad_bytes : nullptr;
     const void* bias = s_.bias && a.inputs.size() > 2 ? a.inputs[2].data : nullptr;
     const void* z = s_.residual && a.inputs.size() > 3 ? a.inputs[3].data : nullptr;
@@ -421,29 +462,49 @@ class ConvPrepared final : public PreparedKernel {
               ": the fused residual (input 3) is missing");
     const float one = 1.f, zero = 0.f;
     const void* w = krsc_ ? krsc_->data() : a.inputs[1].data;
+    // Chunk c of the batch (one chunk unless make_plan split a large workspace).
+    auto x_of = [&](int64_t c) {
+      const void* x = static_cast<const char*>(a.inputs[0].data) + c * plan->x_chunk_bytes;
+      if (!plan->explicit_pad) return x;
+      cuda_ops::launch_pad(dtype_size(s_.dtype), plan->pad, cuda_ops::PadMode::kConstant, x,
+                           nullptr, 0, ws, a.stream);
+      return static_cast<const void*>(ws);
+    };
+    auto at = [&](const void* base, int64_t c) {
+      return static_cast<char*>(const_cast<void*>(base)) + c * plan->y_chunk_bytes;
+    };
     const bool fusable =
         s_.relu || plan->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    int64_t fused = 0;  // chunks done by the fused call
     if (bias && fusable && plan->fused_ok.load(std::memory_order_relaxed)) {
-      const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
-          h, &one, plan->x.get(), x, plan->w.get(), w, plan->conv.get(), plan->algo,
-          algo_ws, plan->algo_bytes, z ? &one : &zero, plan->y.get(), z ? z : y.data,
-          plan->bias.get(), bias, plan->act.get(), plan->y.get(), y.data);
-      if (st == CUDNN_STATUS_SUCCESS) return;
-      if (!refused(st))
-        throw_cudnn("cudnnConvolutionBiasActivationForward", st, __FILE__, __LINE__);
-      plan->fused_ok.store(false, std::memory_order_relaxed);  // the unfused path from now on
+      for (; fused < plan->chunks; ++fused) {
+        void* yc = at(y.data, fused);
+        const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
+            h, &one, plan->x.get(), x_of(fused), plan->w.get(), w, plan->conv.get(), plan->algo,
+            algo_ws, plan->algo_bytes, z ? &one : &zero, plan->y.get(), z ? at(z, fused) : yc,
+            plan->bias.get(), bias, plan->act.get(), plan->y.get(), yc);
+        if (st == CUDNN_STATUS_SUCCESS) continue;
+        if (!refused(st))
+          throw_cudnn("cudnnConvolutionBiasActivationForward", st, __FILE__, __LINE__);
+        plan->fused_ok.store(false, std::memory_order_relaxed);  // the unfused path from now on
+        break;
+      }
+      if (fused == plan->chunks) return;
     }
+    const std::size_t rest = static_cast<std::size_t>(plan->chunks - fused) * plan->y_chunk_bytes;
     if (z && z != y.data)
-      XRT_CUDA_CHECK(cudaMemcpyAsync(y.data, z, y.nbytes(), cudaMemcpyDeviceToDevice,
+      XRT_CUDA_CHECK(cudaMemcpyAsync(at(y.data, fused), at(z, fused), rest,
+                                     cudaMemcpyDeviceToDevice,
                                      static_cast<cudaStream_t>(a.stream)));
-    XRT_CUDNN_CHECK(cudnnConvolutionForward(
-        h, &one, plan->x.get(), x, plan->w.get(), w, plan->conv.get(), plan->algo,
-        algo_ws, plan->algo_bytes, z ? &one : &zero, plan->y.get(), y.data));
+    for (int64_t c = fused; c < plan->chunks; ++c)
+      XRT_CUDNN_CHECK(cudnnConvolutionForward(
+          h, &one, plan->x.get(), x_of(c), plan->w.get(), w, plan->conv.get(), plan->algo, algo_ws,
+          plan->algo_bytes, z ? &one : &zero, plan->y.get(), at(y.data, c)));
     // Channels-last: every output row of C channels is one "batch" of inner size 1.
+    const int64_t rows = plan->batch * (plan->chunks - fused);
     if (bias || s_.relu)
-      launch_bias_relu(s_.dtype, y.data, bias,
-                       s_.nhwc ? plan->batch * plan->out_inner : plan->batch, plan->out_channels,
-                       s_.nhwc ? 1 : plan->out_inner, s_.relu, a.stream);
+      launch_bias_relu(s_.dtype, at(y.data, fused), bias, s_.nhwc ? rows * plan->out_inner : rows,
+                       plan->out_channels, s_.nhwc ? 1 : plan->out_inner, s_.relu, a.stream);
   }
 
  private:
