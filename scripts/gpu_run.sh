@@ -28,6 +28,19 @@
 #                               suites' tools, SANITIZE_ZOO=0 skips the zoo)
 #         sanitize-py           memcheck + racecheck over the GPU suites of our kernels
 #                               that only the PyTorch path runs (our kernels only)
+#         ort                   ONNX Runtime's CUDA provider for the benchmarks that
+#                               compare with it: joins the parts of ort.tar.xz (see
+#                               below) from /tmp/ort-parts and .carry/ort/, checks its
+#                               sha256, unpacks it to /tmp/site and puts that first on
+#                               PYTHONPATH for the later stages (kept while the machine
+#                               stays warm: a second call only re-exports it)
+#
+#   ONNX Runtime's GPU wheel (255 MB) is larger than one call may carry next to the
+#   tree, so it travels as an xz tarball in parts over several calls to a warm machine:
+#       scripts/gpu_run.sh ort-pack WHEEL   (here: .carry/ort/ort.tar.xz.part-* + .sha256)
+#   then one call per part, carrying only that part, runs
+#       mkdir -p /tmp/ort-parts && cp .carry/ort/* /tmp/ort-parts/
+#   and the call that benchmarks names the last part in carry and runs the stage `ort`.
 #       and packs logs and results into $OUT/results.tgz. Prints a table of stage,
 #       seconds and status last. PYTEST_TIMEOUT / BENCH_TIMEOUT (s) bound each stage.
 set -uo pipefail
@@ -73,6 +86,33 @@ pack() {
   rm -rf "$stage"
   echo "$BINDINGS_HASH" > .carry/bindings.hash
   echo "packed .carry/gpu-build.tgz ($(du -h .carry/gpu-build.tgz | cut -f1), build $((SECONDS - t0)) s)"
+}
+
+ort_pack() {  # WHEEL: unpacked, the TensorRT provider left out, xz'd, split for carrying
+  local wheel=$1 tmp
+  [ -f "$wheel" ] || { echo "ort-pack: no wheel '$wheel'"; exit 2; }
+  tmp=$(mktemp -d)
+  python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$wheel" "$tmp" || exit 1
+  rm -f "$tmp"/onnxruntime/capi/libonnxruntime_providers_tensorrt.so
+  rm -rf .carry/ort && mkdir -p .carry/ort
+  (cd "$tmp" && tar cf - onnxruntime ./*.dist-info) | xz -T0 -9e >.carry/ort/ort.tar.xz || exit 1
+  (cd .carry/ort && sha256sum ort.tar.xz >ort.tar.xz.sha256 && split -n 4 -d ort.tar.xz ort.tar.xz.part- &&
+    rm ort.tar.xz)
+  rm -rf "$tmp"
+  ls -la .carry/ort
+}
+
+install_ort() {
+  local dir=/tmp/ort-parts
+  if [ ! -f /tmp/site/onnxruntime/__init__.py ]; then
+    mkdir -p "$dir" && cp .carry/ort/* "$dir"/ 2>/dev/null
+    cat "$dir"/ort.tar.xz.part-* >/tmp/ort.tar.xz || return 1
+    (cd /tmp && sha256sum -c "$dir/ort.tar.xz.sha256") || { ls -la "$dir"; return 1; }
+    mkdir -p /tmp/site
+    python3 -c "import tarfile; tarfile.open('/tmp/ort.tar.xz').extractall('/tmp/site')" || return 1
+  fi
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
+  python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
 }
 
 stage_table=()
@@ -202,6 +242,9 @@ remote() {
             >$LOGS/sanitize_${tool}_py.out 2>&1"
           rc=$((rc | $?)); tail -3 "$LOGS/sanitize_${tool}_py.log"; tail -2 "$LOGS/sanitize_${tool}_py.out"
         done ;;
+      ort)
+        run_stage "onnxruntime-gpu (carried parts)" install_ort
+        rc=$((rc | $?)) ;;
       *) echo "unknown stage '$st'"; rc=1 ;;
     esac
   done
@@ -215,6 +258,7 @@ remote() {
 
 case "$MODE" in
   pack) pack "$@" ;;
+  ort-pack) ort_pack "$@" ;;
   remote) remote "$@" ;;
   *) sed -n 2,35p "$0"; exit 2 ;;
 esac
