@@ -241,3 +241,20 @@ def test_help_is_plain_text_with_defaults(
         assert "(default: 8000)" in out and "(default: 127.0.0.1)" in out and "(default: info)" in out
     if command == "bench":
         assert "(default: 5)" in out and "--duration" in out and "--profile" in out
+
+
+def test_found_by_the_outside_probe_deep_policy_and_huge_random_inputs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Two user mistakes that ended in 'internal error' lines (2026-11-30 probe): a policy
+    file nested 100,000 deep (Python's JSON parser recursed out) and --dim asking for
+    random inputs larger than the machine. Both now say what is wrong and what to do."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["policy", "validate", str(deep)]) == 2
+    _one_line_error(capsys, "deep.json", "nests too deeply")
+    assert main(["bench", DEMO, "--dim", "batch=99999999999999", "--iterations", "1"]) == 2
+    line = _one_line_error(capsys, "random inputs", "GiB", "--batch")
+    assert "internal error" not in line
+    # A size that fits still runs: the check does not refuse ordinary batches.
+    assert main(["bench", DEMO, "--batch", "2", "--iterations", "1", "--warmup", "0"]) == 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..inference.metrics import diff_metrics, within
+from .errors import CliError
 
 __all__ = ["EngineResult", "compare", "diff_metrics", "format_table", "make_inputs", "within"]
 
@@ -44,6 +46,14 @@ __all__ = ["EngineResult", "compare", "diff_metrics", "format_table", "make_inpu
 
 
 # --------------------------------------------------------------------- inputs
+def _host_memory_bytes() -> int:
+    """This machine's physical memory in bytes (0 where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
 def make_inputs(
     infos: Sequence[Any], dims: dict[str, int], seed: int, int_high: int
 ) -> dict[str, np.ndarray]:
@@ -52,8 +62,20 @@ def make_inputs(
 
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
-    for info in infos:
-        shape = tuple(d if isinstance(d, int) and d >= 0 else dims.get(str(d), 1) for d in info.shape)
+    shapes = [
+        tuple(d if isinstance(d, int) and d >= 0 else dims.get(str(d), 1) for d in i.shape) for i in infos
+    ]
+    # Random floats are drawn in float64 first: 8 bytes an element at the peak.
+    need = sum(math.prod(s) * max(numpy_dtype(i.dtype).itemsize, 8) for s, i in zip(shapes, infos))
+    have = _host_memory_bytes()
+    if have and need > have:
+        biggest = max(zip(shapes, infos), key=lambda p: math.prod(p[0]))
+        raise CliError(
+            f"random inputs of these sizes take {need / 2**30:.3g} GiB (input {biggest[1].name!r} is "
+            f"{list(biggest[0])}), more than this machine's {have / 2**30:.3g} GiB of memory; lower --batch "
+            "or --dim, or pass --inputs"
+        )
+    for info, shape in zip(infos, shapes):
         dtype = numpy_dtype(info.dtype)
         if dtype.kind == "f" or info.dtype == "bfloat16":
             feeds[info.name] = rng.standard_normal(shape).astype(dtype)

@@ -49,6 +49,10 @@ def _document(path: str) -> tuple[str, dict[str, Any]]:
         data = json.loads(text)
     except ValueError as exc:
         raise CliError(f"policy file {path!r} is not valid JSON ({exc}); fix the syntax") from None
+    except RecursionError:  # Python's parser recurses once per nesting level
+        raise CliError(
+            f"policy file {path!r} nests too deeply to be a policy (a policy is at most a few levels deep)"
+        ) from None
     if not isinstance(data, dict):
         raise CliError(f"policy file {path!r} must hold an object (a mapping), got {type(data).__name__}")
     return text, data
