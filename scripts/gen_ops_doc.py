@@ -35,7 +35,7 @@ def render() -> str:
         (
             f"Opsets {OPSET_MIN}-{OPSET_MAX} of the default ONNX domain (older models are converted up "
             "by the ONNX version converter). A kernel column of `(matmul kernels)` means the node is "
-            "dispatched among the registered matmul kernels (`cpu_packed`, `onednn`, `cpu_blas`, `cpu_blocked`) "
+            "dispatched among the registered matmul kernels (`cpu_packed`, `onednn`, `cpu_gemv`, `cpu_blas`, `cpu_blocked`) "
             "under op key "
             "`matmul`; Conv's `cpu_im2col` dispatches its GEMM the same way. Dtypes are those of input 0 "
             "(`any` = every dtype the engine has: float32/64, float16, bfloat16, int8/16/32/64, uint8, bool)."
@@ -81,7 +81,7 @@ def render() -> str:
             "weights; the plan's dispatch marks them with the matmul attribute `b_constant`), packed when the "
             "session is built and serving every row count of a dynamic-shape step. Direct calls "
             "(`xpuruntime.ops`, routed torch calls), activations as B, a B per batch, the GEMMs inside Conv "
-            "and attention, and products of one or two rows (matrix-vector: `cpu_blas`) go to the kernels "
+            "and attention, and products of one or two rows (matrix-vector: `cpu_gemv` for one row against N×K weights, else `cpu_blas`) go to the kernels "
             'below it with the reason recorded; `KernelPolicy(matmul="onednn")` pins oneDNN. Measured '
             "against ONNX Runtime's MLAS on single-node models (`benchmarks/bench_cpu_gemm.py`, 2 threads, "
             "Zen4): at or below MLAS's time on transformer projections at 32-1500 rows, where oneDNN 2.6 ran "

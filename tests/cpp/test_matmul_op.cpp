@@ -168,16 +168,23 @@ TEST(MatmulOp, CpuKernelsAreRegisteredWithMetadata) {
   KernelRegistry registry;
   register_cpu_matmul_kernels(registry);
   auto ks = registry.kernels(kOpKey);
-  ASSERT_GE(ks.size(), 4u);
-  // priority 40, then onednn 30, cpu_blas 20, cpu_blocked 10
+  ASSERT_GE(ks.size(), 5u);
+  // priority 40, then onednn 30, cpu_gemv 25, cpu_blas 20, cpu_blocked 10
   EXPECT_EQ(ks[0]->def().name, "cpu_packed");
   EXPECT_EQ(ks[1]->def().name, "onednn");
-  EXPECT_EQ(ks[2]->def().name, "cpu_blas");
-  EXPECT_EQ(ks[3]->def().name, "cpu_blocked");
+  EXPECT_EQ(ks[2]->def().name, "cpu_gemv");
+  EXPECT_EQ(ks[3]->def().name, "cpu_blas");
+  EXPECT_EQ(ks[4]->def().name, "cpu_blocked");
   OpContext c = ctx_of({spec({3, 4}), spec({4, 6})}, spec({3, 6}));
-  EXPECT_TRUE(KernelRegistry::check(*ks[3], c).ok);
+  EXPECT_TRUE(KernelRegistry::check(*ks[4], c).ok);
+  // cpu_gemv takes one row only, and says so (or that the CPU lacks AVX2).
+  const Support gemv = KernelRegistry::check(*ks[2], c);
+  EXPECT_FALSE(gemv.ok);
+  EXPECT_TRUE(gemv.detail.find("one row") != std::string::npos ||
+              gemv.reason_code == reason::kBackendUnavailable)
+      << gemv.detail;
   c.device = Device::parse("cuda:0");
-  EXPECT_EQ(KernelRegistry::check(*ks[3], c).reason_code, reason::kDeviceMismatch);
+  EXPECT_EQ(KernelRegistry::check(*ks[4], c).reason_code, reason::kDeviceMismatch);
 }
 
 TEST(MatmulCall, DispatchesRecordsAndReusesTheChoice) {

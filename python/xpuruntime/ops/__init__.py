@@ -2,7 +2,7 @@
 
 Operands may be numpy arrays, xpuruntime Tensors or anything with ``__dlpack__``
 (torch, cupy, jax; zero-copy). The kernel is chosen by the policy
-(``KernelPolicy`` op key ``"matmul"``: ``onednn``, ``cpu_blas``, ``cpu_blocked``, ``cublas``,
+(``KernelPolicy`` op key ``"matmul"``: ``onednn``, ``cpu_gemv``, ``cpu_blas``, ``cpu_blocked``, ``cublas``,
 ``cublasLt``) and every choice is recorded in the dispatcher's decision log
 (:func:`last_decision`, ``xpuruntime.dispatch``). CUDA work runs on the calling
 thread's current xpuruntime stream (``xpuruntime.stream``), which can wrap a torch

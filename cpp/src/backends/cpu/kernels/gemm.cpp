@@ -325,14 +325,17 @@ void run_gemm(const std::string& kernel, const matmul::GemmProblem& p) {
     split_gemm(p, [](const matmul::GemmProblem& q) {
       if (!blas_gemv(q)) matmul::cpu_gemm_blas(q);
     });
-  } else if (kernel == "cpu_blocked" || kernel == "onednn" || kernel == "cpu_packed") {
+  } else if (kernel == "cpu_blocked" || kernel == "cpu_gemv" || kernel == "onednn" ||
+             kernel == "cpu_packed") {
+    // cpu_gemv's one row against N x K weights is blocked_gemv; another shape (a step
+    // whose row count changed at run time) takes cpu_blocked's GEMM.
     split_gemm(p, [](const matmul::GemmProblem& q) {
       if (!blocked_gemv(q)) matmul::cpu_gemm_blocked(q, 1);
     });
   } else {
     XRT_THROW(UnsupportedOperationError, "matmul kernel '", kernel,
-              "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_packed, onednn, cpu_blas, "
-              "cpu_blocked)");
+              "' cannot run inside a CPU plan (CPU GEMM kernels: cpu_packed, onednn, cpu_gemv, "
+              "cpu_blas, cpu_blocked)");
   }
 }
 

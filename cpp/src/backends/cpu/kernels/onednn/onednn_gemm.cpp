@@ -119,8 +119,10 @@ GemmRejection static_rejection(const GemmProblem& p, Desc* a, Desc* b, Desc* c) 
   // K 768-1280, N 768-3072): cpu_blas's split 2.4-4.4x faster at M <= 2; from M = 4
   // to 8 they trade places, from 16 oneDNN wins.
   if (p.m <= 2 && p.k > 0)
-    return {Kind::kShape, "onednn: " + std::to_string(p.m) +
-                              " row(s): a matrix-vector product, faster on cpu_blas's split"};
+    return {Kind::kShape,
+            "onednn: " + std::to_string(p.m) +
+                " row(s): a matrix-vector product, faster on cpu_gemv (weights N x K) or "
+                "cpu_blas's split"};
   std::string why;
   std::optional<Desc> da, db, dc;
   if (!(dc = describe("C", p.batch, p.m, p.n, p.c_rs, p.c_cs, p.c_bs, true, &why))) {
