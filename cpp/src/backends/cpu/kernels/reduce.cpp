@@ -28,6 +28,8 @@ A wrap_mul(A a, A b) {
   if constexpr (kWraps<A>) {
     using U = std::make_unsigned_t<A>;
     return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+  } else if constexpr (std::is_same_v<A, bool>) {
+    return a && b;
   } else {
     return a * b;
   }
@@ -46,8 +48,57 @@ A wrap_abs(A v) {
   if constexpr (kWraps<A>) {
     using U = std::make_unsigned_t<A>;
     return v < 0 ? static_cast<A>(U{0} - static_cast<U>(v)) : v;
+  } else if constexpr (std::is_same_v<A, bool>) {
+    return v;
   } else {
     return v < 0 ? -v : v;
+  }
+}
+
+// A float sum or mean whose reduced axes form one run with kept axes after it: the
+// input is [O, R, I] with I > 1 (a channels-last global pool reads [1, H*W, C]). Each
+// output is the same r-ascending double sum as the general path's, with the loops
+// swapped so the inner one walks I contiguous elements instead of gathering R strided
+// ones (MnasNet's [1, 7, 7, 1280] mean: 65 -> 9 us). Same bits as the general path.
+// False when the reduction is not of that form.
+template <typename T>
+bool reduce_outer_run(Red kind, const T* x, T* y, const Shape& shape, const std::vector<bool>& red) {
+  using N = Num<T>;
+  using C = typename N::C;
+  if constexpr (!std::is_floating_point_v<C>) {
+    return false;
+  } else {
+    if (kind != Red::kSum && kind != Red::kMean) return false;
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    int64_t a0 = -1, a1 = -1;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (!red[i]) continue;
+      if (a0 < 0) a0 = i;
+      else if (a1 != i - 1) return false;  // a second run of reduced axes
+      a1 = i;
+    }
+    if (a0 < 0 || a1 == rank - 1) return false;
+    int64_t outer = 1, r_n = 1, inner = 1;
+    for (int64_t i = 0; i < rank; ++i) (i < a0 ? outer : i <= a1 ? r_n : inner) *= shape[i];
+    if (inner <= 1 || r_n == 0) return false;
+    constexpr int64_t kBlock = 256;
+    const int64_t blocks = (inner + kBlock - 1) / kBlock;
+    const double count = static_cast<double>(r_n);
+    parallel_for(outer * blocks, outer * r_n * inner, [&](int64_t b0, int64_t b1) XRT_ISA_LAMBDA {
+      double acc[kBlock];
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t o = b / blocks, i0 = (b % blocks) * kBlock;
+        const int64_t n = std::min(kBlock, inner - i0);
+        std::fill_n(acc, n, 0.0);
+        const T* p = x + o * r_n * inner + i0;
+        for (int64_t r = 0; r < r_n; ++r, p += inner)
+          for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(N::load(p[i]));
+        T* out = y + o * inner + i0;
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = N::store(static_cast<C>(kind == Red::kMean ? acc[i] / count : acc[i]));
+      }
+    });
+    return true;
   }
 }
 
@@ -60,6 +111,7 @@ void reduce_typed(Red kind, const T* x, T* y, const Shape& shape, const std::vec
   // Output strides in input index space (0 on reduced axes), for the general path.
   std::vector<bool> red(rank, false);
   for (int64_t a : axes) red[a] = true;
+  if (reduce_outer_run(kind, x, y, shape, red)) return;
   int64_t out_n = 1, r_n = 1;
   for (int64_t i = 0; i < rank; ++i) (red[i] ? r_n : out_n) *= shape[i];
   // Gather input offsets: out index -> base offset; reduced index -> offset.
